@@ -1,0 +1,3 @@
+"""attnkit: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017), from scratch on PyTorch."""
+
+__version__ = "0.1.0"
