@@ -1,0 +1,240 @@
+"""Configuration: frozen dataclasses for the model and for training, presets, YAML files, checked overrides.
+
+Modules never see these objects: ``attnkit.model.build`` maps a config to module arguments, in one place.
+Every impossible value raises ``InputError`` (a ``ValueError``) naming the key and the value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from attnkit.errors import InputError
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """What the encoder (and decoder) of every attnkit model share. Defaults are a small CPU-sized model."""
+
+    vocab_size: int = 10000  # size of the (shared) vocabulary; for training, the tokenizer's maximum size
+    d_model: int = 128  # width of every sub-layer output (§3.1)
+    n_heads: int = 4  # h, parallel attention heads (§3.2.2)
+    d_head: int | None = None  # d_k = d_v per head; None = d_model / n_heads, as in the paper
+    d_ff: int = 512  # inner width of the feed-forward network (§3.3)
+    n_layers: int = 2  # N, identical layers in the encoder (and in the decoder)
+    max_len: int = 128  # longest sequence (in tokens) the positional encoding covers
+    dropout: float = 0.1  # P_drop on sub-layer outputs and on embedding + position sums (§5.4)
+    norm: str = "post"  # "post": LayerNorm(x + Sublayer(x)) as in the paper; "pre": x + Sublayer(LayerNorm(x))
+    positional: str = "sinusoidal"  # "sinusoidal" (§3.5) or "learned" (Table 3, row E)
+    activation: str = "relu"  # FFN non-linearity: "relu" (eq. 2) or "gelu"
+    scale_embeddings: bool = True  # multiply embeddings by sqrt(d_model) (§3.4)
+    layer_norm_eps: float = 1e-5  # LayerNorm epsilon (PyTorch's default; BERT uses 1e-12)
+
+    def __post_init__(self) -> None:
+        for key in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
+            if getattr(self, key) < 1:
+                raise InputError(f"config key {key}={getattr(self, key)} must be a positive integer")
+        if self.d_head is None and self.d_model % self.n_heads != 0:
+            raise InputError(f"config: d_model={self.d_model} is not divisible by n_heads={self.n_heads} (set d_head to decouple them)")
+        if self.d_head is not None and self.d_head < 1:
+            raise InputError(f"config key d_head={self.d_head} must be a positive integer")
+        if not 0.0 <= self.dropout < 1.0:
+            raise InputError(f"config key dropout={self.dropout} must be in [0, 1)")
+        _check_choice("norm", self.norm, ("post", "pre"))
+        _check_choice("positional", self.positional, ("sinusoidal", "learned"))
+        _check_choice("activation", self.activation, ("relu", "gelu"))
+        if self.layer_norm_eps <= 0:
+            raise InputError(f"config key layer_norm_eps={self.layer_norm_eps} must be positive")
+
+
+@dataclass(frozen=True)
+class ClassifierConfig(TransformerConfig):
+    """A text classifier. The defaults are the seed-000 classifier (d_model 128, 4 heads, d_ff 512, 2 layers)."""
+
+    n_classes: int = 2  # C; 1 means a single logit for a binary task (sigmoid instead of softmax)
+    pooling: str = "mean"  # "mean": masked mean over real tokens; "cls": the first token (a CLS token is prepended)
+    n_token_types: int = 0  # BERT-family token-type (segment) embeddings; 0 = none, as in the paper
+    embedding_norm: bool = False  # BERT-family LayerNorm after embeddings + positions
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.n_classes < 1:
+            raise InputError(f"config key n_classes={self.n_classes} must be >= 1")
+        _check_choice("pooling", self.pooling, ("mean", "cls"))
+
+
+@dataclass(frozen=True)
+class TranslatorConfig(TransformerConfig):
+    """The encoder-decoder of Figure 1 with a shared vocabulary. The defaults are the CPU-sized ``small`` preset."""
+
+    vocab_size: int = 8000
+    d_model: int = 256
+    n_heads: int = 4
+    d_ff: int = 1024
+    n_layers: int = 3
+    max_len: int = 256
+    tie_embeddings: bool = True  # share source/target embeddings and the pre-softmax projection (§3.4)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train. Defaults suit the classifier; ``TRANSLATE_TRAIN_DEFAULTS`` holds the paper's recipe (§5)."""
+
+    optimizer: str = "adamw"  # "adam" or "adamw" (decoupled weight decay)
+    lr: float = 5e-4  # peak learning rate (schedule "linear"); "noam" uses lr_factor instead
+    lr_factor: float = 1.0  # "noam": lr = lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (eq. 3)
+    schedule: str = "linear"  # "linear": warmup then linear decay to 0; "noam": eq. 3; "constant": warmup then flat
+    warmup_steps: int = 0  # 0 = warmup_ratio of the planned steps
+    warmup_ratio: float = 0.1  # share of the planned steps spent warming up when warmup_steps is 0
+    beta1: float = 0.9
+    beta2: float = 0.98  # §5.3 uses beta2 = 0.98
+    adam_eps: float = 1e-9  # §5.3
+    weight_decay: float = 0.01
+    label_smoothing: float = 0.0  # epsilon_ls (§5.4 uses 0.1 for translation)
+    clip_norm: float = 1.0  # max gradient norm; 0 = no clipping
+    batch_size: int = 32  # sentences per batch (classifier)
+    max_tokens: int = 4096  # source + target tokens per batch (translator)
+    accum_steps: int = 1  # batches whose gradients are summed before one optimizer step
+    epochs: int = 20  # upper bound on passes over the training data
+    max_steps: int = 0  # 0 = no limit beyond epochs
+    patience: int = 4  # stop after this many validations without improvement; 0 = never stop early
+    tokenizer: str = "word"  # "word" (lower-cased words and punctuation), "bpe" or "wordpiece"
+    min_freq: int = 2  # word/subword vocabulary: minimum count to get an id
+    max_len_policy: str = "truncate"  # over-long inputs: "truncate" (counted and reported) or "error"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_choice("optimizer", self.optimizer, ("adam", "adamw"))
+        _check_choice("schedule", self.schedule, ("linear", "noam", "constant"))
+        _check_choice("tokenizer", self.tokenizer, ("word", "bpe", "wordpiece"))
+        _check_choice("max_len_policy", self.max_len_policy, ("truncate", "error"))
+        for key in ("lr", "lr_factor", "adam_eps"):
+            if getattr(self, key) <= 0:
+                raise InputError(f"config key {key}={getattr(self, key)} must be positive")
+        for key in ("batch_size", "max_tokens", "accum_steps", "epochs", "min_freq"):
+            if getattr(self, key) < 1:
+                raise InputError(f"config key {key}={getattr(self, key)} must be >= 1")
+        for key in ("warmup_steps", "max_steps", "patience", "weight_decay", "clip_norm"):
+            if getattr(self, key) < 0:
+                raise InputError(f"config key {key}={getattr(self, key)} must be >= 0")
+        for key in ("label_smoothing", "warmup_ratio"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise InputError(f"config key {key}={getattr(self, key)} must be in [0, 1)")
+
+
+def _check_choice(key: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise InputError(f"config key {key}={value!r}; expected one of {', '.join(choices)}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Presets
+
+CLASSIFIER_PRESETS: dict[str, dict] = {
+    "default": {},
+    # The classifier of reference note 000: vocab 10,000, d_model 128, 4 heads, d_ff 512, 2 layers, 2 classes.
+    "seed000": dict(vocab_size=10000, d_model=128, n_heads=4, d_ff=512, n_layers=2, n_classes=2),
+    # The parameter-counting model of reference note 001 (BERT's vocabulary, d_model 32, one layer, CLS + 1 logit).
+    "seed001": dict(vocab_size=30522, d_model=32, n_heads=4, d_ff=32, n_layers=1, max_len=400, n_classes=1, pooling="cls"),
+}
+
+TRANSLATOR_PRESETS: dict[str, dict] = {
+    "small": {},  # d_model 256, 4 heads, d_ff 1024, 3 + 3 layers: trainable on a CPU in an hour
+    "base": dict(d_model=512, n_heads=8, d_ff=2048, n_layers=6, dropout=0.1, vocab_size=37000),  # Table 3, "base"
+    "big": dict(d_model=1024, n_heads=16, d_ff=4096, n_layers=6, dropout=0.3, vocab_size=37000),  # Table 3, "big"
+}
+
+# The paper's training recipe (§5.3, §5.4), the translator's defaults.
+TRANSLATE_TRAIN_DEFAULTS: dict = dict(
+    optimizer="adam", schedule="noam", lr_factor=1.0, warmup_steps=4000, beta1=0.9, beta2=0.98, adam_eps=1e-9,
+    weight_decay=0.0, label_smoothing=0.1, clip_norm=0.0, tokenizer="bpe", epochs=1000, patience=0,
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Overrides: "--set key=value" and YAML files
+
+
+def _parse_value(cls: type, key: str, raw: str) -> object:
+    """Turn the string ``raw`` into the type of field ``key`` of ``cls``."""
+    hint = typing.get_type_hints(cls)[key]
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union else (hint,)
+    if type(None) in options and raw.lower() in ("none", "null", ""):
+        return None
+    target = next(t for t in options if t is not type(None))
+    try:
+        if target is bool:
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if target is int:
+            return int(raw)
+        if target is float:
+            return float(raw)
+        return str(raw)
+    except ValueError:
+        raise InputError(f"config key {key}={raw!r} is not a valid {target.__name__}") from None
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    """``["d_model=64", "dropout=0.3"]`` -> ``{"d_model": "64", "dropout": "0.3"}``; malformed pairs are errors."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--set expects key=value, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, object]:
+    """A flat YAML mapping of config keys (the same keys as ``--set``)."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such config file") from None
+    except yaml.YAMLError as err:
+        raise InputError(f"{path}: not valid YAML ({err})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping of config keys")
+    return {str(k): v for k, v in data.items()}
+
+
+def build_configs(model_cls: type, model_base: dict, train_base: dict, overrides: dict[str, object]):
+    """Apply ``overrides`` (strings from ``--set`` or typed values from YAML) on top of the two bases.
+
+    Each key goes to whichever of the model and training configs has it; a key neither has is an error that
+    lists the valid keys.
+    """
+    model_keys = {f.name for f in fields(model_cls)}
+    train_keys = {f.name for f in fields(TrainConfig)}
+    model_kwargs, train_kwargs = dict(model_base), dict(train_base)
+    for key, value in overrides.items():
+        if key in model_keys:
+            target_cls, target = model_cls, model_kwargs
+        elif key in train_keys:
+            target_cls, target = TrainConfig, train_kwargs
+        else:
+            valid = ", ".join(sorted(model_keys | train_keys))
+            raise InputError(f"unknown config key {key!r}; valid keys: {valid}")
+        target[key] = _parse_value(target_cls, key, value) if isinstance(value, str) else value
+    return model_cls(**model_kwargs), TrainConfig(**train_kwargs)
+
+
+def preset(presets: dict[str, dict], name: str) -> dict:
+    """The overrides that preset ``name`` stands for."""
+    if name not in presets:
+        raise InputError(f"unknown preset {name!r}; choose one of {', '.join(presets)}")
+    return dict(presets[name])
+
+
+def to_dict(config: object) -> dict:
+    return dataclasses.asdict(config)
