@@ -54,15 +54,15 @@ class TransformerConfig:
 class ClassifierConfig(TransformerConfig):
     """A text classifier. The defaults are the seed-000 classifier (d_model 128, 4 heads, d_ff 512, 2 layers)."""
 
-    n_classes: int = 2  # C; 1 means a single logit for a binary task (sigmoid instead of softmax)
+    n_classes: int = 0  # C; 0 = one per label seen in training; 1 = a single logit for a binary task (sigmoid)
     pooling: str = "mean"  # "mean": masked mean over real tokens; "cls": the first token (a CLS token is prepended)
     n_token_types: int = 0  # BERT-family token-type (segment) embeddings; 0 = none, as in the paper
     embedding_norm: bool = False  # BERT-family LayerNorm after embeddings + positions
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.n_classes < 1:
-            raise InputError(f"config key n_classes={self.n_classes} must be >= 1")
+        if self.n_classes < 0:
+            raise InputError(f"config key n_classes={self.n_classes} must be >= 0 (0 = from the training labels)")
         _check_choice("pooling", self.pooling, ("mean", "cls"))
 
 

@@ -16,8 +16,9 @@ def _common(cfg: TransformerConfig) -> dict:
 
 
 def build_classifier(cfg: ClassifierConfig, pad_id: int = 0) -> TransformerClassifier:
+    """A classifier; ``n_classes=0`` (decided by the training labels) builds a 2-class head, for inspection."""
     return TransformerClassifier(
-        **_common(cfg), n_classes=cfg.n_classes, pooling=cfg.pooling, pad_id=pad_id,
+        **_common(cfg), n_classes=cfg.n_classes or 2, pooling=cfg.pooling, pad_id=pad_id,
         n_token_types=cfg.n_token_types, embedding_norm=cfg.embedding_norm,
     )
 

@@ -1,0 +1,260 @@
+"""Parameter accounting: every parameter of an attnkit model in exactly one row, counted and in closed form.
+
+Symbols: V vocabulary, d = d_model, h heads, dh = d_head (d_k = d_v), d_ff, C classes, N layers.
+
+    attention   (§3.2.2)  W^Q, W^K, W^V: d -> h*dh and W^O: h*dh -> d, all with biases
+                          = 3(d*h*dh + h*dh) + h*dh*d + d, which is 4(d^2 + d) when h*dh = d (the paper's choice)
+    FFN         (eq. 2)   W_1: d -> d_ff, W_2: d_ff -> d, with biases = 2*d*d_ff + d_ff + d
+    LayerNorm             gain and bias = 2d
+    embedding   (§3.4)    V*d; the translator shares it with the pre-softmax projection, so it is counted once
+    positions   (§3.5)    sinusoids: nothing trainable (a max_len*d buffer); learned (Table 3 row E): max_len*d
+    head                  d*C + C
+
+A row's ``params`` is read from the module's parameter tensors; its ``formula_value`` is the closed form evaluated
+from the module's dimensions (``in_features``, ``n_heads``, ``normalized_shape``, ...), so each checks the other.
+``classifier_param_formula`` and ``translator_param_formula`` give the same totals from a config alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from attnkit.config import ClassifierConfig, TransformerConfig, TranslatorConfig
+from attnkit.model.attention import MultiHeadAttention
+from attnkit.model.layers import PositionwiseFeedForward
+from attnkit.model.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from attnkit.model.transformer import Transformer
+
+
+@dataclass
+class Row:
+    """One leaf concept of the model (an embedding, one attention module, one LayerNorm, ...)."""
+
+    module: str  # dotted module path, e.g. "encoder.layers.0.self_attn"
+    kind: str  # "embedding", "positional (sinusoidal)", "attention", "layer_norm", "ffn", "head", ...
+    params: int  # parameters counted from the module; 0 for a weight tied to (and counted at) another row
+    buffers: int  # values held in buffers (the sinusoidal table), none of them trainable
+    formula: str  # the closed form in symbols, e.g. "4(d^2 + d)"
+    formula_value: int  # the closed form evaluated from the module's dimensions, independently of counting
+    trainable: bool  # the row has parameters and all of them require gradients
+    dims: dict[str, int] = field(default_factory=dict)  # the symbols' values, e.g. {"d": 32, "h": 4, "dh": 8}
+    note: str = ""  # e.g. "tied to embeddings.token"
+
+
+@dataclass
+class ParamReport:
+    rows: list[Row]  # in module order
+    total: int  # unique parameters: a tied weight counted once
+    trainable: int  # unique parameters that require gradients
+    buffers: int  # buffer values (not parameters)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Closed forms, one per concept, shared by the per-row check and the config totals
+
+
+def _attention(d: int, h: int, dh: int, bias: bool = True) -> tuple[str, int]:
+    """§3.2.2: four projections between d and h*dh."""
+    inner = h * dh
+    if bias:
+        formula = "4(d^2 + d)" if inner == d else "3(d*h*dh + h*dh) + h*dh*d + d"
+        return formula, 3 * (d * inner + inner) + inner * d + d
+    return ("4d^2" if inner == d else "4*d*h*dh"), 4 * d * inner
+
+
+def _ffn(d: int, d_ff: int) -> tuple[str, int]:
+    """Eq. 2: two linear maps with biases, d -> d_ff -> d."""
+    return "2*d*d_ff + d_ff + d", 2 * d * d_ff + d_ff + d
+
+
+def _layer_norm(d: int, affine: bool = True, bias: bool = True) -> tuple[str, int]:
+    if not affine:
+        return "0", 0
+    return ("2d", 2 * d) if bias else ("d", d)
+
+
+def _linear(d_in: int, d_out: int, bias: bool, a: str, b: str) -> tuple[str, int]:
+    """A d_in -> d_out linear map, written with the symbols ``a`` (input) and ``b`` (output)."""
+    return (f"{a}*{b} + {b}" if bias else f"{a}*{b}"), d_in * d_out + (d_out if bias else 0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Counting a model
+
+
+def _describe(path: str, module: nn.Module) -> tuple[str, str, int, dict[str, int]] | None:
+    """(kind, formula, formula_value, dims) if ``module`` is a leaf concept, else None (look at its children)."""
+    if isinstance(module, SinusoidalPositionalEncoding):
+        max_len, d = module.table.shape
+        return "positional (sinusoidal)", "0 (buffer max_len*d)", 0, {"max_len": max_len, "d": d}
+    if isinstance(module, LearnedPositionalEmbedding):
+        max_len, d = module.embedding.num_embeddings, module.embedding.embedding_dim
+        return "positional (learned)", "max_len*d", max_len * d, {"max_len": max_len, "d": d}
+    if isinstance(module, MultiHeadAttention):
+        d, h, dh = module.q_proj.in_features, module.n_heads, module.d_head
+        formula, value = _attention(d, h, dh, bias=module.q_proj.bias is not None)
+        return "attention", formula, value, {"d": d, "h": h, "dh": dh}
+    if isinstance(module, PositionwiseFeedForward):
+        d, d_ff = module.linear1.in_features, module.linear1.out_features
+        formula, value = _ffn(d, d_ff)
+        return "ffn", formula, value, {"d": d, "d_ff": d_ff}
+    if isinstance(module, nn.LayerNorm):
+        d = math.prod(module.normalized_shape)
+        formula, value = _layer_norm(d, module.elementwise_affine, getattr(module, "bias", None) is not None)
+        return "layer_norm", formula, value, {"d": d}
+    if isinstance(module, nn.Embedding):
+        n, d = module.num_embeddings, module.embedding_dim
+        if path.split(".")[-1] == "token_type":
+            return "embedding (token type)", "types*d", n * d, {"types": n, "d": d}
+        return "embedding", "V*d", n * d, {"V": n, "d": d}
+    if isinstance(module, nn.Linear):
+        d_in, d_out, bias = module.in_features, module.out_features, module.bias is not None
+        if path == "head":
+            formula, value = _linear(d_in, d_out, bias, "d", "C")
+            return "head", formula, value, {"d": d_in, "C": d_out}
+        if path == "output_proj":
+            formula, value = _linear(d_in, d_out, bias, "d", "V")
+            return "output_projection", formula, value, {"d": d_in, "V": d_out}
+        formula, value = _linear(d_in, d_out, bias, "d_in", "d_out")
+        return "linear", formula, value, {"d_in": d_in, "d_out": d_out}
+    return None
+
+
+def _concepts(module: nn.Module, prefix: str = "") -> Iterator[tuple[str, nn.Module, tuple]]:
+    """Leaf concepts in module order; a module shared by two parents is yielded at both paths."""
+    for name, child in module.named_children():
+        path = f"{prefix}.{name}" if prefix else name
+        described = _describe(path, child)
+        if described is not None:
+            yield path, child, described
+            continue
+        if any(True for _ in child.parameters(recurse=False)) or any(True for _ in child.buffers(recurse=False)):
+            raise ValueError(
+                f"no parameter-accounting rule for {path} ({type(child).__name__}), which holds tensors itself"
+            )
+        yield from _concepts(child, path)
+
+
+def parameter_table(model: nn.Module) -> ParamReport:
+    """One row per leaf concept of a ``TransformerClassifier`` or ``Transformer``, in module order.
+
+    A weight that appears under a second path (the translator's output projection, tied to the token embedding by
+    §3.4) is a row with 0 params and a note naming the row that counts it. Raises ``RuntimeError`` if the rows do not
+    cover every parameter exactly once.
+    """
+    if any(True for _ in model.parameters(recurse=False)) or any(True for _ in model.buffers(recurse=False)):
+        raise ValueError(f"no parameter-accounting rule for tensors held directly by {type(model).__name__}")
+    rows: list[Row] = []
+    owner: dict[int, str] = {}  # id(parameter) -> the row that counts it
+    seen_buffers: set[int] = set()
+    for path, module, (kind, formula, value, dims) in _concepts(model):
+        params = list(module.parameters())  # unique within the module
+        new = [p for p in params if id(p) not in owner]
+        if params and not new:
+            first = owner[id(params[0])]
+            rows.append(Row(path, f"{kind} (tied)", 0, 0, f"0 (tied to {first})", 0, False, dims, f"tied to {first}"))
+            continue
+        if len(new) != len(params):
+            shared = sorted({owner[id(p)] for p in params if id(p) in owner})
+            raise ValueError(f"{path} shares some but not all of its parameters with {', '.join(shared)}")
+        owner.update((id(p), path) for p in params)
+        buffers = [b for b in module.buffers() if id(b) not in seen_buffers]
+        seen_buffers.update(id(b) for b in buffers)
+        trainable = bool(params) and all(p.requires_grad for p in params)
+        rows.append(Row(path, kind, sum(p.numel() for p in params), sum(b.numel() for b in buffers), formula, value,
+                        trainable, dims))
+    if isinstance(model, Transformer) and model.output_proj is None:
+        # §3.4: the pre-softmax projection is F.linear(x, embeddings.token.weight); it owns no tensor of its own.
+        weight = model.embeddings.token.weight
+        first = owner[id(weight)]
+        rows.append(Row("output_proj", "output_projection (tied)", 0, 0, f"0 (tied to {first})", 0, False,
+                        {"V": weight.size(0), "d": weight.size(1)}, f"tied to {first}"))
+
+    unique = list(model.parameters())  # deduplicated by identity: a tied weight appears once
+    total = sum(p.numel() for p in unique)
+    counted = sum(row.params for row in rows)
+    missing = [name for name, p in model.named_parameters() if id(p) not in owner]
+    if missing or counted != total:
+        raise RuntimeError(f"parameter rows add up to {counted:,} but the model has {total:,} unique parameters"
+                           f" (not covered: {', '.join(missing) or 'none'})")
+    buffers = sum(b.numel() for b in model.buffers())
+    if sum(row.buffers for row in rows) != buffers:
+        raise RuntimeError(f"buffer rows add up to {sum(row.buffers for row in rows):,}, the model has {buffers:,}")
+    trainable = sum(p.numel() for p in unique if p.requires_grad)
+    return ParamReport(rows=rows, total=total, trainable=trainable, buffers=buffers)
+
+
+def to_json(report: ParamReport) -> dict:
+    """A JSON-ready dict: ``total``, ``trainable``, ``buffers`` and one dict per row."""
+    rows = [
+        dict(module=r.module, kind=r.kind, params=r.params, formula=r.formula, formula_value=r.formula_value,
+             buffers=r.buffers, trainable=r.trainable, dims=dict(r.dims), note=r.note)
+        for r in report.rows
+    ]
+    return dict(total=report.total, trainable=report.trainable, buffers=report.buffers, rows=rows)
+
+
+def format_table(report: ParamReport) -> str:
+    """An aligned text table, thousands separated, ending with the totals."""
+    header = ("module", "kind", "params", "formula", "= value", "where", "buffers")
+    body = [
+        (r.module, r.kind, f"{r.params:,}", r.formula,
+         f"{r.formula_value:,}" + ("" if r.formula_value == r.params else " !"),  # "!": closed form disagrees
+         " ".join(f"{k}={v}" for k, v in r.dims.items()), f"{r.buffers:,}")
+        for r in report.rows
+    ]
+    totals = ("total", f"{report.trainable:,} trainable", f"{report.total:,}", "", "", "", f"{report.buffers:,}")
+    right = {2, 4, 6}  # numeric columns
+    widths = [max(len(line[i]) for line in (header, *body, totals)) for i in range(len(header))]
+
+    def fmt(line: tuple[str, ...]) -> str:
+        cells = (cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(line, widths)))
+        return "  ".join(cells).rstrip()
+
+    rule = "-" * len(fmt(tuple("-" * w for w in widths)))
+    return "\n".join([fmt(header), rule, *map(fmt, body), rule, fmt(totals)])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Closed-form totals from a config alone
+
+
+def _encoder_layer(cfg: TransformerConfig) -> int:
+    """Self-attention + FFN + two LayerNorms (§3.1)."""
+    d_head = cfg.d_head or cfg.d_model // cfg.n_heads
+    return _attention(cfg.d_model, cfg.n_heads, d_head)[1] + _ffn(cfg.d_model, cfg.d_ff)[1] + 2 * 2 * cfg.d_model
+
+
+def _decoder_layer(cfg: TransformerConfig) -> int:
+    """Masked self-attention + encoder-decoder attention + FFN + three LayerNorms (§3.1)."""
+    d_head = cfg.d_head or cfg.d_model // cfg.n_heads
+    return 2 * _attention(cfg.d_model, cfg.n_heads, d_head)[1] + _ffn(cfg.d_model, cfg.d_ff)[1] + 3 * 2 * cfg.d_model
+
+
+def _embeddings(cfg: TransformerConfig) -> int:
+    """V*d, plus max_len*d for learned positions (sinusoids are not parameters)."""
+    return cfg.vocab_size * cfg.d_model + (cfg.max_len * cfg.d_model if cfg.positional == "learned" else 0)
+
+
+def classifier_param_formula(cfg: ClassifierConfig) -> int:
+    """V*d [+ max_len*d] [+ types*d + 2d] + N(4(d^2 + d) + 2*d*d_ff + d_ff + d + 4d) [+ 2d pre-LN] + d*C + C."""
+    d = cfg.d_model
+    n_classes = cfg.n_classes or 2  # 0 = "from the training labels"; the builder makes a 2-class head for inspection
+    total = _embeddings(cfg) + cfg.n_layers * _encoder_layer(cfg) + d * n_classes + n_classes
+    total += cfg.n_token_types * d + (2 * d if cfg.embedding_norm else 0)
+    return total + (2 * d if cfg.norm == "pre" else 0)
+
+
+def translator_param_formula(cfg: TranslatorConfig) -> int:
+    """V*d [+ max_len*d] + N(encoder layer) + N(decoder layer) [+ 2 * 2d pre-LN] [+ V*d untied projection].
+
+    With the shared vocabulary and tied embeddings of §3.4: base (V = 37,000) 63,082,496; big 214,245,376.
+    """
+    d = cfg.d_model
+    total = _embeddings(cfg) + cfg.n_layers * (_encoder_layer(cfg) + _decoder_layer(cfg))
+    total += 2 * 2 * d if cfg.norm == "pre" else 0
+    return total + (0 if cfg.tie_embeddings else cfg.vocab_size * d)

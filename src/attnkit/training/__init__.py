@@ -1,0 +1,1 @@
+"""Training: learning-rate schedules (pure functions of the step), losses, run directories, and the loops."""

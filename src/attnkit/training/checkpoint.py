@@ -1,0 +1,141 @@
+"""Run directories: the artifact users keep and share. Written atomically, loaded without pickle.
+
+A run directory holds
+    config.json        task, model and training config, tokenizer roles and fingerprint, attnkit version
+    model.safetensors  the weights (safetensors: tensors only, nothing executable)
+    tokenizer.json     the tokenizer, in the `tokenizers` library's own format
+    labels.json        the label names in id order (classifier)
+    metrics.jsonl      one JSON object per logged step / epoch
+    manifest.json      the sha256 of every file above but the metrics log, checked on load
+
+Every file is written to a temporary name in the same directory, flushed, fsynced and renamed over the old one,
+so a kill at any moment leaves either the previous file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save as safetensors_bytes
+from torch import nn
+
+from attnkit import __version__
+from attnkit.errors import InputError
+
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
+TOKENIZER = "tokenizer.json"
+LABELS = "labels.json"
+METRICS = "metrics.jsonl"
+MANIFEST = "manifest.json"
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the complete new one, nothing between."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | Path, obj: object) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def state_dict_for_saving(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Contiguous tensors, each stored once (safetensors refuses shared storage; tied weights are one parameter)."""
+    return {name: tensor.detach().contiguous() for name, tensor in model.state_dict().items()}
+
+
+def save_weights(run_dir: Path, model: nn.Module, filename: str = WEIGHTS) -> None:
+    atomic_write_bytes(run_dir / filename, safetensors_bytes(state_dict_for_saving(model)))
+
+
+def write_manifest(run_dir: Path) -> None:
+    """Record the sha256 of every artifact (not the metrics log, which grows) in ``manifest.json``."""
+    files = sorted(p.name for p in run_dir.iterdir() if p.is_file() and p.name not in (MANIFEST, METRICS) and not p.name.startswith("."))
+    atomic_write_json(run_dir / MANIFEST, {"attnkit_version": __version__, "sha256": {name: sha256_file(run_dir / name) for name in files}})
+
+
+def check_run_dir(run_dir: str | Path) -> Path:
+    """A run directory that exists, has a config and weights, and whose files match the manifest."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: not a run directory (no such directory)")
+    for name in (CONFIG, WEIGHTS):
+        if not (run_dir / name).is_file():
+            raise InputError(f"{run_dir}: not a run directory (no {name})")
+    manifest_path = run_dir / MANIFEST
+    if manifest_path.is_file():
+        manifest = read_json(manifest_path)
+        for name, expected in manifest.get("sha256", {}).items():
+            path = run_dir / name
+            if not path.is_file():
+                raise InputError(f"{path}: listed in {MANIFEST} but missing")
+            if sha256_file(path) != expected:
+                raise InputError(f"{path}: changed or corrupted since it was written (sha256 differs from {MANIFEST})")
+    return run_dir
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"{path}: cannot be read as JSON ({err})") from None
+
+
+def load_weights(model: nn.Module, path: Path) -> None:
+    """Load safetensors weights into ``model``; missing, unexpected or mis-shaped tensors are named in the error."""
+    try:
+        state = load_file(str(path))
+    except (SafetensorError, OSError) as err:
+        raise InputError(f"{path}: not a readable safetensors file ({err})") from None
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise InputError(f"{path}: weights do not match the model (missing: {missing[:5]}, unexpected: {unexpected[:5]})")
+    for name, tensor in state.items():
+        if tensor.shape != expected[name].shape:
+            raise InputError(f"{path}: tensor {name} has shape {tuple(tensor.shape)}, the model expects {tuple(expected[name].shape)}")
+    model.load_state_dict(state)
+
+
+def config_header(task: str) -> dict:
+    return {"attnkit_version": __version__, "task": task}
+
+
+class MetricsLog:
+    """Append-only JSONL log, one object per line, flushed per line so a killed run keeps what it logged."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._file = open(path, "a", encoding="utf-8")
+
+    def write(self, row: dict) -> None:
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
