@@ -1,0 +1,119 @@
+"""Scaled dot-product attention (eq. 1) and multi-head attention (§3.2.2), against the formula and torch.nn."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.testing import assert_close
+
+from attnkit.interop.torch_nn import mha_to_torch, to_torch_key_padding_mask
+from attnkit.model.attention import MultiHeadAttention, scaled_dot_product_attention
+from attnkit.model.masking import lengths_to_padding_mask
+
+B, H, T, S, DH = 3, 2, 5, 7, 4
+D = H * DH
+
+
+def _random_mask(*shape: int) -> torch.Tensor:
+    """A random boolean mask whose every query row may attend to at least its first key."""
+    mask = torch.rand(*shape) > 0.4
+    mask[..., 0] = True
+    return mask
+
+
+def test_sdpa_matches_equation_1():
+    q, k, v = torch.randn(B, H, T, DH), torch.randn(B, H, S, DH), torch.randn(B, H, S, DH)
+    mask = _random_mask(B, 1, T, S)
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+
+    # softmax(Q K^T / sqrt(d_k)) V, with masked scores at -inf, written independently of the module.
+    scores = torch.einsum("bhtd,bhsd->bhts", q, k) / math.sqrt(DH)
+    scores = torch.where(mask, scores, torch.tensor(float("-inf")))
+    expected_weights = torch.softmax(scores, dim=-1)
+    assert_close(weights, expected_weights)
+    assert_close(out, torch.einsum("bhts,bhsd->bhtd", expected_weights, v))
+
+
+def test_sdpa_without_mask_attends_everywhere():
+    q, k, v = torch.randn(B, H, T, DH), torch.randn(B, H, S, DH), torch.randn(B, H, S, DH)
+    _, weights = scaled_dot_product_attention(q, k, v)
+    assert (weights > 0).all()
+    assert_close(weights, torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(DH), dim=-1))
+
+
+def test_weights_sum_to_one_over_unmasked_keys():
+    q, k, v = torch.randn(B, H, T, DH), torch.randn(B, H, S, DH), torch.randn(B, H, S, DH)
+    mask = _random_mask(B, H, T, S)
+    _, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert (weights[~mask] == 0).all()
+    assert_close(weights.sum(dim=-1), torch.ones(B, H, T))
+
+
+@pytest.mark.parametrize("d_head", [None, 3])
+def test_explicit_path_equals_fused_path(d_head):
+    mha = MultiHeadAttention(d_model=D, n_heads=H, d_head=d_head)
+    x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
+    mask = _random_mask(B, 1, T, S)
+    explicit, weights, _ = mha(x, memory, mask, need_weights=True)
+    fused, no_weights, _ = mha(x, memory, mask, need_weights=False)
+    assert weights is not None and no_weights is None
+    assert_close(explicit, fused, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_fully_masked_query_rows_give_zeros(need_weights):
+    # No output bias, so a query that attends to nothing must come out exactly zero.
+    mha = MultiHeadAttention(d_model=D, n_heads=H, bias=False)
+    x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
+    mask = _random_mask(B, 1, T, S)
+    mask[0, 0, 2] = False  # one query row of one sentence
+    mask[1] = False  # every query row of another sentence (a fully padded source)
+    out, weights, _ = mha(x, memory, mask, need_weights=need_weights)
+    assert not out.isnan().any()
+    assert (out[0, 2] == 0).all() and (out[1] == 0).all()
+    assert out[0, 1].abs().sum() > 0  # rows with keys are not zeroed too
+    if need_weights:
+        assert (weights[0, :, 2] == 0).all() and (weights[1] == 0).all()
+
+
+def _torch_mha(ours: MultiHeadAttention) -> nn.MultiheadAttention:
+    ref = nn.MultiheadAttention(D, H, batch_first=True).eval()
+    mha_to_torch(ours, ref)
+    return ref
+
+
+@pytest.mark.parametrize("cross", [False, True], ids=["self", "cross"])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_mha_matches_torch(cross, need_weights):
+    ours = MultiHeadAttention(d_model=D, n_heads=H).eval()
+    ref = _torch_mha(ours)
+    x = torch.randn(B, T, D)
+    source = torch.randn(B, S, D) if cross else x
+    lengths = torch.tensor([source.size(1), 3, 1])  # full, padded, a single real key
+    mask = lengths_to_padding_mask(lengths, source.size(1))  # (B, 1, 1, S)
+
+    out, weights, _ = ours(x, source if cross else None, mask, need_weights=need_weights)
+    ref_out, ref_weights = ref(
+        x, source, source, key_padding_mask=to_torch_key_padding_mask(mask), average_attn_weights=False
+    )
+    assert_close(out, ref_out, atol=1e-5, rtol=0)
+    if need_weights:
+        assert weights.shape == (B, H, T, source.size(1))
+        assert_close(weights, ref_weights, atol=1e-5, rtol=0)
+
+
+def test_decoupled_d_head_shapes():
+    # Table 3 row (B) varies d_k independently of d_model: projections are D -> H * Dh -> D.
+    mha = MultiHeadAttention(d_model=D, n_heads=H, d_head=5)
+    assert mha.q_proj.weight.shape == (H * 5, D) and mha.out_proj.weight.shape == (D, H * 5)
+    out, weights, _ = mha(torch.randn(B, T, D), torch.randn(B, S, D), need_weights=True)
+    assert out.shape == (B, T, D)
+    assert weights.shape == (B, H, T, S)
+
+
+def test_d_model_not_divisible_by_n_heads_raises():
+    with pytest.raises(ValueError, match="d_model=10 is not divisible by n_heads=3"):
+        MultiHeadAttention(d_model=10, n_heads=3)
+    # With d_head given, any combination is valid.
+    assert MultiHeadAttention(d_model=10, n_heads=3, d_head=4).q_proj.out_features == 12
