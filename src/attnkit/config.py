@@ -101,6 +101,10 @@ class TrainConfig:
     epochs: int = 20  # upper bound on passes over the training data
     max_steps: int = 0  # 0 = no limit beyond epochs
     patience: int = 4  # stop after this many validations without improvement; 0 = never stop early
+    max_minutes: float = 0.0  # stop (after saving a checkpoint) once training has run this long; 0 = no limit
+    checkpoint_every: int = 500  # translator: save a checkpoint (and validate) every N optimizer steps
+    keep_last: int = 5  # translator: checkpoints kept on disk (the paper averages the last 5, §6.1)
+    valid_bleu: bool = True  # translator: greedy-decode the validation set at each checkpoint and report BLEU
     tokenizer: str = "word"  # "word" (lower-cased words and punctuation), "bpe" or "wordpiece"
     min_freq: int = 2  # word/subword vocabulary: minimum count to get an id
     max_len_policy: str = "truncate"  # over-long inputs: "truncate" (counted and reported) or "error"
@@ -117,7 +121,10 @@ class TrainConfig:
         for key in ("batch_size", "max_tokens", "accum_steps", "epochs", "min_freq"):
             if getattr(self, key) < 1:
                 raise InputError(f"config key {key}={getattr(self, key)} must be >= 1")
-        for key in ("warmup_steps", "max_steps", "patience", "weight_decay", "clip_norm"):
+        for key in ("checkpoint_every", "keep_last"):
+            if getattr(self, key) < 1:
+                raise InputError(f"config key {key}={getattr(self, key)} must be >= 1")
+        for key in ("warmup_steps", "max_steps", "patience", "weight_decay", "clip_norm", "max_minutes"):
             if getattr(self, key) < 0:
                 raise InputError(f"config key {key}={getattr(self, key)} must be >= 0")
         for key in ("label_smoothing", "warmup_ratio"):

@@ -28,6 +28,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, *, max_len: int, d_model: int):
         super().__init__()
+        self.max_len = max_len
         self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)  # (max_len, D)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
@@ -42,6 +43,7 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, *, max_len: int, d_model: int):
         super().__init__()
+        self.max_len = max_len
         self.embedding = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -91,8 +93,19 @@ class Tokenizer:
         return {"kind": self.kind, "specials": asdict(self.specials), "fingerprint": self.fingerprint()}
 
     def save(self, path: str | Path) -> None:
-        """Write ``tokenizer.json`` (the backend's own format)."""
-        self.backend.save(str(path))
+        """Write ``tokenizer.json`` (the backend's own format) atomically, like every file of a run directory: a
+        fresh temporary name in the same directory, fsynced, then renamed over ``path``."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "xb") as f:  # "x": created by us, with the umask's permissions
+                f.write(self.backend.to_str(pretty=True).encode("utf-8"))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     @classmethod
     def load(cls, path: str | Path, meta: dict) -> "Tokenizer":
@@ -134,22 +147,24 @@ def train_tokenizer(
         lowercase = kind != "bpe"
     specials = list(SPECIAL_TOKENS)
     steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
+    # No progress bars: the Rust trainers draw them on stdout, which belongs to the CLI (library code never prints).
+    trainer_args = dict(vocab_size=vocab_size, min_frequency=min_freq, special_tokens=specials, show_progress=False)
 
     if kind == "word":
         backend = Backend(models.WordLevel(unk_token="<unk>"))
         backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()  # split on whitespace and punctuation
-        trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=min_freq, special_tokens=specials)
+        trainer = trainers.WordLevelTrainer(**trainer_args)
         backend.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces, glues punctuation sensibly
     elif kind == "bpe":
         backend = Backend(models.BPE(unk_token="<unk>"))
         backend.pre_tokenizer = pre_tokenizers.Metaspace()  # "▁" marks a space, so decoding is exact
         backend.decoder = decoders.Metaspace()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_freq, special_tokens=specials)
+        trainer = trainers.BpeTrainer(**trainer_args)
     else:
         backend = Backend(models.WordPiece(unk_token="<unk>"))
         backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         backend.decoder = decoders.WordPiece(prefix="##")
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_freq, special_tokens=specials)
+        trainer = trainers.WordPieceTrainer(**trainer_args)
     backend.normalizer = normalizers.Sequence(steps)
     backend.train_from_iterator(texts, trainer=trainer)
     if add_cls:

@@ -1,0 +1,46 @@
+"""Checkpoint averaging (§6.1: "we used a single model obtained by averaging the last 5 checkpoints").
+
+The average of the last N step checkpoints of a run is written as a new, self-contained run directory.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save as safetensors_bytes
+
+from attnkit.errors import InputError
+from attnkit.training import checkpoint
+from attnkit.training.translate import checkpoint_paths
+
+
+def average_checkpoints(run_dir: str | Path, last: int, out_dir: str | Path) -> list[Path]:
+    """Average the last ``last`` checkpoints of ``run_dir`` into ``out_dir``; returns the checkpoints used."""
+    run_dir = checkpoint.check_run_dir(run_dir)
+    out_dir = Path(out_dir)
+    if last < 1:
+        raise InputError(f"--last {last}: must be >= 1")
+    paths = checkpoint_paths(run_dir)
+    if len(paths) < last:
+        raise InputError(f"{run_dir}: has {len(paths)} checkpoint(s) in {run_dir / 'checkpoints'}; cannot average the last {last}")
+    if out_dir.resolve() == run_dir.resolve():
+        raise InputError(f"--out {out_dir}: must differ from the run directory")
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / checkpoint.CONFIG).is_file():
+        raise InputError(f"{out_dir}: exists and is not an attnkit run directory; choose a new --out")
+    used = paths[-last:]
+    total: dict[str, torch.Tensor] = {}
+    for path in used:
+        for name, tensor in load_file(str(path)).items():
+            total[name] = total.get(name, 0) + tensor.double()  # float64 sums: the order of addition does not matter
+    averaged = {name: (tensor / last).float().contiguous() for name, tensor in total.items()}
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in (checkpoint.CONFIG, checkpoint.TOKENIZER):
+        shutil.copyfile(run_dir / name, out_dir / f".{name}.tmp")
+        (out_dir / f".{name}.tmp").replace(out_dir / name)
+    checkpoint.atomic_write_bytes(out_dir / checkpoint.WEIGHTS, safetensors_bytes(averaged))
+    checkpoint.atomic_write_json(out_dir / "averaged_from.json", {"run": str(run_dir), "checkpoints": [p.name for p in used]})
+    checkpoint.write_manifest(out_dir)
+    return used

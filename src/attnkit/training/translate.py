@@ -1,0 +1,195 @@
+"""Training the encoder-decoder on parallel text with the paper's recipe (§5): shared BPE, token-budget batches
+with gradient accumulation, Adam(0.9, 0.98, 1e-9), the warmup schedule of eq. 3, label smoothing 0.1, periodic
+checkpoints (the last K kept, for averaging), validation loss and BLEU at each checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from attnkit.config import TrainConfig, TranslatorConfig
+from attnkit.data.batching import Truncation, apply_length_policy, pad, token_budget_batches
+from attnkit.data.readers import Pair
+from attnkit.errors import InputError
+from attnkit.model.build import build_translator
+from attnkit.model.transformer import Transformer
+from attnkit.tokenization import Tokenizer, train_tokenizer
+from attnkit.training import checkpoint
+from attnkit.training.classify import make_optimizer
+from attnkit.training.losses import sequence_loss
+from attnkit.training.schedules import learning_rate
+
+CHECKPOINTS = "checkpoints"
+
+
+@dataclass
+class ParallelData:
+    """Encoded pairs: source ids end with EOS; target ids are bare (BOS / EOS are added when batching)."""
+
+    src: list[list[int]]
+    tgt: list[list[int]]
+    truncation: Truncation
+
+
+@dataclass
+class TranslateSummary:
+    run_dir: Path
+    steps: int
+    epochs: float
+    seconds: float
+    valid_loss: float | None
+    valid_bleu: float | None
+    truncation: Truncation
+
+
+def encode_pairs(tokenizer: Tokenizer, pairs: list[Pair], max_len: int, policy: str) -> ParallelData:
+    """Source = tokens + EOS (at most ``max_len``); target tokens at most ``max_len - 1`` (room for BOS / EOS)."""
+    src = [ids + [tokenizer.eos_id] for ids in tokenizer.encode_batch([p.source for p in pairs])]
+    tgt = tokenizer.encode_batch([p.target for p in pairs])
+    src, src_cut = apply_length_policy(src, max_len, policy, what="source sentence", keep_last=1)
+    tgt, tgt_cut = apply_length_policy(tgt, max_len - 1, policy, what="target sentence")
+    truncation = Truncation(src_cut.n_truncated + tgt_cut.n_truncated, len(pairs),
+                            max(src_cut.longest, tgt_cut.longest + 1), max_len)
+    return ParallelData(src, tgt, truncation)
+
+
+def make_batch(data: ParallelData, indices: list[int], tokenizer: Tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """src (B, S), tgt_in = BOS y_1 .. y_n (B, T), tgt_out = y_1 .. y_n EOS (B, T): the shift of §3.1 ("the output
+    embeddings are offset by one position")."""
+    src = pad([data.src[i] for i in indices], tokenizer.pad_id)  # (B, S)
+    tgt_in = pad([[tokenizer.bos_id] + data.tgt[i] for i in indices], tokenizer.pad_id)  # (B, T)
+    tgt_out = pad([data.tgt[i] + [tokenizer.eos_id] for i in indices], tokenizer.pad_id)  # (B, T)
+    return src, tgt_in, tgt_out
+
+
+@torch.no_grad()
+def validation_loss(model: Transformer, data: ParallelData, tokenizer: Tokenizer, max_tokens: int) -> float:
+    """Mean per-token cross-entropy (no label smoothing) on ``data``; exp of it is the perplexity."""
+    model.eval()
+    total, n_tokens = 0.0, 0
+    for batch in token_budget_batches([len(s) for s in data.src], [len(t) + 1 for t in data.tgt], max_tokens, None):
+        src, tgt_in, tgt_out = make_batch(data, batch, tokenizer)
+        loss, n = sequence_loss(model(src, tgt_in), tgt_out, tokenizer.pad_id)
+        total, n_tokens = total + loss.item(), n_tokens + n
+    return total / max(1, n_tokens)
+
+
+def checkpoint_paths(run_dir: Path) -> list[Path]:
+    """Saved step checkpoints, oldest first."""
+    return sorted((run_dir / CHECKPOINTS).glob("step_*.safetensors"), key=lambda p: int(p.stem.split("_")[1]))
+
+
+def train_translator(
+    train: list[Pair],
+    valid: list[Pair] | None,
+    *,
+    model_cfg: TranslatorConfig,
+    train_cfg: TrainConfig,
+    out_dir: str | Path,
+    on_event: Callable[[dict], None] = lambda event: None,
+) -> TranslateSummary:
+    """Train on ``train`` and write the run (config, shared BPE, weights, checkpoints, metrics) to ``out_dir``."""
+    from attnkit.translate import translate_ids  # decoding for validation BLEU; imported here to avoid a cycle
+    from attnkit.evaluation.bleu import corpus_scores
+
+    start = time.perf_counter()
+    torch.manual_seed(train_cfg.seed)
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / checkpoint.CONFIG).is_file():
+        raise InputError(f"{out_dir}: exists and is not an attnkit run directory; choose a new --out")
+    (out_dir / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
+
+    # §5.1: a shared source-target vocabulary of byte-pair encodings.
+    tokenizer = train_tokenizer(
+        (text for pair in train for text in (pair.source, pair.target)), kind=train_cfg.tokenizer,
+        vocab_size=model_cfg.vocab_size, min_freq=train_cfg.min_freq,
+    )
+    model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
+    data = encode_pairs(tokenizer, train, model_cfg.max_len, train_cfg.max_len_policy)
+    valid_data = encode_pairs(tokenizer, valid, model_cfg.max_len, train_cfg.max_len_policy) if valid else None
+    on_event({"event": "info", "n_train": len(train), "n_valid": len(valid or []), "vocab_size": tokenizer.vocab_size,
+              "truncated": data.truncation.n_truncated, "max_len": model_cfg.max_len})
+
+    model = build_translator(model_cfg, pad_id=tokenizer.pad_id)
+    optimizer = make_optimizer(model, train_cfg)
+    generator = torch.Generator().manual_seed(train_cfg.seed)
+    src_lengths, tgt_lengths = [len(s) for s in data.src], [len(t) + 1 for t in data.tgt]
+    batches_per_epoch = len(token_budget_batches(src_lengths, tgt_lengths, train_cfg.max_tokens, None))
+    steps_per_epoch = max(1, batches_per_epoch // train_cfg.accum_steps)
+    total_steps = train_cfg.max_steps or steps_per_epoch * train_cfg.epochs
+    warmup = train_cfg.warmup_steps or max(1, int(train_cfg.warmup_ratio * total_steps))
+
+    config = {**checkpoint.config_header("translate"), "model": dataclasses.asdict(model_cfg),
+              "train": dataclasses.asdict(train_cfg), "tokenizer": tokenizer.meta(), "pad_id": tokenizer.pad_id}
+    checkpoint.atomic_write_json(out_dir / checkpoint.CONFIG, config)
+    tokenizer.save(out_dir / checkpoint.TOKENIZER)
+    (out_dir / checkpoint.METRICS).unlink(missing_ok=True)
+    log = checkpoint.MetricsLog(out_dir / checkpoint.METRICS)
+
+    def save_checkpoint(step: int, epoch: float) -> dict:
+        """Write step_N.safetensors (dropping the oldest beyond keep_last) and model.safetensors; validate."""
+        checkpoint.save_weights(out_dir / CHECKPOINTS, model, f"step_{step}.safetensors")
+        for old in checkpoint_paths(out_dir)[: -train_cfg.keep_last]:
+            old.unlink()
+        checkpoint.save_weights(out_dir, model)
+        row: dict = {"step": step, "epoch": round(epoch, 3), "checkpoint": f"step_{step}"}
+        if valid_data is not None:
+            row["valid_loss"] = validation_loss(model, valid_data, tokenizer, train_cfg.max_tokens)
+            row["valid_ppl"] = math.exp(min(row["valid_loss"], 50.0))
+            if train_cfg.valid_bleu:
+                hyps = tokenizer.decode_batch(translate_ids(model, tokenizer, valid_data.src, beam=1))
+                row.update({f"valid_{k}": v for k, v in corpus_scores(hyps, [p.target for p in valid]).items()
+                            if k in ("bleu", "chrf")})
+        model.train()
+        log.write(row)
+        on_event({"event": "checkpoint", **row})
+        return row
+
+    step, epoch, last_row = 0, 0, {}
+    out_of_time = False
+    model.train()
+    try:
+        while step < total_steps and not out_of_time:
+            epoch += 1
+            batches = token_budget_batches(src_lengths, tgt_lengths, train_cfg.max_tokens, generator)
+            # Whole optimizer steps only: the accumulated batches of one step are consecutive in this list.
+            for first in range(0, len(batches) - train_cfg.accum_steps + 1, train_cfg.accum_steps):
+                group = [make_batch(data, b, tokenizer) for b in batches[first : first + train_cfg.accum_steps]]
+                n_tokens = sum(int((tgt_out != tokenizer.pad_id).sum()) for _, _, tgt_out in group)
+                step += 1
+                lr = learning_rate(step, schedule=train_cfg.schedule, peak=train_cfg.lr, factor=train_cfg.lr_factor,
+                                   warmup=warmup, total=total_steps, d_model=model_cfg.d_model)
+                for param_group in optimizer.param_groups:
+                    param_group["lr"] = lr
+                optimizer.zero_grad(set_to_none=True)
+                loss_sum = 0.0
+                for src, tgt_in, tgt_out in group:
+                    loss, _ = sequence_loss(model(src, tgt_in), tgt_out, tokenizer.pad_id, train_cfg.label_smoothing)
+                    (loss / n_tokens).backward()  # the step's gradient is the mean over all its target tokens
+                    loss_sum += loss.item()
+                if train_cfg.clip_norm:
+                    nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm)
+                optimizer.step()
+                row = {"step": step, "loss": loss_sum / n_tokens, "lr": lr, "tokens": n_tokens,
+                       "epoch": round(epoch - 1 + (first + len(group)) / len(batches), 3)}
+                log.write(row)
+                on_event({"event": "step", **row, "total_steps": total_steps})
+                out_of_time = bool(train_cfg.max_minutes) and time.perf_counter() - start > 60 * train_cfg.max_minutes
+                if step % train_cfg.checkpoint_every == 0 or step >= total_steps or out_of_time:
+                    last_row = save_checkpoint(step, row["epoch"])
+                if step >= total_steps or out_of_time:
+                    break
+        if not last_row or last_row["step"] != step:
+            last_row = save_checkpoint(step, float(epoch))
+    finally:
+        log.close()
+    checkpoint.write_manifest(out_dir)
+    return TranslateSummary(out_dir, step, last_row.get("epoch", 0.0), time.perf_counter() - start,
+                            last_row.get("valid_loss"), last_row.get("valid_bleu"), data.truncation)

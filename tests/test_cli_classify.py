@@ -1,0 +1,269 @@
+"""``attnkit classify`` end to end, in-process through ``attnkit.cli.main``: the seed-000 acceptance criterion (100%
+training accuracy), predict's JSON lines, run directories that reload exactly, and one ``error:`` line with exit code
+2 for every kind of bad input. One test runs the real console script, for the exit code and a traceback-free stderr."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit.classify import ClassifierRun
+from attnkit.cli import main
+from attnkit.training import checkpoint
+
+SEED_TSV = Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv"
+LABELS = ["negative", "positive"]
+# The default model (the seed-000 classifier: d_model 128, 4 heads, d_ff 512, 2 layers). Under 100 examples the
+# training set is also the validation set, so the kept checkpoint is the first with 100% training accuracy.
+TRAIN_ARGS = ["--epochs", "20", "--set", "min_freq=1", "patience=0", "lr=1e-3", "--quiet"]
+# A model just big enough to have the structure a test looks at (head width, CLS position).
+TINY_SET = ["d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "min_freq=1"]
+
+
+def cli(capsys, *argv: object) -> tuple[int, str, str]:
+    code = main([str(arg) for arg in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def error_line(capsys, *argv: object) -> str:
+    """Run a command that must fail on bad input: exit code 2, nothing on stdout, exactly one ``error:`` line."""
+    code, out, err = cli(capsys, *argv)
+    assert code == 2, err
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def train_quietly(out: Path, *argv: str) -> dict:
+    """``classify train`` outside a test's capsys (for module fixtures); returns its one-line JSON summary."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with redirect_stdout(stdout), redirect_stderr(stderr):
+        code = main(["classify", "train", "--out", str(out), *argv])
+    assert code == 0, stderr.getvalue()
+    (line,) = stdout.getvalue().splitlines()
+    return json.loads(line)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Models this small spend more on intra-op threading than they gain, most of all on shared cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def seed_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("seed000") / "run"
+    summary = train_quietly(out, "--train", str(SEED_TSV), *TRAIN_ARGS)
+    assert summary["run_dir"] == str(out)
+    assert summary["epochs"] == 20  # patience=0: no early stop
+    return out
+
+
+def predictions(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines()]
+
+
+def check_prediction(pred: dict, text: str) -> None:
+    assert set(pred) == {"text", "label", "probs"}
+    assert pred["text"] == text
+    assert set(pred["probs"]) == set(LABELS)
+    assert sum(pred["probs"].values()) == pytest.approx(1.0, abs=1e-6)
+    assert pred["label"] == max(pred["probs"], key=pred["probs"].get)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Train, eval, predict
+
+
+def test_seed_sentences_are_learned_perfectly(seed_run, capsys):
+    # The issue's acceptance criterion: 100% accuracy on the 20 training sentences of reference note 000.
+    code, out, _ = cli(capsys, "classify", "eval", "--model", seed_run, "--data", SEED_TSV)
+    assert code == 0
+    assert json.loads(out) == {"accuracy": 1.0, "macro_f1": 1.0, "n": 20}
+
+
+def test_predict_prints_one_json_object_per_text(seed_run, capsys):
+    texts = ["This movie was absolutely amazing", "Terrible, I hated it."]
+    code, out, _ = cli(capsys, "classify", "predict", "--model", seed_run, *texts)
+    assert code == 0
+    preds = predictions(out)
+    assert len(preds) == len(texts)
+    for pred, text in zip(preds, texts):
+        check_prediction(pred, text)
+
+
+def test_predict_reads_stdin_lines_skipping_blank_ones(seed_run, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("a wonderful film\n\n   \nawful and boring\r\n"))
+    code, out, _ = cli(capsys, "classify", "predict", "--model", seed_run)
+    assert code == 0
+    preds = predictions(out)
+    assert [p["text"] for p in preds] == ["a wonderful film", "awful and boring"]
+    for pred in preds:
+        check_prediction(pred, pred["text"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The run directory
+
+
+def test_run_loaded_twice_predicts_identically(seed_run):
+    texts = ["great quality", "the worst purchase ever", "an unseen zyzzyva"]
+    first, second = ClassifierRun(seed_run), ClassifierRun(seed_run)
+    assert first.labels == second.labels == LABELS
+    assert torch.equal(first.logits(texts), second.logits(texts))  # dropout is off after loading
+    assert [p.probs for p in first.predict(texts)] == [p.probs for p in second.predict(texts)]
+
+
+def test_run_directory_files(seed_run):
+    names = {p.name for p in seed_run.iterdir()}
+    expected = {"config.json", "model.safetensors", "tokenizer.json", "labels.json", "metrics.jsonl", "manifest.json"}
+    assert expected <= names
+    assert not [name for name in names if name.startswith(".")]  # no temporary files left behind
+    assert json.loads((seed_run / "labels.json").read_text()) == LABELS
+    assert json.loads((seed_run / "config.json").read_text())["task"] == "classify"
+    manifest = json.loads((seed_run / "manifest.json").read_text())["sha256"]
+    assert set(manifest) == {"config.json", "model.safetensors", "tokenizer.json", "labels.json"}
+    assert all(checkpoint.sha256_file(seed_run / name) == digest for name, digest in manifest.items())
+
+
+def test_metrics_log_has_step_and_epoch_rows(seed_run):
+    rows = [json.loads(line) for line in (seed_run / "metrics.jsonl").read_text().splitlines()]
+    steps = [row for row in rows if "loss" in row]
+    epochs = [row for row in rows if "valid_accuracy" in row]
+    assert len(steps) + len(epochs) == len(rows)
+    assert [row["step"] for row in steps] == list(range(1, len(steps) + 1))
+    assert [row["epoch"] for row in epochs] == list(range(1, 21))
+    assert epochs[-1]["step"] == steps[-1]["step"]
+    assert all(0.0 <= row["accuracy"] <= 1.0 and row["lr"] >= 0.0 for row in steps)
+    assert max(row["valid_accuracy"] for row in epochs) == 1.0
+    assert sum(row["best"] for row in epochs) >= 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Configuration errors: exit 2, one line naming the key, and no run directory started
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("colour=red", "'colour'"),  # unknown key
+        ("d_model=65", "d_model=65"),  # not divisible by the 4 heads
+        ("dropout=-0.1", "dropout=-0.1"),
+        ("d_model=abc", "d_model='abc'"),
+    ],
+)
+def test_bad_config_value(override, named, tmp_path, capsys):
+    out = tmp_path / "run"
+    line = error_line(capsys, "classify", "train", "--train", SEED_TSV, "--out", out, "--set", override)
+    assert named in line
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bad input files and run directories
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "named"),
+    [
+        ("missing.tsv", None, ["missing.tsv", "no such file"]),
+        ("empty.tsv", b"", ["empty.tsv:1", "empty"]),
+        ("fields.tsv", b"text\tlabel\ngood\tpositive\nbad\tnegative\textra\n", ["fields.tsv:3", "found 3"]),
+        ("latin1.tsv", b"text\tlabel\ngood\tpositive\ncaf\xe9 bad\tnegative\n", ["latin1.tsv:3", "UTF-8"]),
+    ],
+    ids=["missing", "empty", "field_count", "not_utf8"],
+)
+def test_bad_training_file(name, content, named, tmp_path, capsys):
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    out = tmp_path / "run"
+    line = error_line(capsys, "classify", "train", "--train", path, "--out", out, "--quiet")
+    assert all(part in line for part in named), line
+    assert not out.exists()
+
+
+def test_train_needs_train_or_dataset(tmp_path, capsys):
+    line = error_line(capsys, "classify", "train", "--out", tmp_path / "run")
+    assert "--train" in line and "--dataset" in line
+
+
+def test_eval_names_a_label_unseen_in_training(seed_run, tmp_path, capsys):
+    data = tmp_path / "unseen.tsv"
+    data.write_text("text\tlabel\ngreat movie\tpositive\nso-so\tneutral\n", encoding="utf-8")
+    line = error_line(capsys, "classify", "eval", "--model", seed_run, "--data", data)
+    assert "unseen.tsv:3" in line and "'neutral'" in line
+
+
+def test_model_that_is_not_a_run_directory(tmp_path, capsys):
+    not_a_run = tmp_path / "notes"
+    not_a_run.mkdir()
+    (not_a_run / "readme.txt").write_text("hello")
+    line = error_line(capsys, "classify", "predict", "--model", not_a_run, "some text")
+    assert str(not_a_run) in line and "not a run directory" in line
+
+
+def test_flipped_byte_in_the_weights_is_caught_by_the_manifest(seed_run, tmp_path, capsys):
+    run = shutil.copytree(seed_run, tmp_path / "run")
+    weights = run / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01  # inside the tensor data: the file still parses, only the hash can tell
+    weights.write_bytes(bytes(data))
+    line = error_line(capsys, "classify", "predict", "--model", run, "some text")
+    assert str(weights) in line and "manifest.json" in line
+
+
+def test_console_script_reports_one_error_line_without_traceback(tmp_path):
+    script = Path(sys.executable).with_name("attnkit")
+    if not script.exists():
+        script = Path(shutil.which("attnkit") or pytest.skip("the attnkit console script is not installed"))
+    data = tmp_path / "fields.tsv"
+    data.write_text("text\tlabel\ngood\tpositive\nbad\tnegative\textra\n", encoding="utf-8")
+    result = subprocess.run(
+        [str(script), "classify", "train", "--train", str(data), "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    assert "fields.tsv:3" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Model variants through --set
+
+
+def test_cls_pooling_prepends_the_cls_token(tmp_path):
+    out = tmp_path / "run"
+    train_quietly(out, "--train", str(SEED_TSV), "--epochs", "1", "--quiet", "--set", *TINY_SET, "pooling=cls")
+    run = ClassifierRun(out)
+    assert run.model_cfg.pooling == "cls"
+    assert run.tokenizer.cls_id is not None
+    assert run.tokenizer.encode("x")[0] == run.tokenizer.cls_id
+    assert run.tokenizer.encode_batch(["amazing movie"])[0][0] == run.tokenizer.cls_id
+
+
+def test_single_logit_head_still_gives_two_probabilities(tmp_path, capsys):
+    out = tmp_path / "run"
+    train_quietly(out, "--train", str(SEED_TSV), "--epochs", "2", "--quiet", "--set", *TINY_SET, "n_classes=1")
+    assert ClassifierRun(out).model.head.out_features == 1
+    texts = ["loved it", "hated it"]
+    code, stdout, _ = cli(capsys, "classify", "predict", "--model", out, *texts)
+    assert code == 0
+    for pred, text in zip(predictions(stdout), texts, strict=True):
+        check_prediction(pred, text)
