@@ -135,7 +135,7 @@ def test_run_directory_files(seed_run):
     assert json.loads((seed_run / "labels.json").read_text()) == LABELS
     assert json.loads((seed_run / "config.json").read_text())["task"] == "classify"
     manifest = json.loads((seed_run / "manifest.json").read_text())["sha256"]
-    assert set(manifest) == {"config.json", "model.safetensors", "tokenizer.json", "labels.json"}
+    assert set(manifest) == {"config.json", "model.safetensors", "tokenizer.json", "labels.json", "train_state.safetensors"}
     assert all(checkpoint.sha256_file(seed_run / name) == digest for name, digest in manifest.items())
 
 

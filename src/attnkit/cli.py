@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from attnkit.errors import InputError
+from attnkit.errors import InputError, NonFiniteError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,6 +38,14 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
     merged: dict[str, object] = load_yaml(args.config) if getattr(args, "config", None) else {}
     merged.update(parse_overrides(args.overrides))
     return merged
+
+
+def _check_resume(args: argparse.Namespace, overrides: dict) -> None:
+    """A resumed run continues with the configuration it was started with: changing it would not be a resume."""
+    changed = [f"--{k.replace('_', '-')}" for k in ("epochs", "max_steps", "max_tokens", "seed") if getattr(args, k, None) is not None]
+    if args.resume and (overrides or changed or args.preset not in (None, "default", "small")):
+        what = ", ".join(changed + [f"--set {k}" for k in overrides] + (["--preset"] if args.preset not in (None, "default", "small") else []))
+        raise InputError(f"--resume continues the run with its saved configuration; drop {what}")
 
 
 def _print_json(obj: object) -> None:
@@ -77,6 +85,7 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
         raise InputError("classify train: give --train FILE or --dataset NAME (one of them)")
     train_path, valid_path = (args.train, args.valid) if args.train else _dataset_splits(args.dataset)
     overrides = _overrides(args)
+    _check_resume(args, overrides)
     for key in ("epochs", "seed"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
@@ -106,7 +115,8 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
                 print(f"epoch {event['epoch']:3d}  loss {event['train_loss']:.4f}  train acc {event['train_accuracy']:.3f}  "
                       f"valid acc {event['valid_accuracy']:.3f}{'  *' if event['best'] else ''}", file=sys.stderr)
 
-    summary = train_classifier(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=args.out, on_event=on_event)
+    summary = train_classifier(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=args.out,
+                               resume=args.resume, on_event=on_event)
     _print_json({"run_dir": str(summary.run_dir), "best_epoch": summary.best_epoch,
                  "valid_accuracy": summary.best_valid_accuracy, "epochs": summary.epochs_run, "steps": summary.steps,
                  "seconds": round(summary.seconds, 1), "truncated": summary.truncation.n_truncated})
@@ -164,6 +174,7 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
             raise InputError("translate train: give --train FILE, --train-src A --train-tgt B, or --dataset NAME")
         valid = _read_pairs(args.valid, args.valid_src, args.valid_tgt, "valid")
     overrides = _overrides(args)
+    _check_resume(args, overrides)
     for key in ("epochs", "max_steps", "max_tokens", "seed"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
@@ -188,7 +199,8 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
             shown = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in event.items() if k != "event"}
             (bar.write if bar is not None else print)(json.dumps(shown), file=sys.stderr)
 
-    summary = train_translator(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=args.out, on_event=on_event)
+    summary = train_translator(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=args.out,
+                               resume=args.resume, on_event=on_event)
     if bar is not None:
         bar.close()
     _print_json({"run_dir": str(summary.run_dir), "steps": summary.steps, "epochs": summary.epochs,
@@ -298,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int)
     p.add_argument("--seed", type=int)
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
+    p.add_argument("--resume", action="store_true", help="continue the killed run in --out from its last saved state")
     _add_config_args(p)
     p.set_defaults(func=cmd_classify_train)
 
@@ -329,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, help="source + target tokens per batch (accumulate with --set accum_steps=N)")
     p.add_argument("--seed", type=int)
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--resume", action="store_true", help="continue the killed run in --out from its last saved state")
     _add_config_args(p)
     p.set_defaults(func=cmd_translate_train)
 
@@ -396,6 +410,9 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{err.filename}: " if err.filename else ""
         print(f"error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
+    except NonFiniteError as err:  # training diverged: say where, without a traceback
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

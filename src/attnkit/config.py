@@ -102,9 +102,10 @@ class TrainConfig:
     max_steps: int = 0  # 0 = no limit beyond epochs
     patience: int = 4  # stop after this many validations without improvement; 0 = never stop early
     max_minutes: float = 0.0  # stop (after saving a checkpoint) once training has run this long; 0 = no limit
-    checkpoint_every: int = 500  # translator: save a checkpoint (and validate) every N optimizer steps
+    checkpoint_every: int = 500  # save the training state every N steps (translator: also a checkpoint + validation)
     keep_last: int = 5  # translator: checkpoints kept on disk (the paper averages the last 5, §6.1)
     valid_bleu: bool = True  # translator: greedy-decode the validation set at each checkpoint and report BLEU
+    skip_nonfinite: bool = False  # a batch with a NaN/inf loss or gradient: False = stop the run, True = skip it
     tokenizer: str = "word"  # "word" (lower-cased words and punctuation), "bpe" or "wordpiece"
     min_freq: int = 2  # word/subword vocabulary: minimum count to get an id
     max_len_policy: str = "truncate"  # over-long inputs: "truncate" (counted and reported) or "error"

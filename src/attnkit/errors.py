@@ -7,3 +7,8 @@ the file and line, or the config key, that is at fault. Anything else that escap
 
 class InputError(ValueError):
     """Bad input from the user: a file, a row, a config value, a run directory."""
+
+
+class NonFiniteError(RuntimeError):
+    """Training produced NaN or infinity. The message names the step and the module where it first appeared; the
+    CLI prints it as one ``error:`` line (exit code 1: the input was readable, the training diverged)."""

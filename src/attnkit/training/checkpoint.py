@@ -128,11 +128,34 @@ def config_header(task: str) -> dict:
     return {"attnkit_version": __version__, "task": task}
 
 
-class MetricsLog:
-    """Append-only JSONL log, one object per line, flushed per line so a killed run keeps what it logged."""
+def prepare_run_dir(out_dir: str | Path, resume: bool) -> Path:
+    """A fresh run directory (new, empty, or an earlier run to overwrite), or, with ``resume``, an existing run."""
+    out_dir = Path(out_dir)
+    if resume:
+        if not (out_dir / CONFIG).is_file():
+            raise InputError(f"{out_dir}: not a run directory to resume (no {CONFIG})")
+        return out_dir
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"{out_dir}: exists and is not a directory")
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / CONFIG).is_file():
+        raise InputError(f"{out_dir}: exists and is not an attnkit run directory; choose a new --out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
 
-    def __init__(self, path: Path):
+
+class MetricsLog:
+    """Append-only JSONL log, one object per line, flushed per line so a killed run keeps what it logged.
+
+    On resume, ``keep`` drops the rows logged after the state being resumed from (they will be logged again).
+    """
+
+    def __init__(self, path: Path, keep: Callable[[dict], bool] | None = None):
         self.path = path
+        if keep is None:
+            path.unlink(missing_ok=True)
+        elif path.is_file():
+            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            atomic_write_bytes(path, "".join(json.dumps(row) + "\n" for row in rows if keep(row)).encode("utf-8"))
         self._file = open(path, "a", encoding="utf-8")
 
     def write(self, row: dict) -> None:

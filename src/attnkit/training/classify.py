@@ -22,8 +22,10 @@ from attnkit.model.build import build_classifier
 from attnkit.model.classifier import TransformerClassifier
 from attnkit.tokenization import Tokenizer, train_tokenizer
 from attnkit.training import checkpoint
+from attnkit.training.guards import NonFiniteError, check_step
 from attnkit.training.losses import classification_loss
 from attnkit.training.schedules import learning_rate
+from attnkit.training.state import STATE, LoopState, fingerprint_texts, load_state, save_state
 
 Event = dict  # {"event": "step" | "epoch" | "info", ...}: what the CLI shows in its progress bar
 
@@ -95,16 +97,22 @@ def train_classifier(
     model_cfg: ClassifierConfig,
     train_cfg: TrainConfig,
     out_dir: str | Path,
+    resume: bool = False,
     on_event: Callable[[Event], None] = lambda event: None,
 ) -> TrainSummary:
-    """Train on ``train``, select on ``valid`` (10% of ``train`` held out when None), write the run to ``out_dir``."""
+    """Train on ``train``, select on ``valid`` (10% of ``train`` held out when None), write the run to ``out_dir``.
+
+    With ``resume``, ``out_dir`` is a run killed part-way: its config, tokenizer and training state are loaded and
+    training continues from the saved step exactly as if it had never stopped (``model_cfg`` and ``train_cfg``
+    are then taken from the run, not from the arguments).
+    """
     start = time.perf_counter()
+    out_dir = checkpoint.prepare_run_dir(out_dir, resume)
+    saved_config = checkpoint.read_json(out_dir / checkpoint.CONFIG) if resume else None
+    if saved_config is not None:
+        model_cfg = ClassifierConfig(**saved_config["model"])
+        train_cfg = TrainConfig(**saved_config["train"])
     torch.manual_seed(train_cfg.seed)
-    random.seed(train_cfg.seed)
-    out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / checkpoint.CONFIG).is_file():
-        raise InputError(f"{out_dir}: exists and is not an attnkit run directory; choose a new --out")
-    out_dir.mkdir(parents=True, exist_ok=True)
 
     valid_source = "file"
     if not valid:
@@ -119,22 +127,26 @@ def train_classifier(
         else:
             valid, valid_source = list(train), "the training set (under 100 examples: none held out)"
 
-    labels = sorted({ex.label for ex in train})
-    model_cfg = resolve_classes(model_cfg, labels)
+    if saved_config is not None:
+        labels = checkpoint.read_json(out_dir / checkpoint.LABELS)
+        tokenizer = Tokenizer.load(out_dir / checkpoint.TOKENIZER, saved_config["tokenizer"])
+    else:
+        labels = sorted({ex.label for ex in train})
+        model_cfg = resolve_classes(model_cfg, labels)
+        tokenizer = train_tokenizer(
+            (ex.text for ex in train), kind=train_cfg.tokenizer, vocab_size=model_cfg.vocab_size,
+            min_freq=train_cfg.min_freq, add_cls=model_cfg.pooling == "cls",
+        )
+        model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
     label_id = {label: i for i, label in enumerate(labels)}
-    for ex in valid:
+    for ex in train + valid:
         if ex.label not in label_id:
-            raise InputError(f"validation line {ex.line}: label {ex.label!r} never occurs in the training data")
-
-    tokenizer = train_tokenizer(
-        (ex.text for ex in train), kind=train_cfg.tokenizer, vocab_size=model_cfg.vocab_size,
-        min_freq=train_cfg.min_freq, add_cls=model_cfg.pooling == "cls",
-    )
-    model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
+            raise InputError(f"line {ex.line}: label {ex.label!r} is not one of the run's labels {labels}")
     train_ids, truncation = encode_examples(tokenizer, [ex.text for ex in train], model_cfg.max_len, train_cfg.max_len_policy)
     valid_ids, _ = encode_examples(tokenizer, [ex.text for ex in valid], model_cfg.max_len, train_cfg.max_len_policy)
     train_y = torch.tensor([label_id[ex.label] for ex in train])
     valid_y = [label_id[ex.label] for ex in valid]
+    data_fingerprint = fingerprint_texts([ex.text for ex in train], [ex.label for ex in train], [ex.text for ex in valid])
     on_event({"event": "info", "n_train": len(train), "n_valid": len(valid), "valid_source": valid_source,
               "vocab_size": tokenizer.vocab_size, "labels": labels, "truncated": truncation.n_truncated,
               "longest": truncation.longest, "max_len": model_cfg.max_len})
@@ -144,66 +156,113 @@ def train_classifier(
     steps_per_epoch = -(-len(train) // train_cfg.batch_size)
     total_steps = train_cfg.max_steps or steps_per_epoch * train_cfg.epochs
     warmup = train_cfg.warmup_steps or int(train_cfg.warmup_ratio * total_steps)
-
-    config = {**checkpoint.config_header("classify"), "model": dataclasses.asdict(model_cfg),
-              "train": dataclasses.asdict(train_cfg), "tokenizer": tokenizer.meta(), "pad_id": tokenizer.pad_id}
-    checkpoint.atomic_write_json(out_dir / checkpoint.CONFIG, config)
-    checkpoint.atomic_write_json(out_dir / checkpoint.LABELS, labels)
-    tokenizer.save(out_dir / checkpoint.TOKENIZER)
-    (out_dir / checkpoint.METRICS).unlink(missing_ok=True)
-    log = checkpoint.MetricsLog(out_dir / checkpoint.METRICS)
-
     generator = torch.Generator().manual_seed(train_cfg.seed)
+
+    if saved_config is None:
+        config = {**checkpoint.config_header("classify"), "model": dataclasses.asdict(model_cfg),
+                  "train": dataclasses.asdict(train_cfg), "tokenizer": tokenizer.meta(), "pad_id": tokenizer.pad_id}
+        for stale_file in (checkpoint.MANIFEST, STATE, checkpoint.WEIGHTS):
+            (out_dir / stale_file).unlink(missing_ok=True)  # a run written over an earlier one starts clean
+        checkpoint.atomic_write_json(out_dir / checkpoint.CONFIG, config)
+        checkpoint.atomic_write_json(out_dir / checkpoint.LABELS, labels)
+        tokenizer.save(out_dir / checkpoint.TOKENIZER)
+        loop = LoopState(counters={"best_acc": -1.0, "best_epoch": 0, "stale": 0, "seen": 0, "correct": 0,
+                                   "loss_sum": 0.0, "skipped": 0})
+        log = checkpoint.MetricsLog(out_dir / checkpoint.METRICS)
+    else:
+        loop = load_state(out_dir / STATE, model=model, optimizer=optimizer, data_fingerprint=data_fingerprint)
+        generator.set_state(loop.epoch_generator_state)
+        resumed_at = loop
+        log = checkpoint.MetricsLog(
+            out_dir / checkpoint.METRICS,
+            keep=lambda row: row["step"] <= resumed_at.step and ("valid_accuracy" not in row or row["epoch"] < resumed_at.epoch),
+        )
+        on_event({"event": "resume", "step": loop.step, "epoch": loop.epoch})
+    c = loop.counters
     lengths = [len(s) for s in train_ids]
-    step, best_acc, best_epoch, stale, epoch = 0, -1.0, 0, 0, 0
-    try:
-        for epoch in range(1, train_cfg.epochs + 1):
-            model.train()
-            seen = correct = 0
-            loss_sum = 0.0
-            for batch in bucketed_batches(lengths, train_cfg.batch_size, generator):
-                step += 1
-                lr = learning_rate(step, schedule=train_cfg.schedule, peak=train_cfg.lr, factor=train_cfg.lr_factor,
-                                   warmup=warmup, total=total_steps, d_model=model_cfg.d_model)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                ids = pad([train_ids[i] for i in batch], tokenizer.pad_id)  # (B, S)
-                y = train_y[batch]  # (B,)
-                logits = model(ids)  # (B, C)
-                loss = classification_loss(logits, y, train_cfg.label_smoothing)
+
+    def save_state_now() -> None:
+        save_state(out_dir / STATE, model=model, optimizer=optimizer, loop=loop, data_fingerprint=data_fingerprint)
+
+    def run_epoch(batches: list[list[int]]) -> bool:
+        """Train on ``batches`` from ``loop.batch_index`` on; False when the step budget ran out first."""
+        model.train()  # validation at the end of the previous epoch left it in eval mode
+        while loop.batch_index < len(batches):
+            batch = batches[loop.batch_index]
+            loop.step += 1
+            lr = learning_rate(loop.step, schedule=train_cfg.schedule, peak=train_cfg.lr, factor=train_cfg.lr_factor,
+                               warmup=warmup, total=total_steps, d_model=model_cfg.d_model)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            ids = pad([train_ids[i] for i in batch], tokenizer.pad_id)  # (B, S)
+            y = train_y[batch]  # (B,)
+            rng_before = torch.get_rng_state()
+            logits = model(ids)  # (B, C)
+            loss = classification_loss(logits, y, train_cfg.label_smoothing)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm or float("inf"))
+
+            def replay() -> None:
+                torch.set_rng_state(rng_before)
+                model(ids)
+
+            problem = check_step(model, loss.detach(), grad_norm, step=loop.step, replay=replay)
+            loop.batch_index += 1
+            if problem is not None:
+                if not train_cfg.skip_nonfinite:
+                    raise NonFiniteError(f"{problem}. The last good checkpoint in {out_dir} is kept; "
+                                         f"lower lr or set skip_nonfinite=true to skip such batches")
+                c["skipped"] += 1
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if train_cfg.clip_norm:
-                    nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm)
-                optimizer.step()
-                batch_correct = sum(p == t for p, t in zip(predicted_classes(logits.detach()), y.tolist()))
-                seen += len(batch)
-                correct += batch_correct
-                loss_sum += loss.item() * len(batch)
-                row = {"step": step, "epoch": epoch, "loss": loss.item(), "accuracy": batch_correct / len(batch), "lr": lr}
-                log.write(row)
-                on_event({"event": "step", **row, "steps_per_epoch": steps_per_epoch,
-                          "running_loss": loss_sum / seen, "running_accuracy": correct / seen})
-                if train_cfg.max_steps and step >= train_cfg.max_steps:
-                    break
+                log.write({"step": loop.step, "epoch": loop.epoch, "skipped": problem})
+                on_event({"event": "skipped", "step": loop.step, "message": problem})
+                continue
+            optimizer.step()
+            batch_correct = sum(p == t for p, t in zip(predicted_classes(logits.detach()), y.tolist()))
+            c["seen"] += len(batch)
+            c["correct"] += batch_correct
+            c["loss_sum"] += loss.item() * len(batch)
+            row = {"step": loop.step, "epoch": loop.epoch, "loss": loss.item(), "accuracy": batch_correct / len(batch), "lr": lr}
+            log.write(row)
+            on_event({"event": "step", **row, "steps_per_epoch": steps_per_epoch,
+                      "running_loss": c["loss_sum"] / c["seen"], "running_accuracy": c["correct"] / c["seen"]})
+            if loop.step % train_cfg.checkpoint_every == 0:
+                save_state_now()
+            if train_cfg.max_steps and loop.step >= train_cfg.max_steps:
+                return False
+        return True
+
+    try:
+        while loop.epoch <= train_cfg.epochs:
+            if loop.batch_index == 0:
+                loop.epoch_generator_state = generator.get_state()
+            else:  # resuming inside an epoch: draw the same order again, from the epoch's starting state
+                generator.set_state(loop.epoch_generator_state)
+            batches = bucketed_batches(lengths, train_cfg.batch_size, generator)
+            finished_epoch = run_epoch(batches)
 
             valid_pred = predicted_classes(predict_ids(model, valid_ids, tokenizer.pad_id))
             valid_acc = accuracy(valid_pred, valid_y)
-            row = {"epoch": epoch, "step": step, "train_loss": loss_sum / max(1, seen), "train_accuracy": correct / max(1, seen),
-                   "valid_accuracy": valid_acc, "valid_macro_f1": macro_f1(valid_pred, valid_y, len(labels))}
-            improved = valid_acc > best_acc
+            row = {"epoch": loop.epoch, "step": loop.step, "train_loss": c["loss_sum"] / max(1, c["seen"]),
+                   "train_accuracy": c["correct"] / max(1, c["seen"]), "valid_accuracy": valid_acc,
+                   "valid_macro_f1": macro_f1(valid_pred, valid_y, len(labels))}
+            improved = valid_acc > c["best_acc"]
             if improved:
-                best_acc, best_epoch, stale = valid_acc, epoch, 0
+                c.update(best_acc=valid_acc, best_epoch=loop.epoch, stale=0)
                 checkpoint.save_weights(out_dir, model)
             else:
-                stale += 1
+                c["stale"] += 1
             log.write({**row, "best": improved})
             on_event({"event": "epoch", **row, "best": improved})
-            if train_cfg.patience and stale >= train_cfg.patience:
-                break
-            if train_cfg.max_steps and step >= train_cfg.max_steps:
+            loop.epoch, loop.batch_index = loop.epoch + 1, 0
+            c.update(seen=0, correct=0, loss_sum=0.0)
+            loop.epoch_generator_state = generator.get_state()
+            save_state_now()
+            if not finished_epoch or (train_cfg.patience and c["stale"] >= train_cfg.patience):
                 break
     finally:
         log.close()
     checkpoint.write_manifest(out_dir)
-    return TrainSummary(out_dir, best_epoch, best_acc, epoch, step, time.perf_counter() - start, truncation, valid_source)
+    return TrainSummary(out_dir, c["best_epoch"], c["best_acc"], loop.epoch - 1, loop.step,
+                        time.perf_counter() - start, truncation, valid_source)

@@ -17,14 +17,15 @@ from torch import nn
 from attnkit.config import TrainConfig, TranslatorConfig
 from attnkit.data.batching import Truncation, apply_length_policy, pad, token_budget_batches
 from attnkit.data.readers import Pair
-from attnkit.errors import InputError
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
 from attnkit.tokenization import Tokenizer, train_tokenizer
 from attnkit.training import checkpoint
 from attnkit.training.classify import make_optimizer
+from attnkit.training.guards import NonFiniteError, check_step
 from attnkit.training.losses import sequence_loss
 from attnkit.training.schedules import learning_rate
+from attnkit.training.state import STATE, LoopState, fingerprint_texts, load_state, save_state
 
 CHECKPOINTS = "checkpoints"
 
@@ -93,27 +94,34 @@ def train_translator(
     model_cfg: TranslatorConfig,
     train_cfg: TrainConfig,
     out_dir: str | Path,
+    resume: bool = False,
     on_event: Callable[[dict], None] = lambda event: None,
 ) -> TranslateSummary:
-    """Train on ``train`` and write the run (config, shared BPE, weights, checkpoints, metrics) to ``out_dir``."""
-    from attnkit.translate import translate_ids  # decoding for validation BLEU; imported here to avoid a cycle
+    """Train on ``train`` and write the run (config, shared BPE, weights, checkpoints, metrics) to ``out_dir``.
+
+    With ``resume``, continue a killed run from its last saved state, bit-exactly (configs come from the run).
+    """
     from attnkit.evaluation.bleu import corpus_scores
+    from attnkit.translate import translate_ids  # decoding for validation BLEU; imported here to avoid a cycle
 
     start = time.perf_counter()
+    out_dir = checkpoint.prepare_run_dir(out_dir, resume)
+    saved_config = checkpoint.read_json(out_dir / checkpoint.CONFIG) if resume else None
+    if saved_config is not None:
+        model_cfg = TranslatorConfig(**saved_config["model"])
+        train_cfg = TrainConfig(**saved_config["train"])
+        tokenizer = Tokenizer.load(out_dir / checkpoint.TOKENIZER, saved_config["tokenizer"])
+    else:
+        # §5.1: a shared source-target vocabulary of byte-pair encodings.
+        tokenizer = train_tokenizer(
+            (text for pair in train for text in (pair.source, pair.target)), kind=train_cfg.tokenizer,
+            vocab_size=model_cfg.vocab_size, min_freq=train_cfg.min_freq,
+        )
+        model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
     torch.manual_seed(train_cfg.seed)
-    out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / checkpoint.CONFIG).is_file():
-        raise InputError(f"{out_dir}: exists and is not an attnkit run directory; choose a new --out")
-    (out_dir / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
-
-    # §5.1: a shared source-target vocabulary of byte-pair encodings.
-    tokenizer = train_tokenizer(
-        (text for pair in train for text in (pair.source, pair.target)), kind=train_cfg.tokenizer,
-        vocab_size=model_cfg.vocab_size, min_freq=train_cfg.min_freq,
-    )
-    model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
     data = encode_pairs(tokenizer, train, model_cfg.max_len, train_cfg.max_len_policy)
     valid_data = encode_pairs(tokenizer, valid, model_cfg.max_len, train_cfg.max_len_policy) if valid else None
+    data_fingerprint = fingerprint_texts([p.source for p in train], [p.target for p in train], [p.source for p in valid or []])
     on_event({"event": "info", "n_train": len(train), "n_valid": len(valid or []), "vocab_size": tokenizer.vocab_size,
               "truncated": data.truncation.n_truncated, "max_len": model_cfg.max_len})
 
@@ -126,15 +134,30 @@ def train_translator(
     total_steps = train_cfg.max_steps or steps_per_epoch * train_cfg.epochs
     warmup = train_cfg.warmup_steps or max(1, int(train_cfg.warmup_ratio * total_steps))
 
-    config = {**checkpoint.config_header("translate"), "model": dataclasses.asdict(model_cfg),
-              "train": dataclasses.asdict(train_cfg), "tokenizer": tokenizer.meta(), "pad_id": tokenizer.pad_id}
-    checkpoint.atomic_write_json(out_dir / checkpoint.CONFIG, config)
-    tokenizer.save(out_dir / checkpoint.TOKENIZER)
-    (out_dir / checkpoint.METRICS).unlink(missing_ok=True)
-    log = checkpoint.MetricsLog(out_dir / checkpoint.METRICS)
+    if saved_config is None:
+        config = {**checkpoint.config_header("translate"), "model": dataclasses.asdict(model_cfg),
+                  "train": dataclasses.asdict(train_cfg), "tokenizer": tokenizer.meta(), "pad_id": tokenizer.pad_id}
+        for stale_file in (checkpoint.MANIFEST, STATE, checkpoint.WEIGHTS):
+            (out_dir / stale_file).unlink(missing_ok=True)  # a run written over an earlier one starts clean
+        for old in checkpoint_paths(out_dir):
+            old.unlink()
+        (out_dir / CHECKPOINTS).mkdir(exist_ok=True)
+        checkpoint.atomic_write_json(out_dir / checkpoint.CONFIG, config)
+        tokenizer.save(out_dir / checkpoint.TOKENIZER)
+        loop = LoopState(counters={"skipped": 0, "last_checkpoint": {}})
+        log = checkpoint.MetricsLog(out_dir / checkpoint.METRICS)
+    else:
+        loop = load_state(out_dir / STATE, model=model, optimizer=optimizer, data_fingerprint=data_fingerprint)
+        generator.set_state(loop.epoch_generator_state)
+        resumed_step = loop.step
+        log = checkpoint.MetricsLog(out_dir / checkpoint.METRICS, keep=lambda row: row["step"] <= resumed_step)
+        on_event({"event": "resume", "step": loop.step, "epoch": loop.epoch})
+    c = loop.counters
 
-    def save_checkpoint(step: int, epoch: float) -> dict:
-        """Write step_N.safetensors (dropping the oldest beyond keep_last) and model.safetensors; validate."""
+    def save_checkpoint(epoch: float) -> None:
+        """Write step_N.safetensors (dropping the oldest beyond keep_last), model.safetensors and the training
+        state; validate."""
+        step = loop.step
         checkpoint.save_weights(out_dir / CHECKPOINTS, model, f"step_{step}.safetensors")
         for old in checkpoint_paths(out_dir)[: -train_cfg.keep_last]:
             old.unlink()
@@ -148,48 +171,75 @@ def train_translator(
                 row.update({f"valid_{k}": v for k, v in corpus_scores(hyps, [p.target for p in valid]).items()
                             if k in ("bleu", "chrf")})
         model.train()
+        c["last_checkpoint"] = row
+        save_state(out_dir / STATE, model=model, optimizer=optimizer, loop=loop, data_fingerprint=data_fingerprint)
         log.write(row)
         on_event({"event": "checkpoint", **row})
-        return row
 
-    step, epoch, last_row = 0, 0, {}
     out_of_time = False
     model.train()
     try:
-        while step < total_steps and not out_of_time:
-            epoch += 1
+        while loop.step < total_steps and not out_of_time:
+            if loop.batch_index == 0:
+                loop.epoch_generator_state = generator.get_state()
+            else:  # resuming inside an epoch: draw the same order again, from the epoch's starting state
+                generator.set_state(loop.epoch_generator_state)
             batches = token_budget_batches(src_lengths, tgt_lengths, train_cfg.max_tokens, generator)
             # Whole optimizer steps only: the accumulated batches of one step are consecutive in this list.
-            for first in range(0, len(batches) - train_cfg.accum_steps + 1, train_cfg.accum_steps):
+            while loop.batch_index + train_cfg.accum_steps <= len(batches):
+                first = loop.batch_index
                 group = [make_batch(data, b, tokenizer) for b in batches[first : first + train_cfg.accum_steps]]
                 n_tokens = sum(int((tgt_out != tokenizer.pad_id).sum()) for _, _, tgt_out in group)
-                step += 1
-                lr = learning_rate(step, schedule=train_cfg.schedule, peak=train_cfg.lr, factor=train_cfg.lr_factor,
+                loop.step += 1
+                loop.batch_index += train_cfg.accum_steps
+                lr = learning_rate(loop.step, schedule=train_cfg.schedule, peak=train_cfg.lr, factor=train_cfg.lr_factor,
                                    warmup=warmup, total=total_steps, d_model=model_cfg.d_model)
                 for param_group in optimizer.param_groups:
                     param_group["lr"] = lr
                 optimizer.zero_grad(set_to_none=True)
-                loss_sum = 0.0
+                rng_before = torch.get_rng_state()
+                loss_sum = torch.zeros(())
                 for src, tgt_in, tgt_out in group:
                     loss, _ = sequence_loss(model(src, tgt_in), tgt_out, tokenizer.pad_id, train_cfg.label_smoothing)
                     (loss / n_tokens).backward()  # the step's gradient is the mean over all its target tokens
-                    loss_sum += loss.item()
-                if train_cfg.clip_norm:
-                    nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm)
-                optimizer.step()
-                row = {"step": step, "loss": loss_sum / n_tokens, "lr": lr, "tokens": n_tokens,
-                       "epoch": round(epoch - 1 + (first + len(group)) / len(batches), 3)}
-                log.write(row)
-                on_event({"event": "step", **row, "total_steps": total_steps})
+                    loss_sum += loss.detach()
+                grad_norm = nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm or float("inf"))
+
+                def replay() -> None:
+                    torch.set_rng_state(rng_before)
+                    for src, tgt_in, _ in group:
+                        model(src, tgt_in)
+
+                problem = check_step(model, loss_sum, grad_norm, step=loop.step, replay=replay)
+                epoch_pos = round(loop.epoch - 1 + loop.batch_index / len(batches), 3)
+                if problem is not None:
+                    if not train_cfg.skip_nonfinite:
+                        raise NonFiniteError(f"{problem}. The last good checkpoint in {out_dir} is kept; "
+                                             f"lower lr_factor/lr or set skip_nonfinite=true to skip such batches")
+                    c["skipped"] += 1
+                    optimizer.zero_grad(set_to_none=True)
+                    log.write({"step": loop.step, "epoch": epoch_pos, "skipped": problem})
+                    on_event({"event": "skipped", "step": loop.step, "message": problem})
+                else:
+                    optimizer.step()
+                    row = {"step": loop.step, "loss": loss_sum.item() / n_tokens, "lr": lr, "tokens": n_tokens,
+                           "epoch": epoch_pos}
+                    log.write(row)
+                    on_event({"event": "step", **row, "total_steps": total_steps})
                 out_of_time = bool(train_cfg.max_minutes) and time.perf_counter() - start > 60 * train_cfg.max_minutes
-                if step % train_cfg.checkpoint_every == 0 or step >= total_steps or out_of_time:
-                    last_row = save_checkpoint(step, row["epoch"])
-                if step >= total_steps or out_of_time:
+                if loop.step % train_cfg.checkpoint_every == 0 or loop.step >= total_steps or out_of_time:
+                    save_checkpoint(epoch_pos)
+                if loop.step >= total_steps or out_of_time:
                     break
-        if not last_row or last_row["step"] != step:
-            last_row = save_checkpoint(step, float(epoch))
+            else:
+                loop.epoch, loop.batch_index = loop.epoch + 1, 0
+                continue
+            break
+        if c["last_checkpoint"].get("step") != loop.step:
+            save_checkpoint(float(loop.epoch))
     finally:
         log.close()
     checkpoint.write_manifest(out_dir)
-    return TranslateSummary(out_dir, step, last_row.get("epoch", 0.0), time.perf_counter() - start,
-                            last_row.get("valid_loss"), last_row.get("valid_bleu"), data.truncation)
+    last = c["last_checkpoint"]
+    return TranslateSummary(out_dir, loop.step, last.get("epoch", 0.0), time.perf_counter() - start,
+                            last.get("valid_loss"), last.get("valid_bleu"), data.truncation)

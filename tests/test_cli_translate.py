@@ -1,0 +1,132 @@
+"""The translator through the CLI: a synthetic task it must learn, averaging, and bad input."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit.cli import main
+
+SYMBOLS = "a b c d e f g h i j k l m n o p".split()
+
+
+def write_reverse_task(path: Path, n: int, rng: random.Random) -> None:
+    """source: up to 20 random symbols; target: the same symbols reversed."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("source\ttarget\n")
+        for _ in range(n):
+            seq = [rng.choice(SYMBOLS) for _ in range(rng.randint(1, 20))]
+            f.write(" ".join(seq) + "\t" + " ".join(reversed(seq)) + "\n")
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def reverse_run(tmp_path_factory):
+    """Train the small reverse-a-sequence model once (about 80 s on 2 cores)."""
+    tmp = tmp_path_factory.mktemp("reverse")
+    rng = random.Random(0)
+    for name, n in (("train", 6000), ("valid", 200), ("test", 300)):
+        write_reverse_task(tmp / f"{name}.tsv", n, rng)
+    code = main([
+        "translate", "train", "--train", str(tmp / "train.tsv"), "--valid", str(tmp / "valid.tsv"),
+        "--out", str(tmp / "run"), "--max-steps", "1800", "--max-tokens", "2048", "--seed", "0", "--quiet",
+        "--set", "tokenizer=word", "min_freq=1", "d_model=128", "n_heads=4", "d_ff=256", "n_layers=2", "dropout=0.0",
+        "label_smoothing=0.0", "schedule=linear", "lr=2e-3", "warmup_steps=150", "checkpoint_every=300",
+        "keep_last=3", "valid_bleu=false",
+    ])
+    assert code == 0
+    return tmp
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("beam", ["1", "4"])
+def test_reverse_task_is_learned_to_99_percent_exact_match(reverse_run, capsys, beam):
+    code, out, _ = run_cli(capsys, "translate", "eval", "--model", str(reverse_run / "run"),
+                           "--data", str(reverse_run / "test.tsv"), "--beam", beam)
+    assert code == 0
+    result = json.loads(out)
+    assert result["n"] == 300
+    assert result["exact_match"] >= 0.99, result
+    assert "nrefs:1" in result["signature"] and "tok:13a" in result["signature"]
+
+
+@pytest.mark.slow
+def test_translate_run_keeps_order_and_line_count(reverse_run, capsys, monkeypatch):
+    import io
+
+    lines = ["a b c", "p o n m l k", "d"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
+    code, out, _ = run_cli(capsys, "translate", "run", "--model", str(reverse_run / "run"), "--beam", "4")
+    assert code == 0
+    assert out.splitlines() == [" ".join(reversed(line.split())) for line in lines]
+
+
+@pytest.mark.slow
+def test_average_of_last_checkpoints_is_their_mean(reverse_run, capsys, tmp_path):
+    from safetensors.torch import load_file
+
+    code, out, _ = run_cli(capsys, "average", "--last", "3", "--out", str(tmp_path / "avg"), str(reverse_run / "run"))
+    assert code == 0
+    used = json.loads(out)["averaged"]
+    assert used == ["step_1200.safetensors", "step_1500.safetensors", "step_1800.safetensors"]
+    parts = [load_file(str(reverse_run / "run" / "checkpoints" / name)) for name in used]
+    averaged = load_file(str(tmp_path / "avg" / "model.safetensors"))
+    for name, tensor in averaged.items():
+        torch.testing.assert_close(tensor, sum(p[name].double() for p in parts).div(3).float())
+    # The averaged directory is a run of its own: it translates.
+    code, _, _ = run_cli(capsys, "translate", "eval", "--model", str(tmp_path / "avg"), "--data",
+                         str(reverse_run / "test.tsv"), "--beam", "1")
+    assert code == 0
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def assert_one_error_line(err: str, *needles: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.mark.parametrize(
+    "content, needles",
+    [
+        ("source\ttarget\nhello\tworld\nno tab here\n", ["bad.tsv:3"]),
+        ("hello\tworld\n\tempty source\n", ["bad.tsv:2"]),
+    ],
+)
+def test_bad_parallel_tsv_is_refused_with_its_line(tmp_path, capsys, content, needles):
+    bad = write(tmp_path / "bad.tsv", content)
+    code, _, err = run_cli(capsys, "translate", "train", "--train", str(bad), "--out", str(tmp_path / "run"), "--max-steps", "1")
+    assert code == 2
+    assert_one_error_line(err, *needles)
+    assert not (tmp_path / "run").exists()
+
+
+def test_mismatched_parallel_files_are_refused(tmp_path, capsys):
+    src = write(tmp_path / "a.txt", "one\ntwo\nthree\n")
+    tgt = write(tmp_path / "b.txt", "eins\nzwei\n")
+    code, _, err = run_cli(capsys, "translate", "train", "--train-src", str(src), "--train-tgt", str(tgt),
+                           "--out", str(tmp_path / "run"), "--max-steps", "1")
+    assert code == 2
+    assert_one_error_line(err, "a.txt", "b.txt")
+
+
+def test_over_long_source_is_refused_under_the_error_policy(tmp_path, capsys):
+    train = write(tmp_path / "train.tsv", "".join(f"{'a ' * 40}\tb\n" for _ in range(10)))
+    code, _, err = run_cli(capsys, "translate", "train", "--train", str(train), "--out", str(tmp_path / "run"),
+                           "--max-steps", "1", "--set", "max_len=16", "max_len_policy=error", "tokenizer=word", "min_freq=1")
+    assert code == 2
+    assert_one_error_line(err, "max_len=16")

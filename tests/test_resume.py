@@ -1,0 +1,162 @@
+"""Crash safety: a run killed with SIGKILL at a random step and resumed ends bitwise identical to the same run left
+alone (same seed, same machine, same thread count). Also: the NaN guard names the module and keeps the checkpoint."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # the same thread count in every run: the same float reductions
+
+
+def attnkit(*argv: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "attnkit.cli", *argv], env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def run_to_end(*argv: str) -> None:
+    proc = attnkit(*argv)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+
+
+def kill_after_steps(argv: list[str], metrics: Path, steps: int) -> None:
+    """Start a run and SIGKILL it once its metrics log has ``steps`` step rows (no chance to clean up)."""
+    proc = attnkit(*argv)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.is_file() and sum('"loss"' in line for line in metrics.read_text().splitlines()) >= steps:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    for name in ("model.safetensors", "train_state.safetensors", "metrics.jsonl"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), f"{name} differs after resume"
+
+
+def write_sentiment(path: Path, n: int, rng: random.Random) -> None:
+    good, bad = ["good", "great", "fine", "lovely"], ["bad", "awful", "poor", "dull"]
+    filler = ["the", "film", "was", "plot", "and", "very", "quite", "a"]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("text\tlabel\n")
+        for _ in range(n):
+            label = rng.random() < 0.5
+            words = rng.choices(filler, k=rng.randint(2, 10)) + [rng.choice(good if label else bad)]
+            rng.shuffle(words)
+            f.write(" ".join(words) + "\t" + ("pos" if label else "neg") + "\n")
+
+
+@pytest.mark.slow
+def test_classifier_killed_and_resumed_equals_uninterrupted(tmp_path):
+    rng = random.Random(1)
+    write_sentiment(tmp_path / "train.tsv", 400, rng)
+    write_sentiment(tmp_path / "valid.tsv", 60, rng)
+    common = ["classify", "train", "--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "valid.tsv"),
+              "--epochs", "4", "--seed", "3", "--quiet",
+              "--set", "d_model=32", "n_heads=2", "d_ff=64", "n_layers=1", "batch_size=16", "checkpoint_every=7",
+              "min_freq=1", "patience=0"]
+    run_to_end(*common, "--out", str(tmp_path / "alone"))
+    kill_at = random.Random().randint(3, 90)  # 25 steps an epoch, 100 in all
+    kill_after_steps([*common, "--out", str(tmp_path / "killed")], tmp_path / "killed" / "metrics.jsonl", kill_at)
+    resume = ["classify", "train", "--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "valid.tsv"),
+              "--out", str(tmp_path / "killed"), "--resume", "--quiet"]
+    run_to_end(*resume)
+    assert_same_run(tmp_path / "alone", tmp_path / "killed")
+
+
+def write_reverse(path: Path, n: int, rng: random.Random) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(n):
+            seq = [rng.choice("abcdefgh") for _ in range(rng.randint(1, 8))]
+            f.write(" ".join(seq) + "\t" + " ".join(reversed(seq)) + "\n")
+
+
+@pytest.mark.slow
+def test_translator_killed_and_resumed_equals_uninterrupted(tmp_path):
+    rng = random.Random(2)
+    write_reverse(tmp_path / "train.tsv", 600, rng)
+    write_reverse(tmp_path / "valid.tsv", 30, rng)
+    common = ["translate", "train", "--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "valid.tsv"),
+              "--max-steps", "60", "--max-tokens", "400", "--seed", "5", "--quiet",
+              "--set", "d_model=32", "n_heads=2", "d_ff=64", "n_layers=1", "tokenizer=word", "min_freq=1",
+              "checkpoint_every=6", "keep_last=3", "warmup_steps=10"]
+    run_to_end(*common, "--out", str(tmp_path / "alone"))
+    kill_at = random.Random().randint(3, 55)
+    kill_after_steps([*common, "--out", str(tmp_path / "killed")], tmp_path / "killed" / "metrics.jsonl", kill_at)
+    resume = ["translate", "train", "--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "valid.tsv"),
+              "--out", str(tmp_path / "killed"), "--resume", "--quiet"]
+    run_to_end(*resume)
+    assert_same_run(tmp_path / "alone", tmp_path / "killed")
+    alone = sorted(p.name for p in (tmp_path / "alone" / "checkpoints").iterdir())
+    assert alone == sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
+    for name in alone:
+        assert (tmp_path / "alone" / "checkpoints" / name).read_bytes() == (tmp_path / "killed" / "checkpoints" / name).read_bytes()
+
+
+def test_resume_refuses_a_changed_config(tmp_path, capsys):
+    from attnkit.cli import main
+
+    rng = random.Random(0)
+    write_sentiment(tmp_path / "train.tsv", 40, rng)
+    code = main(["classify", "train", "--train", str(tmp_path / "train.tsv"), "--out", str(tmp_path / "run"),
+                 "--resume", "--set", "d_model=64"])
+    assert code == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_nan_guard_stops_the_run_naming_the_module_and_keeps_the_checkpoint(tmp_path, capsys, monkeypatch):
+    """A NaN injected into one FFN's output from epoch 2 on: the run stops at that step, names the module, and the
+    best checkpoint of epoch 1 is left as it was."""
+    import torch
+
+    from attnkit.cli import main
+    from attnkit.model.layers import PositionwiseFeedForward
+
+    rng = random.Random(0)
+    write_sentiment(tmp_path / "train.tsv", 64, rng)
+    argv = ["classify", "train", "--train", str(tmp_path / "train.tsv"), "--out", str(tmp_path / "run"), "--quiet",
+            "--epochs", "3", "--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=2", "batch_size=16", "min_freq=1"]
+    calls = {"n": 0}
+    original = PositionwiseFeedForward.forward
+
+    def poisoned(self, x):
+        out = original(self, x)
+        if self.training and self is first_layer_ffn[0]:
+            calls["n"] += 1
+            if calls["n"] > 4:  # 4 training steps an epoch: epoch 1 is clean
+                out = out + float("nan")
+        return out
+
+    first_layer_ffn: list = []
+    real_init = PositionwiseFeedForward.__init__
+
+    def remember(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        if len(first_layer_ffn) < 2:
+            first_layer_ffn.append(self)
+        if len(first_layer_ffn) == 2:  # the second layer's FFN is the one poisoned
+            first_layer_ffn[:] = [first_layer_ffn[1]]
+
+    monkeypatch.setattr(PositionwiseFeedForward, "__init__", remember)
+    monkeypatch.setattr(PositionwiseFeedForward, "forward", poisoned)
+    code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err[-1].startswith("error: step 5: non-finite loss"), err
+    assert "encoder.layers.1.ffn" in err[-1]
+    weights = tmp_path / "run" / "model.safetensors"
+    from safetensors.torch import load_file
+
+    state = load_file(str(weights))
+    assert all(torch.isfinite(t).all() for t in state.values())  # the epoch-1 checkpoint, intact
