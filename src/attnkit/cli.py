@@ -42,10 +42,17 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def _check_resume(args: argparse.Namespace, overrides: dict) -> None:
     """A resumed run continues with the configuration it was started with: changing it would not be a resume."""
-    changed = [f"--{k.replace('_', '-')}" for k in ("epochs", "max_steps", "max_tokens", "seed") if getattr(args, k, None) is not None]
-    if args.resume and (overrides or changed or args.preset not in (None, "default", "small")):
-        what = ", ".join(changed + [f"--set {k}" for k in overrides] + (["--preset"] if args.preset not in (None, "default", "small") else []))
+    changed = [f"--{k.replace('_', '-')}" for k in ("preset", "epochs", "max_steps", "max_tokens", "seed")
+               if getattr(args, k, None) is not None]
+    if args.resume and (overrides or changed):
+        what = ", ".join(changed + [f"--set {k}" for k in overrides])
         raise InputError(f"--resume continues the run with its saved configuration; drop {what}")
+
+
+def _event_line(event: dict) -> str:
+    if event["event"] == "resume":
+        return f"resuming at step {event['step']} (epoch {event['epoch']}) from the run's saved state"
+    return f"skipped a batch: {event['message']}"
 
 
 def _print_json(obj: object) -> None:
@@ -89,7 +96,7 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
     for key in ("epochs", "seed"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
-    model_cfg, train_cfg = build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset), {}, overrides)
+    model_cfg, train_cfg = build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset or "default"), {}, overrides)
     train = read_labeled(train_path)
     valid = read_labeled(valid_path) if valid_path else None
 
@@ -101,6 +108,8 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
             note = f", {event['truncated']} truncated to {event['max_len']} tokens" if event["truncated"] else ""
             print(f"train {event['n_train']} / valid {event['n_valid']} ({event['valid_source']}), "
                   f"vocabulary {event['vocab_size']}, labels {event['labels']}{note}", file=sys.stderr)
+        elif event["event"] in ("resume", "skipped"):
+            print(_event_line(event), file=sys.stderr)
         elif event["event"] == "step":
             if bar is None:
                 bar = tqdm(total=event["steps_per_epoch"], desc=f"epoch {event['epoch']}", leave=False,
@@ -133,12 +142,22 @@ def cmd_classify_predict(args: argparse.Namespace) -> None:
         _print_json({"text": pred.text, "label": pred.label, "probs": {k: round(v, 6) for k, v in pred.probs.items()}})
 
 
+def _eval_file(args: argparse.Namespace) -> Path:
+    """--data FILE, or --dataset NAME --split SPLIT (a dataset recipe's split, fetched if needed)."""
+    if bool(args.data) == bool(args.dataset):
+        raise InputError("give --data FILE or --dataset NAME [--split test] (one of them)")
+    if args.data:
+        return args.data
+    return _fetch_dataset(args.dataset, getattr(args, "pair", None)) / f"{args.split}.tsv"
+
+
 def cmd_classify_eval(args: argparse.Namespace) -> None:
     from attnkit.classify import ClassifierRun
     from attnkit.data.readers import read_labeled
 
     run = ClassifierRun(args.model)
-    _print_json(run.evaluate(read_labeled(args.data), source=str(args.data)))
+    data = _eval_file(args)
+    _print_json(run.evaluate(read_labeled(data), source=str(data)))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -180,7 +199,8 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
             overrides[key] = getattr(args, key)
     if args.epochs is not None and args.max_steps is not None:
         raise InputError("give --max-steps or --epochs, not both")
-    model_cfg, train_cfg = build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset), TRANSLATE_TRAIN_DEFAULTS, overrides)
+    model_cfg, train_cfg = build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset or "small"),
+                                         TRANSLATE_TRAIN_DEFAULTS, overrides)
 
     bar = None
 
@@ -195,6 +215,8 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
                 bar = tqdm(total=event["total_steps"], desc="train", disable=args.quiet, file=sys.stderr)
             bar.update(1)
             bar.set_postfix(loss=f"{event['loss']:.3f}", lr=f"{event['lr']:.2e}", epoch=f"{event['epoch']:.2f}")
+        elif event["event"] in ("resume", "skipped"):
+            (bar.write if bar is not None else print)(_event_line(event), file=sys.stderr)
         elif event["event"] == "checkpoint" and not args.quiet:
             shown = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in event.items() if k != "event"}
             (bar.write if bar is not None else print)(json.dumps(shown), file=sys.stderr)
@@ -229,9 +251,12 @@ def cmd_translate_eval(args: argparse.Namespace) -> None:
     from attnkit.translate import TranslatorRun
 
     run = TranslatorRun(args.model)
-    pairs = _read_pairs(args.data, args.data_src, args.data_tgt, "data")
+    if args.dataset:
+        pairs = _read_pairs(_eval_file(args), None, None, "data")
+    else:
+        pairs = _read_pairs(args.data, args.data_src, args.data_tgt, "data")
     if pairs is None:
-        raise InputError("translate eval: give --data FILE or --data-src A --data-tgt B")
+        raise InputError("translate eval: give --data FILE, --data-src A --data-tgt B, or --dataset NAME")
     _print_json(run.evaluate(pairs, beam=args.beam, alpha=args.alpha, length_penalty=args.length_penalty))
 
 
@@ -306,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--valid", type=Path, help="validation file (default: 10%% of --train held out)")
     p.add_argument("--dataset", help="a dataset recipe instead of files (e.g. rt-polarity; see `attnkit data list`)")
     p.add_argument("--out", type=Path, required=True, help="run directory to write")
-    p.add_argument("--preset", default="default", help="model preset: default, seed000, seed001")
+    p.add_argument("--preset", help="model preset: default (the default), seed000, seed001")
     p.add_argument("--epochs", type=int)
     p.add_argument("--seed", type=int)
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
@@ -321,7 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = classify_cmds.add_parser("eval", help="accuracy and macro-F1 on a labelled file")
     p.add_argument("--model", type=Path, required=True, help="run directory")
-    p.add_argument("--data", type=Path, required=True, help="labelled file (.tsv, .csv or .jsonl)")
+    p.add_argument("--data", type=Path, help="labelled file (.tsv, .csv or .jsonl)")
+    p.add_argument("--dataset", help="a dataset recipe instead of --data (e.g. rt-polarity)")
+    p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)")
     p.set_defaults(func=cmd_classify_eval)
 
     translate = commands.add_parser("translate", help="train, run and evaluate translators (the paper's encoder-decoder)")
@@ -336,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", help="a dataset recipe instead of files (e.g. bible)")
     p.add_argument("--pair", help="language pair of the dataset recipe, e.g. en-de")
     p.add_argument("--out", type=Path, required=True, help="run directory to write")
-    p.add_argument("--preset", default="small", help="small (CPU-sized), base or big (Table 3)")
+    p.add_argument("--preset", help="small (CPU-sized, the default), base or big (Table 3)")
     p.add_argument("--max-steps", type=int)
     p.add_argument("--epochs", type=int)
     p.add_argument("--max-tokens", type=int, help="source + target tokens per batch (accumulate with --set accum_steps=N)")
@@ -363,6 +390,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, help="TSV of source<TAB>target")
     p.add_argument("--data-src", type=Path)
     p.add_argument("--data-tgt", type=Path)
+    p.add_argument("--dataset", help="a dataset recipe instead of --data (e.g. bible)")
+    p.add_argument("--pair", help="language pair of the dataset recipe, e.g. en-de")
+    p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)")
     add_decoding_args(p)
     p.set_defaults(func=cmd_translate_eval)
 
