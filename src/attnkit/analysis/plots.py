@@ -7,13 +7,12 @@ on the offset k and not on pos. ``plot_positional_encoding`` draws the table and
 
 from __future__ import annotations
 
-import os
-import uuid
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from attnkit.atomic import open_atomic
 from attnkit.model.positional import sinusoidal_table
 
 
@@ -63,13 +62,6 @@ def plot_positional_encoding(d_model: int, max_len: int, out: Path) -> Path:
     dot_ax.legend()
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    # A fresh name opened with "x" (created by us, with the umask's permissions, unlike mkstemp's 0600).
-    tmp = out.parent / f".{out.stem}.{os.getpid()}.{uuid.uuid4().hex}.png"
-    try:
-        with open(tmp, "xb") as f:
-            fig.savefig(f, format="png", dpi=100)
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with open_atomic(out) as f:
+        fig.savefig(f, format="png", dpi=100)
     return out

@@ -198,6 +198,8 @@ def _jsonl_rows(path: Path, text: str, *, with_label: bool) -> list[tuple[str, s
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise InputError(f"{path}:{number}: invalid JSON: {err.msg} (column {err.colno})") from None
+        except (ValueError, RecursionError) as err:  # json also refuses huge integers and deep nesting this way
+            raise InputError(f"{path}:{number}: JSON that cannot be read ({type(err).__name__}: {str(err)[:80]})") from None
         if not isinstance(record, dict):
             raise InputError(f"{path}:{number}: expected a JSON object, found {_json_type(record)}")
         if "text" not in record:

@@ -82,12 +82,12 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import closing, contextmanager, suppress
+from collections.abc import Callable, Iterable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
 
+from attnkit.atomic import open_atomic
 from attnkit.errors import InputError
 
 Splits = dict[str, list[tuple[str, str]]]  # split name -> rows of (text, label) or (source, target)
@@ -189,25 +189,9 @@ def _download_pinned(name: str, cache: Path) -> Path:
 # Atomic outputs.
 
 
-@contextmanager
-def _atomic_write(path: Path) -> Iterator[BinaryIO]:
-    """A binary file that appears at ``path`` complete, or not at all."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def _write_tsv(path: Path, header: tuple[str, str], rows: list[tuple[str, str]]) -> None:
     lines = ["\t".join(header)] + [f"{a}\t{b}" for a, b in rows]
-    with _atomic_write(path) as f:
+    with open_atomic(path) as f:
         f.write(("\n".join(lines) + "\n").encode("utf-8"))
 
 
@@ -219,7 +203,7 @@ def _write_splits(directory: Path, header: tuple[str, str], splits: Splits) -> d
 
 def _extract(zf: zipfile.ZipFile, member: str, path: Path) -> None:
     """Stream one member of a zip file to ``path`` (the bible db is 218 MB: no reading it into memory)."""
-    with zf.open(member) as src, _atomic_write(path) as dst:
+    with zf.open(member) as src, open_atomic(path) as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
 
 

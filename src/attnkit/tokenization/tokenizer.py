@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,6 +23,7 @@ from pathlib import Path
 from tokenizers import Tokenizer as Backend
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from attnkit.atomic import atomic_write_bytes
 from attnkit.errors import InputError
 
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<cls>", "<bos>", "<eos>")
@@ -95,17 +94,7 @@ class Tokenizer:
     def save(self, path: str | Path) -> None:
         """Write ``tokenizer.json`` (the backend's own format) atomically, like every file of a run directory: a
         fresh temporary name in the same directory, fsynced, then renamed over ``path``."""
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        try:
-            with open(tmp, "xb") as f:  # "x": created by us, with the umask's permissions
-                f.write(self.backend.to_str(pretty=True).encode("utf-8"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        atomic_write_bytes(path, self.backend.to_str(pretty=True).encode("utf-8"))
 
     @classmethod
     def load(cls, path: str | Path, meta: dict) -> "Tokenizer":

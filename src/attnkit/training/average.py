@@ -5,7 +5,6 @@ The average of the last N step checkpoints of a run is written as a new, self-co
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import torch
@@ -38,8 +37,7 @@ def average_checkpoints(run_dir: str | Path, last: int, out_dir: str | Path) -> 
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in (checkpoint.CONFIG, checkpoint.TOKENIZER):
-        shutil.copyfile(run_dir / name, out_dir / f".{name}.tmp")
-        (out_dir / f".{name}.tmp").replace(out_dir / name)
+        checkpoint.atomic_write_bytes(out_dir / name, (run_dir / name).read_bytes())
     checkpoint.atomic_write_bytes(out_dir / checkpoint.WEIGHTS, safetensors_bytes(averaged))
     checkpoint.atomic_write_json(out_dir / "averaged_from.json", {"run": str(run_dir), "checkpoints": [p.name for p in used]})
     checkpoint.write_manifest(out_dir)

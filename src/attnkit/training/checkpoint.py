@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -26,6 +25,7 @@ from safetensors.torch import load_file, save as safetensors_bytes
 from torch import nn
 
 from attnkit import __version__
+from attnkit.atomic import atomic_write_bytes, atomic_write_json
 from attnkit.errors import InputError
 
 CONFIG = "config.json"
@@ -34,27 +34,6 @@ TOKENIZER = "tokenizer.json"
 LABELS = "labels.json"
 METRICS = "metrics.jsonl"
 MANIFEST = "manifest.json"
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the complete new one, nothing between."""
-    path = Path(path)
-    # A fresh name opened with "x" rather than mkstemp, whose files are 0600: a run directory is shared, so its files
-    # get the umask's permissions like any other file the user creates.
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    try:
-        with open(tmp, "xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: str | Path, obj: object) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
 def sha256_file(path: Path) -> str:
