@@ -106,6 +106,7 @@ class TrainConfig:
     keep_last: int = 5  # translator: checkpoints kept on disk (the paper averages the last 5, §6.1)
     valid_bleu: bool = True  # translator: greedy-decode the validation set at each checkpoint and report BLEU
     skip_nonfinite: bool = False  # a batch with a NaN/inf loss or gradient: False = stop the run, True = skip it
+    precision: str = "fp32"  # "fp32", or "bf16": bfloat16 autocast for the forward pass (AMX / AVX512-BF16 CPUs, GPUs)
     tokenizer: str = "word"  # "word" (lower-cased words and punctuation), "bpe" or "wordpiece"
     min_freq: int = 2  # word/subword vocabulary: minimum count to get an id
     max_len_policy: str = "truncate"  # over-long inputs: "truncate" (counted and reported) or "error"
@@ -116,6 +117,7 @@ class TrainConfig:
         _check_choice("schedule", self.schedule, ("linear", "noam", "constant"))
         _check_choice("tokenizer", self.tokenizer, ("word", "bpe", "wordpiece"))
         _check_choice("max_len_policy", self.max_len_policy, ("truncate", "error"))
+        _check_choice("precision", self.precision, ("fp32", "bf16"))
         for key in ("lr", "lr_factor", "adam_eps"):
             if getattr(self, key) <= 0:
                 raise InputError(f"config key {key}={getattr(self, key)} must be positive")

@@ -23,7 +23,7 @@ from attnkit.model.classifier import TransformerClassifier
 from attnkit.tokenization import Tokenizer, train_tokenizer
 from attnkit.training import checkpoint
 from attnkit.training.guards import NonFiniteError, check_step
-from attnkit.training.losses import classification_loss
+from attnkit.training.losses import autocast, classification_loss
 from attnkit.training.schedules import learning_rate
 from attnkit.training.state import STATE, LoopState, fingerprint_texts, load_state, save_state
 
@@ -197,15 +197,17 @@ def train_classifier(
             ids = pad([train_ids[i] for i in batch], tokenizer.pad_id)  # (B, S)
             y = train_y[batch]  # (B,)
             rng_before = torch.get_rng_state()
-            logits = model(ids)  # (B, C)
-            loss = classification_loss(logits, y, train_cfg.label_smoothing)
+            with autocast(train_cfg.precision):
+                logits = model(ids)  # (B, C)
+            loss = classification_loss(logits.float(), y, train_cfg.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm or float("inf"))
 
             def replay() -> None:
                 torch.set_rng_state(rng_before)
-                model(ids)
+                with autocast(train_cfg.precision):
+                    model(ids)
 
             problem = check_step(model, loss.detach(), grad_norm, step=loop.step, replay=replay)
             loop.batch_index += 1

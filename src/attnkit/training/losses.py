@@ -37,3 +37,9 @@ def sequence_loss(logits: Tensor, targets: Tensor, pad_id: int, smoothing: float
         label_smoothing=smoothing, reduction="sum",
     )
     return loss, int((targets != pad_id).sum())
+
+
+def autocast(precision: str) -> torch.autocast:
+    """The forward pass's numeric precision: bfloat16 autocast keeps weights, optimizer state and the loss in
+    float32 and runs matrix multiplications in bfloat16 (fast on CPUs with AMX or AVX512-BF16, and on GPUs)."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")

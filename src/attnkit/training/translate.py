@@ -23,7 +23,7 @@ from attnkit.tokenization import Tokenizer, train_tokenizer
 from attnkit.training import checkpoint
 from attnkit.training.classify import make_optimizer
 from attnkit.training.guards import NonFiniteError, check_step
-from attnkit.training.losses import sequence_loss
+from attnkit.training.losses import autocast, sequence_loss
 from attnkit.training.schedules import learning_rate
 from attnkit.training.state import STATE, LoopState, fingerprint_texts, load_state, save_state
 
@@ -200,15 +200,18 @@ def train_translator(
                 rng_before = torch.get_rng_state()
                 loss_sum = torch.zeros(())
                 for src, tgt_in, tgt_out in group:
-                    loss, _ = sequence_loss(model(src, tgt_in), tgt_out, tokenizer.pad_id, train_cfg.label_smoothing)
+                    with autocast(train_cfg.precision):
+                        logits = model(src, tgt_in)  # (B, T, V)
+                    loss, _ = sequence_loss(logits.float(), tgt_out, tokenizer.pad_id, train_cfg.label_smoothing)
                     (loss / n_tokens).backward()  # the step's gradient is the mean over all its target tokens
                     loss_sum += loss.detach()
                 grad_norm = nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm or float("inf"))
 
                 def replay() -> None:
                     torch.set_rng_state(rng_before)
-                    for src, tgt_in, _ in group:
-                        model(src, tgt_in)
+                    with autocast(train_cfg.precision):
+                        for src, tgt_in, _ in group:
+                            model(src, tgt_in)
 
                 problem = check_step(model, loss_sum, grad_norm, step=loop.step, replay=replay)
                 epoch_pos = round(loop.epoch - 1 + loop.batch_index / len(batches), 3)
