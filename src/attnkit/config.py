@@ -164,6 +164,12 @@ TRANSLATE_TRAIN_DEFAULTS: dict = dict(
 )
 
 
+# Fine-tuning a pretrained encoder (--init-from): a small learning rate with warmup and weight decay, as users of
+# BERT-family models expect (Devlin et al. 2019 use 2e-5 to 5e-5, 2 to 4 epochs); the best epoch is kept.
+FINE_TUNE_TRAIN_DEFAULTS: dict = dict(lr=5e-5, warmup_ratio=0.1, weight_decay=0.01, epochs=3, patience=0, batch_size=32)
+FINE_TUNE_SETTABLE_MODEL_KEYS = ("n_classes", "pooling", "dropout")  # the rest comes with the pretrained weights
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Overrides: "--set key=value" and YAML files
 

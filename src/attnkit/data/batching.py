@@ -25,17 +25,26 @@ class Truncation:
 
 
 def apply_length_policy(
-    seqs: list[list[int]], limit: int, policy: str, *, what: str = "input", keep_last: int | None = None
+    seqs: list[list[int]],
+    limit: int,
+    policy: str,
+    *,
+    what: str = "input",
+    keep_last: int | None = None,
+    lines: list[int] | None = None,
 ) -> tuple[list[list[int]], Truncation]:
     """Cut sequences longer than ``limit`` tokens (policy "truncate") or refuse them (policy "error").
 
-    ``keep_last`` keeps the final token (an EOS) when cutting. Truncation is returned, never silent.
+    ``keep_last`` keeps that many final tokens (an EOS, a [SEP]) when cutting; ``lines`` are the sequences' line
+    numbers in their file, for the error. Truncation is returned, never silent.
     """
     longest = max((len(s) for s in seqs), default=0)
     over = [i for i, s in enumerate(seqs) if len(s) > limit]
     if over and policy == "error":
+        first = f"line {lines[over[0]]}" if lines else f"#{over[0] + 1}"
+        plural = "s are" if len(over) > 1 else " is"
         raise InputError(
-            f"{len(over)} {what}s are longer than max_len={limit} tokens (first: #{over[0] + 1}, {len(seqs[over[0]])} "
+            f"{len(over)} {what}{plural} longer than max_len={limit} tokens (first: {first}, {len(seqs[over[0]])} "
             f"tokens); raise max_len or use max_len_policy=truncate"
         )
     if over:

@@ -62,9 +62,10 @@ class TransformerClassifier(nn.Module):
         hidden, attn_weights = self.encoder(self.embeddings(ids), mask, attn_layers)  # (B, S, D)
         return hidden, mask, attn_weights
 
-    def pool(self, hidden: Tensor, mask: Tensor) -> Tensor:
-        """(B, S, D) hidden states and (B, 1, 1, S) mask -> (B, D) sentence vectors."""
-        if self.pooling == "cls":
+    def pool(self, hidden: Tensor, mask: Tensor, pooling: str | None = None) -> Tensor:
+        """(B, S, D) hidden states and (B, 1, 1, S) mask -> (B, D) sentence vectors, pooled as the model does or as
+        ``pooling`` ("mean" or "cls") says."""
+        if (pooling or self.pooling) == "cls":
             return hidden[:, 0]  # (B, D)
         real = mask[:, 0, 0, :, None].to(hidden.dtype)  # (B, S, 1)
         return (hidden * real).sum(dim=1) / real.sum(dim=1).clamp(min=1.0)  # (B, D)

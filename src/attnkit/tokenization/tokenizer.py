@@ -64,6 +64,13 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
+    @property
+    def n_trailing_specials(self) -> int:
+        """How many special tokens follow the text in every encoding (BERT: one [SEP]), so that truncation keeps
+        them; 0 for attnkit's own tokenizers."""
+        mask = self.backend.encode("a").special_tokens_mask
+        return len(mask) - len("".join(map(str, mask)).rstrip("1"))
+
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``, with the CLS token first when the tokenizer has one."""
         return self.backend.encode(text).ids

@@ -63,19 +63,23 @@ def check_run_dir(run_dir: str | Path) -> Path:
     """A run directory that exists, has a config and weights, and whose files match the manifest."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise InputError(f"{run_dir}: not a run directory (no such directory)")
+        what = "a file" if run_dir.exists() else "no such directory"
+        raise InputError(f"{run_dir}: not a run directory ({what})")
     for name in (CONFIG, WEIGHTS):
         if not (run_dir / name).is_file():
             raise InputError(f"{run_dir}: not a run directory (no {name})")
     manifest_path = run_dir / MANIFEST
-    if manifest_path.is_file():
-        manifest = read_json(manifest_path)
-        for name, expected in manifest.get("sha256", {}).items():
-            path = run_dir / name
-            if not path.is_file():
-                raise InputError(f"{path}: listed in {MANIFEST} but missing")
-            if sha256_file(path) != expected:
-                raise InputError(f"{path}: changed or corrupted since it was written (sha256 differs from {MANIFEST})")
+    if not manifest_path.is_file():
+        # Written last, when a run finishes: without it the weights cannot be checked, and the run may be unfinished.
+        raise InputError(f"{run_dir}: no {MANIFEST}, so its files cannot be checked: a run killed before its first "
+                         f"save (train it again) or a damaged one")
+    manifest = read_json(manifest_path)
+    for name, expected in manifest.get("sha256", {}).items():
+        path = run_dir / name
+        if not path.is_file():
+            raise InputError(f"{path}: listed in {MANIFEST} but missing")
+        if sha256_file(path) != expected:
+            raise InputError(f"{path}: changed or corrupted since it was written (sha256 differs from {MANIFEST})")
     return run_dir
 
 
@@ -138,8 +142,13 @@ class MetricsLog:
         self._file = open(path, "a", encoding="utf-8")
 
     def write(self, row: dict) -> None:
-        self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(row) + "\n")
+            self._file.flush()
+        except OSError as err:
+            if err.filename is None and err.errno is not None:  # a full disk names no file: name the log
+                raise OSError(err.errno, err.strerror, str(self.path)) from err
+            raise
 
     def close(self) -> None:
         self._file.close()

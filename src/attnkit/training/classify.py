@@ -69,8 +69,12 @@ def resolve_classes(cfg: ClassifierConfig, labels: list[str]) -> ClassifierConfi
     return cfg
 
 
-def encode_examples(tokenizer: Tokenizer, texts: list[str], max_len: int, policy: str) -> tuple[list[list[int]], Truncation]:
-    return apply_length_policy(tokenizer.encode_batch(texts), max_len, policy)
+def encode_examples(
+    tokenizer: Tokenizer, texts: list[str], max_len: int, policy: str, lines: list[int] | None = None
+) -> tuple[list[list[int]], Truncation]:
+    """Ids of ``texts``, cut to ``max_len`` (keeping a trailing [SEP]) or refused, as ``policy`` says."""
+    return apply_length_policy(tokenizer.encode_batch(texts), max_len, policy, what="text",
+                               keep_last=tokenizer.n_trailing_specials or None, lines=lines)
 
 
 @torch.no_grad()
@@ -98,9 +102,13 @@ def train_classifier(
     train_cfg: TrainConfig,
     out_dir: str | Path,
     resume: bool = False,
+    init_from: str | Path | None = None,
     on_event: Callable[[Event], None] = lambda event: None,
 ) -> TrainSummary:
     """Train on ``train``, select on ``valid`` (10% of ``train`` held out when None), write the run to ``out_dir``.
+
+    With ``init_from`` (a BERT-format folder, or "minilm"), the encoder and its tokenizer are the pretrained ones and
+    only the head starts fresh; ``model_cfg`` then contributes ``n_classes``, ``pooling`` and ``dropout``.
 
     With ``resume``, ``out_dir`` is a run killed part-way: its config, tokenizer and training state are loaded and
     training continues from the saved step exactly as if it had never stopped (``model_cfg`` and ``train_cfg``
@@ -127,9 +135,18 @@ def train_classifier(
         else:
             valid, valid_source = list(train), "the training set (under 100 examples: none held out)"
 
+    pretrained = None
     if saved_config is not None:
         labels = checkpoint.read_json(out_dir / checkpoint.LABELS)
         tokenizer = Tokenizer.load(out_dir / checkpoint.TOKENIZER, saved_config["tokenizer"])
+    elif init_from is not None:
+        from attnkit.interop.bert import load_bert_classifier, resolve_bert_folder
+
+        labels = sorted({ex.label for ex in train})
+        n_classes = resolve_classes(model_cfg, labels).n_classes
+        pretrained, bert_cfg, tokenizer = load_bert_classifier(resolve_bert_folder(init_from), n_classes=n_classes,
+                                                               pooling=model_cfg.pooling)
+        model_cfg = dataclasses.replace(bert_cfg, dropout=model_cfg.dropout)
     else:
         labels = sorted({ex.label for ex in train})
         model_cfg = resolve_classes(model_cfg, labels)
@@ -142,8 +159,10 @@ def train_classifier(
     for ex in train + valid:
         if ex.label not in label_id:
             raise InputError(f"line {ex.line}: label {ex.label!r} is not one of the run's labels {labels}")
-    train_ids, truncation = encode_examples(tokenizer, [ex.text for ex in train], model_cfg.max_len, train_cfg.max_len_policy)
-    valid_ids, _ = encode_examples(tokenizer, [ex.text for ex in valid], model_cfg.max_len, train_cfg.max_len_policy)
+    train_ids, truncation = encode_examples(tokenizer, [ex.text for ex in train], model_cfg.max_len,
+                                            train_cfg.max_len_policy, [ex.line for ex in train])
+    valid_ids, _ = encode_examples(tokenizer, [ex.text for ex in valid], model_cfg.max_len, train_cfg.max_len_policy,
+                                   [ex.line for ex in valid])
     train_y = torch.tensor([label_id[ex.label] for ex in train])
     valid_y = [label_id[ex.label] for ex in valid]
     data_fingerprint = fingerprint_texts([ex.text for ex in train], [ex.label for ex in train], [ex.text for ex in valid])
@@ -152,6 +171,8 @@ def train_classifier(
               "longest": truncation.longest, "max_len": model_cfg.max_len})
 
     model = build_classifier(model_cfg, pad_id=tokenizer.pad_id)
+    if pretrained is not None:
+        model.load_state_dict(pretrained.state_dict())  # the same weights, in a model built with this run's dropout
     optimizer = make_optimizer(model, train_cfg)
     steps_per_epoch = -(-len(train) // train_cfg.batch_size)
     total_steps = train_cfg.max_steps or steps_per_epoch * train_cfg.epochs
@@ -161,6 +182,8 @@ def train_classifier(
     if saved_config is None:
         config = {**checkpoint.config_header("classify"), "model": dataclasses.asdict(model_cfg),
                   "train": dataclasses.asdict(train_cfg), "tokenizer": tokenizer.meta(), "pad_id": tokenizer.pad_id}
+        if init_from is not None:
+            config["init_from"] = str(init_from)
         for stale_file in (checkpoint.MANIFEST, STATE, checkpoint.WEIGHTS):
             (out_dir / stale_file).unlink(missing_ok=True)  # a run written over an earlier one starts clean
         checkpoint.atomic_write_json(out_dir / checkpoint.CONFIG, config)
@@ -182,7 +205,9 @@ def train_classifier(
     lengths = [len(s) for s in train_ids]
 
     def save_state_now() -> None:
+        """The training state, then the manifest: a run killed after this loads (and resumes) from here."""
         save_state(out_dir / STATE, model=model, optimizer=optimizer, loop=loop, data_fingerprint=data_fingerprint)
+        checkpoint.write_manifest(out_dir)
 
     def run_epoch(batches: list[list[int]]) -> bool:
         """Train on ``batches`` from ``loop.batch_index`` on; False when the step budget ran out first."""
@@ -253,6 +278,7 @@ def train_classifier(
             if improved:
                 c.update(best_acc=valid_acc, best_epoch=loop.epoch, stale=0)
                 checkpoint.save_weights(out_dir, model)
+                checkpoint.write_manifest(out_dir)
             else:
                 c["stale"] += 1
             log.write({**row, "best": improved})

@@ -54,8 +54,9 @@ def encode_pairs(tokenizer: Tokenizer, pairs: list[Pair], max_len: int, policy: 
     """Source = tokens + EOS (at most ``max_len``); target tokens at most ``max_len - 1`` (room for BOS / EOS)."""
     src = [ids + [tokenizer.eos_id] for ids in tokenizer.encode_batch([p.source for p in pairs])]
     tgt = tokenizer.encode_batch([p.target for p in pairs])
-    src, src_cut = apply_length_policy(src, max_len, policy, what="source sentence", keep_last=1)
-    tgt, tgt_cut = apply_length_policy(tgt, max_len - 1, policy, what="target sentence")
+    lines = [p.line for p in pairs]
+    src, src_cut = apply_length_policy(src, max_len, policy, what="source sentence", keep_last=1, lines=lines)
+    tgt, tgt_cut = apply_length_policy(tgt, max_len - 1, policy, what="target sentence", lines=lines)
     truncation = Truncation(src_cut.n_truncated + tgt_cut.n_truncated, len(pairs),
                             max(src_cut.longest, tgt_cut.longest + 1), max_len)
     return ParallelData(src, tgt, truncation)
@@ -173,6 +174,7 @@ def train_translator(
         model.train()
         c["last_checkpoint"] = row
         save_state(out_dir / STATE, model=model, optimizer=optimizer, loop=loop, data_fingerprint=data_fingerprint)
+        checkpoint.write_manifest(out_dir)  # a run killed after this loads (and resumes) from this checkpoint
         log.write(row)
         on_event({"event": "checkpoint", **row})
 

@@ -1,0 +1,166 @@
+"""Classifier speed: training steps and inference batches per second, with and without padding.
+
+The seed-000 classifier (vocab 10,000, d_model 128, 4 heads, d_ff 512, 2 layers, masked mean pooling, 2 classes),
+batches of 32 sentences of length 128. "full": every sentence has 128 real tokens; "padded": lengths drawn uniformly
+from 8 .. 128 (seeded), padded to 128, the shape a real batch of reviews has. Training = forward + cross-entropy +
+backward + Adam step (dropout 0.1); inference = forward in eval mode under ``torch.inference_mode``.
+
+Peers: ``torch.nn`` (``nn.TransformerEncoder`` with attnkit's weights; in inference PyTorch's default "fast path"
+with nested tensors, and the same with the fast path switched off, variant "fastpath-off"), Hugging Face
+``BertForSequenceClassification`` (same dimensions, ReLU; see ``peers.bert_classifier`` for its differences).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnkit.bench import peers
+from attnkit.bench.common import (
+    FIRST_ORDINARY_ID,
+    PAD_ID,
+    Result,
+    ceiling_results,
+    encoder_forward_flops,
+    fixed_threads,
+    gflops,
+    measure,
+    mfu,
+    training_flops,
+)
+from attnkit.config import CLASSIFIER_PRESETS, ClassifierConfig
+from attnkit.model.build import build_classifier
+
+CONFIGS: dict[str, ClassifierConfig] = {"seed000": ClassifierConfig(**CLASSIFIER_PRESETS["seed000"])}
+IMPLS = ("attnkit", "torch.nn", "transformers")
+MIN_PADDED_LENGTH = 8
+
+
+def make_batch(
+    cfg: ClassifierConfig, batch: int, length: int, padded: bool, seed: int
+) -> tuple[Tensor, Tensor, list[int]]:
+    """ids (B, L) padded with PAD_ID after each sentence's length, labels (B,), and the lengths."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(FIRST_ORDINARY_ID, cfg.vocab_size, (batch, length), generator=gen)  # (B, L)
+    if padded:
+        lengths = torch.randint(min(MIN_PADDED_LENGTH, length), length + 1, (batch,), generator=gen)  # (B,)
+        ids = ids.masked_fill(torch.arange(length)[None, :] >= lengths[:, None], PAD_ID)
+    else:
+        lengths = torch.full((batch,), length)
+    labels = torch.randint(0, cfg.n_classes or 2, (batch,), generator=gen)  # (B,)
+    return ids, labels, lengths.tolist()
+
+
+def forward_fn(impl: str, cfg: ClassifierConfig, ours: nn.Module) -> tuple[nn.Module, Callable[[Tensor], Tensor]]:
+    """The model of ``impl`` and its forward pass ids (B, L) -> logits (B, C)."""
+    if impl == "attnkit":
+        return ours, ours
+    if impl == "torch.nn":
+        model = peers.TorchNNClassifier(ours)
+        return model, model
+    if impl == "transformers":
+        model = peers.bert_classifier(cfg)
+        return model, lambda ids: model(input_ids=ids, attention_mask=(ids != PAD_ID).long()).logits  # (B, C)
+    raise ValueError(f"unknown implementation {impl!r}; expected one of {IMPLS}")
+
+
+def training_step(model: nn.Module, forward: Callable, ids: Tensor, labels: Tensor) -> Callable[[], float]:
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-9)
+
+    def step() -> float:
+        loss = F.cross_entropy(forward(ids), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    return step
+
+
+def inference_call(model: nn.Module, forward: Callable, ids: Tensor) -> Callable[[], Tensor]:
+    model.eval()
+
+    def call() -> Tensor:
+        with torch.inference_mode(), warnings.catch_warnings():
+            # nn.TransformerEncoder's fast path warns at every call that nested tensors are a prototype API.
+            warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors is in prototype stage")
+            return forward(ids)
+
+    return call
+
+
+@contextmanager
+def mha_fastpath(enabled: bool):
+    """PyTorch's switch for the ``nn.MultiheadAttention`` / ``nn.TransformerEncoderLayer`` inference fast path."""
+    previous = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(enabled)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(previous)
+
+
+def iter_results(
+    *,
+    quick: bool = False,
+    threads: int = 2,
+    configs: dict[str, ClassifierConfig] | None = None,
+    batch: int = 32,
+    length: int = 128,
+    impls: tuple[str, ...] | None = None,
+    warmup: int | None = None,
+    reps: int | None = None,
+    seed: int = 0,
+) -> Iterator[Result]:
+    """Yield the matmul ceilings, then per (padding, implementation) a training and an inference result.
+    ``quick``: 1 warm-up and 2 timed calls (3 for inference)."""
+    configs = configs or CONFIGS
+    impls = [i for i in (impls or IMPLS) if i != "transformers" or peers.available("transformers")]
+    warmup = warmup if warmup is not None else (1 if quick else 3)
+    reps = reps if reps is not None else (2 if quick else 10)
+
+    with fixed_threads(threads):
+        ceilings, fp32_gflops = ceiling_results("classify", threads=threads, quick=quick)
+        yield from ceilings
+        for name, cfg in configs.items():
+            if length > cfg.max_len:
+                raise ValueError(f"length={length} is past the model's max_len={cfg.max_len}")
+            for padded in (False, True):
+                ids, labels, lengths = make_batch(cfg, batch, length, padded, seed)
+                flop = training_flops(encoder_forward_flops(lengths, d_model=cfg.d_model, d_ff=cfg.d_ff,
+                                                            n_layers=cfg.n_layers))
+                common = dict(suite="classify", config=name, seq_len=length, search=None, dtype="float32",
+                              batch=batch, threads=threads)
+                variant = "padded" if padded else "full"
+                torch.manual_seed(seed)
+                ours = build_classifier(cfg, pad_id=PAD_ID)
+                for impl in impls:
+                    torch.manual_seed(seed)
+                    model, forward = forward_fn(impl, cfg, ours)
+                    step = training_step(model, forward, ids, labels)
+                    timing = measure(step, warmup=warmup, reps=reps, budget_s=20.0)
+                    t = timing.median_s
+                    yield Result(**common, impl=impl, mode="train", variant=variant, sentences_per_s=batch / t,
+                                 ms=t * 1e3, gflop_per_s=gflops(flop, t), mfu=mfu(flop, t, fp32_gflops),
+                                 reps=len(timing.times_s))
+                    fastpath_settings = (True, False) if impl == "torch.nn" else (True,)
+                    for fastpath in fastpath_settings:
+                        with mha_fastpath(fastpath):
+                            timing = measure(inference_call(model, forward, ids), warmup=warmup, reps=reps + 1,
+                                             budget_s=20.0)
+                        t = timing.median_s
+                        yield Result(**common, impl=impl, mode="infer",
+                                     variant=variant if fastpath else f"{variant}, fastpath-off",
+                                     sentences_per_s=batch / t, ms=t * 1e3, reps=len(timing.times_s))
+                    del model, forward
+
+
+def run(*, quick: bool = False, **kwargs) -> list[Result]:
+    """All results of ``iter_results`` (same arguments) as a list."""
+    return list(iter_results(quick=quick, **kwargs))

@@ -1,0 +1,273 @@
+"""What every suite shares: the result record, timing, thread control, peak memory, the matmul ceiling, FLOP counts.
+
+Timing. ``measure`` calls a function ``warmup`` times untimed (first-call allocation, oneDNN kernel selection,
+lazy initialisation in the peers), then ``reps`` times timed with ``time.perf_counter``, and reports the median:
+the median is robust to the occasional slow repetition on a shared machine. Every implementation in a suite is
+timed on the same inputs, with the same number of threads (``fixed_threads``), one after the other in one process.
+
+Peak memory (``PeakRSS``, Linux). The resident set size is the honest measure on a CPU: it includes memory that any
+allocator (PyTorch's, CTranslate2's, NumPy's) holds. ``getrusage``'s ru_maxrss is process-wide and never falls, so
+instead the kernel's high-water mark (VmHWM in /proc/self/status) is reset to the current RSS by writing "5" to
+/proc/self/clear_refs just before the measured calls, and peak_mib = VmHWM after them - VmRSS before them. Memory
+freed by an earlier measurement may stay resident in the allocator and be reused without raising the mark, so a
+suite that reports memory runs every measurement in a fresh subprocess (``scaling``).
+
+Model FLOPs (for MFU, model FLOPs utilisation = model FLOP/s / the machine's float32 matmul ceiling). Only matrix
+multiplications are counted, 2 FLOPs per multiply-add, over real (non-pad) tokens, D = d_model, F = d_ff, V = vocab:
+
+    forward = 2 * sum over tokens of (weights that token is multiplied by) + attention scores and weighted sums
+    training step = 3 * forward   (the backward pass costs twice the forward: gradients of inputs and of weights)
+
+    weights per token:  encoder layer  4 D^2 + 2 D F            (W^Q, W^K, W^V, W^O; W_1, W_2)
+                        decoder layer  6 D^2 + 2 D F per target token (self W^QKVO, cross W^Q and W^O, FFN)
+                                       + 2 D^2 per source token      (cross-attention W^K, W^V on the memory)
+                        output projection  D V per target token (tied to the embedding, but a real matmul)
+    attention, per layer and sentence:  4 D L_q L_k            (Q K^T and A V; the full square for causal masks,
+                                                                as the kernels compute it)
+
+So a training step is 6 * (weights used per token) * tokens + 3 * attention FLOPs; embedding lookups, LayerNorm,
+softmax, dropout and the optimizer are not counted (they cost time, which is why MFU stays below 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+# attnkit's tokenizers give the special tokens the first ids (attnkit.tokenization.tokenizer.SPECIAL_TOKENS);
+# benchmark inputs draw ordinary tokens from FIRST_ORDINARY_ID up.
+PAD_ID, UNK_ID, CLS_ID, BOS_ID, EOS_ID = 0, 1, 2, 3, 4
+FIRST_ORDINARY_ID = 5
+
+
+@dataclass
+class Result:
+    """One measured figure: one implementation, one configuration, one input shape. Unmeasured figures are None."""
+
+    suite: str  # "train", "classify", "decode", "scaling" (the matmul ceiling is reported under the suite's name)
+    impl: str  # "attnkit", "torch.nn", "torch.nn (no cache)", "transformers", "ctranslate2", "matmul"
+    config: str  # model preset or shape: "small", "base", "seed000", "layer-d256", "2048x2048"
+    seq_len: int | None  # source (= target) length, or the sequence length of the encoder layer
+    search: str | None  # decode: "greedy" or "beam4"
+    dtype: str  # compute type: "float32", "bfloat16", "int8"
+    mode: str | None = None  # "train" (forward + backward + Adam step) or "infer" (forward, no gradients)
+    variant: str | None = None  # what else distinguishes the row: "padded", "fastpath-off", "dropout=0", ...
+    batch: int | None = None  # sentences per call
+    tgt_tok_per_s: float | None = None  # target tokens per second (train: teacher-forced; decode: generated)
+    sentences_per_s: float | None = None
+    ms: float | None = None  # median wall time of one call (one step, one batch), milliseconds
+    peak_mib: float | None = None  # peak resident memory added by the call, MiB (see PeakRSS)
+    gflop_per_s: float | None = None  # model (or matmul) GFLOP/s
+    mfu: float | None = None  # model FLOPs utilisation: gflop_per_s / the float32 matmul ceiling
+    threads: int | None = None
+    reps: int | None = None  # timed repetitions behind the median
+
+    def to_json(self) -> str:
+        return json.dumps({k: _rounded(v) for k, v in dataclasses.asdict(self).items()})
+
+
+def _rounded(value):
+    return round(value, 4) if isinstance(value, float) else value
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Timing and threads
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_s: float
+    times_s: tuple[float, ...]
+
+
+def measure(fn: Callable[[], object], *, warmup: int, reps: int, budget_s: float | None = None) -> Timing:
+    """Call ``fn`` ``warmup`` times untimed, then time ``reps`` calls and return their median.
+
+    ``budget_s`` caps slow measurements: if the last warm-up call shows that ``reps`` calls would take longer, fewer
+    are timed, never fewer than 2 (each result reports how many).
+    """
+    gc.collect()
+    elapsed = None
+    for _ in range(warmup):
+        start = time.perf_counter()
+        fn()
+        elapsed = time.perf_counter() - start
+    if budget_s is not None and elapsed is not None and elapsed * reps > budget_s:
+        reps = max(2, min(reps, int(budget_s / elapsed)))
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return Timing(statistics.median(times), tuple(times))
+
+
+@contextmanager
+def fixed_threads(n: int):
+    """Run the block with ``torch.set_num_threads(n)`` (intra-op threads), then restore the previous number."""
+    if n < 1:
+        raise ValueError(f"threads={n} must be >= 1")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Peak memory
+
+
+class PeakRSS:
+    """Peak resident memory added by the block, in MiB (``peak_mib``; None where /proc is unavailable).
+
+    Resets the kernel's high-water mark on entry (see the module docstring). Meaningful in a fresh process.
+    """
+
+    def __init__(self) -> None:
+        self.peak_mib: float | None = None
+        self._base_kib: int | None = None
+
+    def __enter__(self) -> PeakRSS:
+        gc.collect()
+        try:
+            Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+            self._base_kib = _proc_status_kib("VmRSS")
+        except OSError:
+            self._base_kib = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._base_kib is not None:
+            self.peak_mib = max(0, _proc_status_kib("VmHWM") - self._base_kib) / 1024
+
+
+def _proc_status_kib(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])  # "VmHWM:   123456 kB"
+    raise OSError(f"{key} not in /proc/self/status")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The machine's matmul ceiling
+
+
+def matmul_ceiling(dtype: torch.dtype, *, n: int = 2048, warmup: int = 2, reps: int = 5) -> Timing:
+    """Time ``C = A B`` for square (n, n) matrices of ``dtype``; GFLOP/s = 2 n^3 / median / 1e9 (``gflops``)."""
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    c = torch.empty(n, n, dtype=dtype)
+    return measure(lambda: torch.mm(a, b, out=c), warmup=warmup, reps=reps)
+
+
+def gflops(flop: float, seconds: float) -> float:
+    return flop / seconds / 1e9
+
+
+def ceiling_results(suite: str, *, threads: int, quick: bool) -> tuple[list[Result], float]:
+    """The float32 and bfloat16 ceilings as results, and the float32 GFLOP/s that MFU is relative to."""
+    n = 1024 if quick else 2048
+    results = []
+    for dtype, name in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16")):
+        timing = matmul_ceiling(dtype, n=n, warmup=1 if quick else 3, reps=3 if quick else 10)
+        results.append(Result(
+            suite=suite, impl="matmul", config=f"{n}x{n}", seq_len=None, search=None, dtype=name,
+            ms=timing.median_s * 1e3, gflop_per_s=gflops(2 * n**3, timing.median_s), threads=threads,
+            reps=len(timing.times_s),
+        ))
+    return results, results[0].gflop_per_s
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Model FLOPs (formulas in the module docstring); lengths are per sentence, real tokens only.
+
+
+def encoder_forward_flops(lengths: Sequence[int], *, d_model: int, d_ff: int, n_layers: int) -> float:
+    D, F = d_model, d_ff
+    tokens = sum(lengths)
+    per_layer = 2 * tokens * (4 * D * D + 2 * D * F) + 4 * D * sum(L * L for L in lengths)
+    return n_layers * per_layer
+
+
+def seq2seq_forward_flops(
+    src_lengths: Sequence[int], tgt_lengths: Sequence[int], *, d_model: int, d_ff: int, n_layers: int, vocab_size: int
+) -> float:
+    """Encoder + decoder (``n_layers`` each) + the output projection, one teacher-forced forward pass."""
+    D, F = d_model, d_ff
+    src_tokens, tgt_tokens = sum(src_lengths), sum(tgt_lengths)
+    encoder = encoder_forward_flops(src_lengths, d_model=D, d_ff=F, n_layers=n_layers)
+    decoder_layer = (
+        2 * tgt_tokens * (6 * D * D + 2 * D * F) + 2 * src_tokens * 2 * D * D
+        + 4 * D * sum(t * t + t * s for s, t in zip(src_lengths, tgt_lengths))
+    )
+    return encoder + n_layers * decoder_layer + 2 * tgt_tokens * D * vocab_size
+
+
+def training_flops(forward_flops: float) -> float:
+    return 3 * forward_flops
+
+
+def mfu(flop_per_step: float, seconds: float, fp32_gflops: float) -> float:
+    return gflops(flop_per_step, seconds) / fp32_gflops
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Table
+
+
+_FIGURES = (
+    ("tgt_tok_per_s", "tgt tok/s", "{:,.0f}"),
+    ("sentences_per_s", "sent/s", "{:,.1f}"),
+    ("ms", "ms", "{:,.1f}"),
+    ("peak_mib", "peak MiB", "{:,.1f}"),
+    ("gflop_per_s", "GFLOP/s", "{:,.1f}"),
+    ("mfu", "MFU", "{:.1%}"),
+)
+_KEYS = (("impl", "impl"), ("config", "config"), ("variant", "variant"), ("mode", "mode"), ("seq_len", "len"),
+         ("search", "search"), ("dtype", "dtype"), ("batch", "batch"))
+
+
+def format_table(results: Iterable[Result]) -> str:
+    """A plain-text table, one row per result; columns that no row fills are left out."""
+    results = list(results)
+    if not results:
+        return "(no results)"
+    columns = [(key, title, "{}") for key, title in _KEYS] + list(_FIGURES)
+    columns = [c for c in columns if any(getattr(r, c[0]) is not None for r in results)]
+    rows = [[title for _, title, _ in columns]]
+    for r in results:
+        rows.append(["" if getattr(r, key) is None else fmt.format(getattr(r, key)) for key, _, fmt in columns])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    numeric = [key in _NUMERIC for key, _, _ in columns]
+    lines = []
+    for j, row in enumerate(rows):
+        cells = [cell.rjust(w) if num else cell.ljust(w) for cell, w, num in zip(row, widths, numeric)]
+        lines.append("  ".join(cells).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+_NUMERIC = {key for key, _, _ in _FIGURES} | {"seq_len", "batch"}
+
+
+def describe(result: Result) -> str:
+    """One short line for progress output: what was measured and its figures."""
+    what = " ".join(str(v) for v in (result.suite, result.config, result.variant, result.mode,
+                                     f"L={result.seq_len}" if result.seq_len else None, result.search,
+                                     result.dtype, result.impl) if v)
+    figures = [f"{fmt.format(getattr(result, key))} {title}" for key, title, fmt in _FIGURES
+               if getattr(result, key) is not None]
+    return f"{what}: {', '.join(figures)}"
+

@@ -1,0 +1,158 @@
+"""Translation training speed: one step = forward + backward + Adam update, in target tokens per second, and MFU.
+
+The encoder-decoder at the ``small`` preset (d_model 256, 4 heads, d_ff 1024, 3 + 3 layers) and the paper's ``base``
+(512, 8, 2048, 6 + 6), both with a shared vocabulary of 8,000 tied to the output projection, dropout 0.1. A batch
+holds B sentence pairs of exactly L source and L target tokens (no padding), B = tokens_per_batch / 2L, so that
+source + target = 4,096 tokens as in §5.1's ~25k-token batches scaled to a CPU. Every implementation runs the same
+loss (``attnkit.training.losses.sequence_loss``, label smoothing 0.1, §5.4) and the same optimizer (Adam, §5.3
+betas 0.9 / 0.98, eps 1e-9) on the same batch.
+
+Peers: ``torch.nn`` (``nn.Transformer`` with attnkit's embeddings and weights; its layers also drop out attention
+weights, which ``nn.TransformerEncoderLayer`` does not let a user separate), Hugging Face ``MarianMTModel``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.bench import peers
+from attnkit.bench.common import (
+    BOS_ID,
+    EOS_ID,
+    FIRST_ORDINARY_ID,
+    PAD_ID,
+    Result,
+    ceiling_results,
+    fixed_threads,
+    gflops,
+    measure,
+    mfu,
+    seq2seq_forward_flops,
+    training_flops,
+)
+from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig
+from attnkit.model.build import build_translator
+from attnkit.training.losses import sequence_loss
+
+CONFIGS: dict[str, TranslatorConfig] = {
+    "small": TranslatorConfig(**TRANSLATOR_PRESETS["small"]),
+    "base": TranslatorConfig(**{**TRANSLATOR_PRESETS["base"], "vocab_size": 8000}),
+}
+LENGTHS = (32, 128)
+IMPLS = ("attnkit", "torch.nn", "transformers")
+LABEL_SMOOTHING = 0.1
+
+
+def make_batch(cfg: TranslatorConfig, length: int, tokens_per_batch: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``src`` (B, L), ``tgt_in`` (B, L) = BOS y_1 .. y_{L-1}, ``tgt_out`` (B, L) = y_1 .. y_{L-1} EOS."""
+    if length > cfg.max_len:
+        raise ValueError(f"length={length} is past the model's max_len={cfg.max_len}")
+    B = max(1, tokens_per_batch // (2 * length))
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randint(FIRST_ORDINARY_ID, cfg.vocab_size, (B, length), generator=gen)  # (B, L)
+    words = torch.randint(FIRST_ORDINARY_ID, cfg.vocab_size, (B, length - 1), generator=gen)  # (B, L - 1)
+    tgt_in = torch.cat([torch.full((B, 1), BOS_ID), words], dim=1)  # (B, L)
+    tgt_out = torch.cat([words, torch.full((B, 1), EOS_ID)], dim=1)  # (B, L)
+    return src, tgt_in, tgt_out
+
+
+def batch_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
+    """Mean label-smoothed cross-entropy per target token: the one loss every implementation is trained with."""
+    loss, n_tokens = sequence_loss(logits, tgt_out, PAD_ID, smoothing=LABEL_SMOOTHING)
+    return loss / n_tokens
+
+
+def forward_fn(
+    impl: str, cfg: TranslatorConfig, ours: nn.Module
+) -> tuple[nn.Module, Callable[[Tensor, Tensor], Tensor]]:
+    """The model of ``impl`` and its teacher-forced forward pass (src, tgt_in) -> logits (B, T, V)."""
+    if impl == "attnkit":
+        return ours, ours
+    if impl == "torch.nn":
+        model = peers.TorchNNTranslator(ours)
+        return model, model
+    if impl == "transformers":
+        model = peers.marian_translator(cfg, pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID)
+
+        def forward(src: Tensor, tgt_in: Tensor) -> Tensor:
+            return model(
+                input_ids=src, attention_mask=(src != PAD_ID).long(), decoder_input_ids=tgt_in,
+                decoder_attention_mask=(tgt_in != PAD_ID).long(),
+            ).logits  # (B, T, V)
+
+        return model, forward
+    raise ValueError(f"unknown implementation {impl!r}; expected one of {IMPLS}")
+
+
+def training_step(
+    model: nn.Module, forward: Callable, src: Tensor, tgt_in: Tensor, tgt_out: Tensor
+) -> Callable[[], float]:
+    """A closure running one optimizer step on the batch; the model is put in training mode (dropout on)."""
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+
+    def step() -> float:
+        loss = batch_loss(forward(src, tgt_in), tgt_out)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    return step
+
+
+def iter_results(
+    *,
+    quick: bool = False,
+    threads: int = 2,
+    configs: dict[str, TranslatorConfig] | None = None,
+    lengths: tuple[int, ...] | None = None,
+    tokens_per_batch: int | None = None,
+    impls: tuple[str, ...] | None = None,
+    warmup: int | None = None,
+    reps: int | None = None,
+    seed: int = 0,
+) -> Iterator[Result]:
+    """Yield the matmul ceilings, then one result per (config, length, implementation). ``quick``: small, L = 32,
+    1,024 tokens per batch, 1 warm-up and 2 timed steps."""
+    configs = configs or ({"small": CONFIGS["small"]} if quick else CONFIGS)
+    lengths = lengths or ((32,) if quick else LENGTHS)
+    tokens_per_batch = tokens_per_batch or (1024 if quick else 4096)
+    impls = [i for i in (impls or IMPLS) if i != "transformers" or peers.available("transformers")]
+    warmup = warmup if warmup is not None else (1 if quick else 2)
+    reps = reps if reps is not None else (2 if quick else 5)
+
+    with fixed_threads(threads):
+        ceilings, fp32_gflops = ceiling_results("train", threads=threads, quick=quick)
+        yield from ceilings
+        for name, cfg in configs.items():
+            for length in lengths:
+                src, tgt_in, tgt_out = make_batch(cfg, length, tokens_per_batch, seed)
+                B = src.size(0)
+                flop = training_flops(seq2seq_forward_flops(
+                    [length] * B, [length] * B, d_model=cfg.d_model, d_ff=cfg.d_ff, n_layers=cfg.n_layers,
+                    vocab_size=cfg.vocab_size,
+                ))
+                torch.manual_seed(seed)
+                ours = build_translator(cfg, pad_id=PAD_ID)
+                for impl in impls:
+                    torch.manual_seed(seed)  # same dropout masks' seed and, for peers, same initialisation seed
+                    model, forward = forward_fn(impl, cfg, ours)
+                    timing = measure(training_step(model, forward, src, tgt_in, tgt_out), warmup=warmup, reps=reps,
+                                     budget_s=20.0)
+                    t = timing.median_s
+                    yield Result(
+                        suite="train", impl=impl, config=name, seq_len=length, search=None, dtype="float32",
+                        mode="train", batch=B, tgt_tok_per_s=tgt_out.numel() / t, sentences_per_s=B / t, ms=t * 1e3,
+                        gflop_per_s=gflops(flop, t), mfu=mfu(flop, t, fp32_gflops), threads=threads,
+                        reps=len(timing.times_s),
+                    )
+                    del model, forward
+
+
+def run(*, quick: bool = False, **kwargs) -> list[Result]:
+    """All results of ``iter_results`` (same arguments) as a list."""
+    return list(iter_results(quick=quick, **kwargs))

@@ -1,0 +1,196 @@
+"""Benchmarks: the comparisons are apples to apples, the FLOP formula is right, and every suite runs end to end.
+
+The parity tests are the ones that matter: the ``torch.nn`` peers compute the same losses and logits as attnkit with
+the same weights, the no-cache ``torch.nn`` decoding loop emits the same tokens as attnkit's cached greedy search,
+and the CTranslate2 export scores every target token as attnkit does. The smoke tests run each suite at tiny sizes
+and check the records, never the timings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from attnkit.bench import classify, decode, peers, scaling, train
+from attnkit.bench.common import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    Result,
+    format_table,
+    seq2seq_forward_flops,
+    training_flops,
+)
+from attnkit.config import ClassifierConfig, TranslatorConfig
+from attnkit.decoding import greedy_decode
+from attnkit.model.build import build_classifier, build_translator
+
+TINY = TranslatorConfig(vocab_size=120, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=48)
+TINY_CLS = ClassifierConfig(vocab_size=120, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=32, n_classes=2)
+FIELDS = {"suite", "impl", "config", "seq_len", "search", "dtype", "tgt_tok_per_s", "sentences_per_s", "ms", "peak_mib"}
+
+
+def _padded(ids: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    for b, n in enumerate(lengths):
+        ids[b, n:] = PAD_ID
+    return ids
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Same weights, same function
+
+
+def test_train_suite_torch_nn_peer_gives_the_same_loss():
+    """In eval mode (no dropout) the torch.nn peer of the train suite computes attnkit's loss on a padded batch."""
+    ours = build_translator(TINY, pad_id=PAD_ID).eval()
+    theirs, theirs_forward = train.forward_fn("torch.nn", TINY, ours)
+    theirs.eval()
+    src, tgt_in, tgt_out = train.make_batch(TINY, 12, 96, seed=1)  # (4, 12) each
+    src, tgt_in = _padded(src, [12, 9, 5, 12]), _padded(tgt_in, [12, 12, 7, 3])
+    tgt_out = tgt_out.masked_fill(tgt_in == PAD_ID, PAD_ID)
+    with torch.no_grad():
+        ours_loss = train.batch_loss(ours(src, tgt_in), tgt_out)
+        theirs_loss = train.batch_loss(theirs_forward(src, tgt_in), tgt_out)
+    assert ours_loss.item() > 0
+    torch.testing.assert_close(theirs_loss, ours_loss, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+@pytest.mark.parametrize("fastpath", [True, False])
+def test_classify_suite_torch_nn_peer_gives_the_same_logits(fastpath):
+    """With and without PyTorch's nested-tensor fast path, on a padded batch."""
+    ours = build_classifier(TINY_CLS, pad_id=PAD_ID).eval()
+    theirs = peers.TorchNNClassifier(ours).eval()
+    ids, _, _ = classify.make_batch(TINY_CLS, 6, 32, padded=True, seed=2)
+    with torch.inference_mode(), classify.mha_fastpath(fastpath):
+        torch.testing.assert_close(theirs(ids), ours(ids), rtol=1e-4, atol=1e-5)
+
+
+def test_decode_suite_torch_nn_loop_emits_attnkit_greedy_tokens():
+    """The no-cache loop re-runs the decoder on the prefix; it must produce what the cached search produces."""
+    ours = build_translator(TINY, pad_id=PAD_ID).eval()
+    src = decode.make_sources(TINY, 5, 9, seed=3)
+    expected = greedy_decode(ours, src, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=TINY.max_len, fixed_len=12)
+    got = peers.TorchNNTranslator(ours).greedy_no_cache(src, bos_id=BOS_ID, eos_id=EOS_ID, steps=12)
+    assert got.tolist() == expected
+
+
+@pytest.mark.parametrize(
+    "overrides", [{}, {"norm": "pre"}, {"positional": "learned", "activation": "gelu"}, {"tie_embeddings": False}]
+)
+def test_ct2_export_scores_like_attnkit(tmp_path, overrides):
+    """CTranslate2 running the exported weights gives attnkit's log-probability for every target token and EOS."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from attnkit.bench.ct2_spec import attnkit_to_ct2, default_tokens
+
+    cfg = dataclasses.replace(TINY, **overrides)
+    model = build_translator(cfg, pad_id=PAD_ID).eval()
+    if cfg.positional == "learned":  # learned positions start random, not zero: check they are carried over
+        torch.nn.init.normal_(model.embeddings.position.embedding.weight)
+    tokens = default_tokens(cfg.vocab_size)
+    attnkit_to_ct2(model, tmp_path, tokens=tokens, add_source_eos=False)
+    translator = ctranslate2.Translator(str(tmp_path), device="cpu", compute_type="float32", intra_threads=1)
+
+    src = decode.make_sources(cfg, 4, 9, seed=4)
+    tgt = decode.make_sources(cfg, 4, 6, seed=5)
+    scored = translator.score_batch([[tokens[i] for i in row] for row in src.tolist()],
+                                    [[tokens[i] for i in row] for row in tgt.tolist()])
+    tgt_in = torch.cat([torch.full((4, 1), BOS_ID), tgt], dim=1)  # (B, T + 1)
+    tgt_out = torch.cat([tgt, torch.full((4, 1), EOS_ID)], dim=1)  # (B, T + 1)
+    with torch.no_grad():
+        expected = model(src, tgt_in).log_softmax(-1).gather(-1, tgt_out[..., None])[..., 0]  # (B, T + 1)
+    got = torch.tensor([r.log_probs for r in scored])
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_ct2_export_decodes_exactly_fixed_length_like_attnkit(tmp_path):
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from attnkit.bench.ct2_spec import attnkit_to_ct2, default_tokens
+
+    model = build_translator(TINY, pad_id=PAD_ID).eval()
+    tokens = default_tokens(TINY.vocab_size)
+    attnkit_to_ct2(model, tmp_path, tokens=tokens, add_source_eos=False)
+    translator = ctranslate2.Translator(str(tmp_path), device="cpu", intra_threads=1)
+    src = decode.make_sources(TINY, 4, 9, seed=6)
+    out = translator.translate_batch([[tokens[i] for i in row] for row in src.tolist()], beam_size=1,
+                                     min_decoding_length=15, max_decoding_length=15, suppress_sequences=[["<pad>"]])
+    expected = greedy_decode(model, src, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=TINY.max_len, fixed_len=15)
+    assert [[tokens.index(t) for t in r.hypotheses[0]] for r in out] == expected
+
+
+def test_ct2_export_refuses_a_vocabulary_of_the_wrong_size(tmp_path):
+    pytest.importorskip("ctranslate2")
+    from attnkit.bench.ct2_spec import attnkit_to_ct2, default_tokens
+
+    with pytest.raises(ValueError, match="119 tokens given for a vocabulary of 120"):
+        attnkit_to_ct2(build_translator(TINY), tmp_path, tokens=default_tokens(119))
+
+
+def test_training_flops_formula_matches_pytorch_flop_counter():
+    """6 * weights per token * tokens + attention FLOPs = what FlopCounterMode counts for forward + backward
+    (the math attention backend, whose matmuls it sees)."""
+    model = build_translator(TINY, pad_id=PAD_ID).train()
+    src, tgt_in, _ = train.make_batch(TINY, 10, 120, seed=7)  # (6, 10) each
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(src, tgt_in).sum().backward()
+    lengths = [10] * src.size(0)
+    expected = training_flops(seq2seq_forward_flops(
+        lengths, lengths, d_model=TINY.d_model, d_ff=TINY.d_ff, n_layers=TINY.n_layers, vocab_size=TINY.vocab_size
+    ))
+    assert counter.get_total_flops() == expected
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Each suite end to end, tiny
+
+
+def _check(results: list[Result], suite: str, impls: set[str], figures: tuple[str, ...]) -> None:
+    assert results and {r.impl for r in results if r.impl != "matmul"} == impls
+    for r in results:
+        record = json.loads(r.to_json())
+        assert FIELDS <= set(record) and record["suite"] == suite
+        for key in figures if r.impl != "matmul" else ("gflop_per_s", "ms"):
+            assert record[key] is not None and record[key] > 0, (key, record)
+    assert all(i in format_table(results) for i in impls)
+
+
+def _installed(*names: str) -> set[str]:
+    return {n for n in names if peers.available(n)}
+
+
+@pytest.mark.slow
+def test_train_suite_smoke():
+    results = train.run(quick=True, threads=1, configs={"tiny": TINY}, lengths=(8,), tokens_per_batch=128)
+    _check(results, "train", {"attnkit", "torch.nn"} | _installed("transformers"),
+           ("tgt_tok_per_s", "sentences_per_s", "ms", "gflop_per_s", "mfu"))
+    assert {r.dtype for r in results if r.impl == "matmul"} == {"float32", "bfloat16"}
+
+
+@pytest.mark.slow
+def test_classify_suite_smoke():
+    results = classify.run(quick=True, threads=1, configs={"tiny": TINY_CLS}, batch=4, length=16)
+    _check(results, "classify", {"attnkit", "torch.nn"} | _installed("transformers"), ("sentences_per_s", "ms"))
+    rows = {(r.impl, r.mode, r.variant) for r in results}
+    assert ("torch.nn", "infer", "padded, fastpath-off") in rows and ("attnkit", "train", "full") in rows
+
+
+@pytest.mark.slow
+def test_decode_suite_smoke():
+    results = decode.run(quick=True, threads=1, configs={"tiny": TINY}, batch=3, src_len=5)
+    _check(results, "decode", {"attnkit", "torch.nn (no cache)"} | _installed("transformers", "ctranslate2"),
+           ("tgt_tok_per_s", "sentences_per_s", "ms"))
+    assert {r.search for r in results} == {"greedy", "beam4"}
+    assert all(r.search == "greedy" for r in results if r.impl == "torch.nn (no cache)")
+
+
+@pytest.mark.slow
+def test_scaling_suite_smoke():
+    results = scaling.run(quick=True, threads=1, lengths=(32,), dropouts=(0.1,),
+                          layer=dict(d_model=16, n_heads=2, d_ff=32))
+    _check(results, "scaling", {"attnkit", "torch.nn"}, ("ms", "peak_mib"))
+    assert {(r.impl, r.mode) for r in results} == {(i, m) for i in ("attnkit", "torch.nn") for m in ("infer", "train")}
