@@ -135,21 +135,25 @@ MAX_CELLS = 160  # longest side of an attention map as drawn; longer inputs are 
 
 
 def downsample(weights: Tensor, labels_q: list[str], labels_k: list[str]) -> tuple[Tensor, list[str], list[str]]:
-    """Average-pool a (T, S) map so neither side exceeds MAX_CELLS, thinning the labels to match. Rows of the pooled
-    map still sum to 1 (pooling along keys sums adjacent cells; along queries it averages rows)."""
-    import torch.nn.functional as F
+    """Pool a (T, S) map into at most MAX_CELLS x MAX_CELLS disjoint blocks, thinning the labels to match.
 
+    Keys are summed within a block and queries averaged, so every pooled row still sums to 1: a pooled cell is the
+    attention a block of queries pays, on average, to a block of keys.
+    """
     T, S = weights.shape
     t, s = min(T, MAX_CELLS), min(S, MAX_CELLS)
     if (t, s) == (T, S):
         return weights, labels_q, labels_k
-    pooled = F.adaptive_avg_pool2d(weights[None, None], (t, s))[0, 0] * (S / s)  # (t, s)
+    q_bin = torch.arange(T) * t // T  # (T,) block of each query
+    k_bin = torch.arange(S) * s // S  # (S,) block of each key
+    by_key = torch.zeros(T, s).index_add_(1, k_bin, weights)  # (T, s): summed over each key block
+    pooled = torch.zeros(t, s).index_add_(0, q_bin, by_key) / torch.bincount(q_bin, minlength=t)[:, None]  # (t, s)
 
-    def thin(labels: list[str], n: int) -> list[str]:
-        step = len(labels) / n
-        return [labels[int(i * step)] if i % max(1, n // 20) == 0 else "" for i in range(n)]
+    def thin(labels: list[str], bins: Tensor, n: int) -> list[str]:
+        first = [labels[int((bins == b).nonzero()[0])] for b in range(n)]
+        return [label if b % max(1, n // 20) == 0 else "" for b, label in enumerate(first)]
 
-    return pooled, thin(labels_q, t), thin(labels_k, s)
+    return pooled, thin(labels_q, q_bin, t), thin(labels_k, k_bin, s)
 
 
 def plot_attention_grid(maps: dict[int, Tensor], labels_q: list[str], labels_k: list[str], out: str | Path,

@@ -1,0 +1,68 @@
+"""`attnkit plot attention | curves | pe`: PNG and self-contained HTML, long inputs downsampled, bad input refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from attnkit.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plots") / "run"
+    assert main(["classify", "train", "--train", str(EXAMPLES), "--out", str(out), "--epochs", "2", "--quiet",
+                 "--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=2", "min_freq=1"]) == 0
+    return out
+
+
+def test_attention_png_and_html(run, tmp_path, capsys):
+    assert main(["plot", "attention", "--model", str(run), "--out", str(tmp_path / "a.png"), "a wonderful film"]) == 0
+    assert (tmp_path / "a.png").read_bytes().startswith(PNG)
+    assert main(["plot", "attention", "--model", str(run), "--out", str(tmp_path / "a.html"), "--layer", "1",
+                 "--head", "0", "a wonderful film"]) == 0
+    page = (tmp_path / "a.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "<script" not in page
+    assert "wonderful" in page  # token labels are drawn
+
+
+def test_attention_on_a_2000_token_input_is_downsampled(run, tmp_path, capsys):
+    """Longer than the model's max_len (sinusoids are extended) and than the drawing (average-pooled)."""
+    text = " ".join(["a wonderful film and a dull one"] * 286)  # 2,002 words
+    assert main(["plot", "attention", "--model", str(run), "--out", str(tmp_path / "long.png"), text]) == 0
+    assert (tmp_path / "long.png").read_bytes().startswith(PNG)
+    assert "sinusoids extended" in capsys.readouterr().err
+
+
+def test_downsampled_rows_still_sum_to_one():
+    import torch
+
+    from attnkit.analysis.plots import MAX_CELLS, downsample
+
+    weights = torch.rand(1000, 700).softmax(-1)
+    pooled, q, k = downsample(weights, [str(i) for i in range(1000)], [str(i) for i in range(700)])
+    assert pooled.shape == (MAX_CELLS, MAX_CELLS) and len(q) == len(k) == MAX_CELLS
+    torch.testing.assert_close(pooled.sum(-1), torch.ones(MAX_CELLS), atol=1e-4, rtol=0)
+
+
+def test_curves_and_pe(run, tmp_path):
+    assert main(["plot", "curves", "--run", str(run), "--out", str(tmp_path / "c.png")]) == 0
+    assert (tmp_path / "c.png").read_bytes().startswith(PNG)
+    assert main(["plot", "pe", "--d-model", "32", "--max-len", "64", "--out", str(tmp_path / "pe.html")]) == 0
+    assert "<svg" in (tmp_path / "pe.html").read_text()
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--out", "x.gif"], "unsupported figure format .gif"),
+    (["--out", "x.png", "--layer", "7"], "--layer 7"),
+    (["--out", "x.png", "--head", "5"], "--head 5"),
+])
+def test_bad_plot_requests(run, tmp_path, capsys, argv, fragment):
+    argv = [a if a != "x.png" and a != "x.gif" else str(tmp_path / a) for a in argv]
+    assert main(["plot", "attention", "--model", str(run), *argv, "a film"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and fragment in err[0]
