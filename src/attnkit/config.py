@@ -107,6 +107,7 @@ class TrainConfig:
     valid_bleu: bool = True  # translator: greedy-decode the validation set at each checkpoint and report BLEU
     skip_nonfinite: bool = False  # a batch with a NaN/inf loss or gradient: False = stop the run, True = skip it
     precision: str = "fp32"  # "fp32", or "bf16": bfloat16 autocast for the forward pass (AMX / AVX512-BF16 CPUs, GPUs)
+    tensorboard: bool = False  # also log every metric to RUN/tensorboard (needs `pip install tensorboard`)
     tokenizer: str = "word"  # "word" (lower-cased words and punctuation), "bpe" or "wordpiece"
     min_freq: int = 2  # word/subword vocabulary: minimum count to get an id
     max_len_policy: str = "truncate"  # over-long inputs: "truncate" (counted and reported) or "error"

@@ -80,6 +80,13 @@ class MultiHeadAttention(nn.Module):
         B, L, _ = x.shape
         return x.view(B, L, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, L, Dh)
 
+    def _fused_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q_proj(x), k_proj(x), v_proj(x) in one matrix multiplication: (B, L, D) -> 3 x (B, H, L, Dh)."""
+        weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])  # (3 H Dh, D)
+        bias = None if self.q_proj.bias is None else torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+        qkv = F.linear(x, weight, bias)  # (B, L, 3 H Dh)
+        return tuple(self._split_heads(t) for t in qkv.chunk(3, dim=-1))  # 3 x (B, H, L, Dh)
+
     def project_kv(self, memory: Tensor) -> KVCache:
         """Keys and values of ``memory`` (B, S, D), for cross-attention reused across decoding steps."""
         return KVCache(self._split_heads(self.k_proj(memory)), self._split_heads(self.v_proj(memory)), static=True)
@@ -104,17 +111,21 @@ class MultiHeadAttention(nn.Module):
             output (B, T, D), attention weights or None, and the updated cache (None if none was given).
         """
         B, T, _ = query.shape
-        q = self._split_heads(self.q_proj(query))  # (B, H, T, Dh)
-        if cache is not None and cache.static:
-            k, v = cache.k, cache.v  # (B, H, S, Dh)
+        if key_value is None:
+            # Self-attention: Q, K and V come from the same input, so the three projections run as one matrix
+            # multiplication with their weights stacked (fewer, larger GEMMs; the parameters stay separate).
+            q, k, v = self._fused_qkv(query)  # 3 x (B, H, T, Dh)
         else:
-            source = query if key_value is None else key_value
-            k = self._split_heads(self.k_proj(source))  # (B, H, S, Dh)
-            v = self._split_heads(self.v_proj(source))  # (B, H, S, Dh)
-            if cache is not None:
-                k = torch.cat([cache.k, k], dim=2)  # (B, H, L + T, Dh)
-                v = torch.cat([cache.v, v], dim=2)  # (B, H, L + T, Dh)
-                cache = KVCache(k, v)
+            q = self._split_heads(self.q_proj(query))  # (B, H, T, Dh)
+            if cache is not None and cache.static:
+                k, v = cache.k, cache.v  # (B, H, S, Dh)
+            else:
+                k = self._split_heads(self.k_proj(key_value))  # (B, H, S, Dh)
+                v = self._split_heads(self.v_proj(key_value))  # (B, H, S, Dh)
+        if cache is not None and not cache.static:
+            k = torch.cat([cache.k, k], dim=2)  # (B, H, L + T, Dh)
+            v = torch.cat([cache.v, v], dim=2)  # (B, H, L + T, Dh)
+            cache = KVCache(k, v)
         if need_weights:
             out, attn_weights = scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, Dh), (B, H, T, S)
         else:

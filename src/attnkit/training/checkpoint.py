@@ -130,10 +130,19 @@ class MetricsLog:
     """Append-only JSONL log, one object per line, flushed per line so a killed run keeps what it logged.
 
     On resume, ``keep`` drops the rows logged after the state being resumed from (they will be logged again).
+    With ``tensorboard``, every numeric field is also written as a TensorBoard scalar (tag = field name, x = step)
+    to ``RUN/tensorboard``, the convention TensorBoard users already have.
     """
 
-    def __init__(self, path: Path, keep: Callable[[dict], bool] | None = None):
+    def __init__(self, path: Path, keep: Callable[[dict], bool] | None = None, tensorboard: bool = False):
         self.path = path
+        self._writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise InputError("config key tensorboard=true needs the tensorboard package: pip install tensorboard") from None
+            self._writer = SummaryWriter(log_dir=str(path.parent / "tensorboard"))
         if keep is None:
             path.unlink(missing_ok=True)
         elif path.is_file():
@@ -142,6 +151,11 @@ class MetricsLog:
         self._file = open(path, "a", encoding="utf-8")
 
     def write(self, row: dict) -> None:
+        if self._writer is not None and "step" in row:
+            prefix = "epoch/" if "epoch" in row and "valid_accuracy" in row else ""
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("step", "epoch"):
+                    self._writer.add_scalar(prefix + key, value, row["step"])
         try:
             self._file.write(json.dumps(row) + "\n")
             self._file.flush()
@@ -152,3 +166,5 @@ class MetricsLog:
 
     def close(self) -> None:
         self._file.close()
+        if self._writer is not None:
+            self._writer.close()

@@ -191,13 +191,13 @@ def train_classifier(
         tokenizer.save(out_dir / checkpoint.TOKENIZER)
         loop = LoopState(counters={"best_acc": -1.0, "best_epoch": 0, "stale": 0, "seen": 0, "correct": 0,
                                    "loss_sum": 0.0, "skipped": 0})
-        log = checkpoint.MetricsLog(out_dir / checkpoint.METRICS)
+        log = checkpoint.MetricsLog(out_dir / checkpoint.METRICS, tensorboard=train_cfg.tensorboard)
     else:
         loop = load_state(out_dir / STATE, model=model, optimizer=optimizer, data_fingerprint=data_fingerprint)
         generator.set_state(loop.epoch_generator_state)
         resumed_at = loop
         log = checkpoint.MetricsLog(
-            out_dir / checkpoint.METRICS,
+            out_dir / checkpoint.METRICS, tensorboard=train_cfg.tensorboard,
             keep=lambda row: row["step"] <= resumed_at.step and ("valid_accuracy" not in row or row["epoch"] < resumed_at.epoch),
         )
         on_event({"event": "resume", "step": loop.step, "epoch": loop.epoch})

@@ -146,12 +146,13 @@ def train_translator(
         checkpoint.atomic_write_json(out_dir / checkpoint.CONFIG, config)
         tokenizer.save(out_dir / checkpoint.TOKENIZER)
         loop = LoopState(counters={"skipped": 0, "last_checkpoint": {}})
-        log = checkpoint.MetricsLog(out_dir / checkpoint.METRICS)
+        log = checkpoint.MetricsLog(out_dir / checkpoint.METRICS, tensorboard=train_cfg.tensorboard)
     else:
         loop = load_state(out_dir / STATE, model=model, optimizer=optimizer, data_fingerprint=data_fingerprint)
         generator.set_state(loop.epoch_generator_state)
         resumed_step = loop.step
-        log = checkpoint.MetricsLog(out_dir / checkpoint.METRICS, keep=lambda row: row["step"] <= resumed_step)
+        log = checkpoint.MetricsLog(out_dir / checkpoint.METRICS, keep=lambda row: row["step"] <= resumed_step,
+                                     tensorboard=train_cfg.tensorboard)
         on_event({"event": "resume", "step": loop.step, "epoch": loop.epoch})
     c = loop.counters
 
