@@ -276,6 +276,70 @@ def cmd_translate_eval(args: argparse.Namespace) -> None:
     _print_json(run.evaluate(pairs, beam=args.beam, alpha=args.alpha, length_penalty=args.length_penalty))
 
 
+def cmd_ablate(args: argparse.Namespace) -> None:
+    """Train the base model and one variant per --grid value with the same budget; write ablation.md and .png."""
+    import math
+
+    from attnkit.analysis.ablation import parse_grid, run_ablation, write_report
+    from attnkit.config import (ClassifierConfig,
+                                TranslatorConfig)
+    from attnkit.data.readers import read_labeled, read_parallel_tsv
+    from attnkit.training import checkpoint
+
+    variants = parse_grid(args.grid)
+    base = _overrides(args)
+    directory = _fetch_dataset(args.dataset, args.pair) if args.dataset else None
+    train_path = directory / "train.tsv" if directory else args.train
+    valid_path = directory / "valid.tsv" if directory else args.valid
+    if train_path is None or valid_path is None:
+        raise InputError("ablate: give --dataset NAME, or --train FILE and --valid FILE")
+    if args.task == "classify":
+        train, valid = read_labeled(train_path), read_labeled(valid_path)
+    else:
+        train, valid = read_parallel_tsv(train_path), read_parallel_tsv(valid_path)
+    for variant in variants:  # every configuration is checked before the first one trains
+        _ablation_configs(args, {**base, **variant.overrides})
+
+    def train_one(variant, out):
+        from attnkit.analysis.params import parameter_table
+        from attnkit.model.build import build_classifier, build_translator
+
+        model_cfg, train_cfg = _ablation_configs(args, {**base, **variant.overrides})
+        if args.task == "classify":
+            from attnkit.training.classify import train_classifier
+
+            summary = train_classifier(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out)
+            saved = checkpoint.read_json(out / checkpoint.CONFIG)
+            params = parameter_table(build_classifier(ClassifierConfig(**saved["model"]))).total
+            return params, summary.best_valid_accuracy, None
+        from attnkit.training.translate import train_translator
+
+        summary = train_translator(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out)
+        saved = checkpoint.read_json(out / checkpoint.CONFIG)
+        params = parameter_table(build_translator(TranslatorConfig(**saved["model"]))).total
+        return params, math.exp(min(summary.valid_loss, 50.0)), summary.valid_bleu
+
+    def show(variant) -> None:
+        print(f"{variant.name}: {variant.params:,} params, valid {variant.valid:.4f}"
+              + (f", BLEU {variant.bleu}" if variant.bleu is not None else "") + f", {variant.seconds:.0f} s", file=sys.stderr)
+
+    run_ablation(variants, train_one, args.out, show)
+    budget = args.budget or ", ".join(f"{k}={v}" for k, v in base.items()) or "the defaults"
+    table, figure = write_report(variants, args.task, budget, args.out)
+    print(table)
+    print(figure)
+
+
+def _ablation_configs(args: argparse.Namespace, overrides: dict):
+    from attnkit.config import (CLASSIFIER_PRESETS, TRANSLATE_TRAIN_DEFAULTS, TRANSLATOR_PRESETS, ClassifierConfig,
+                                TranslatorConfig, build_configs, preset)
+
+    if args.task == "classify":
+        return build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset or "default"), {}, overrides)
+    return build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset or "small"), TRANSLATE_TRAIN_DEFAULTS,
+                         overrides)
+
+
 def cmd_convert(args: argparse.Namespace) -> None:
     from attnkit.interop.pickle_import import import_pickle_into_run
 
@@ -488,6 +552,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last", type=int, default=5)
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=cmd_average)
+
+    p = commands.add_parser("ablate", help="Table 3 on your data: a base model and one-change variants, same budget")
+    p.add_argument("--task", choices=("classify", "translate"), required=True)
+    p.add_argument("--dataset", help="a dataset recipe (rt-polarity, bible, ...) instead of --train/--valid")
+    p.add_argument("--pair", help="language pair of the dataset recipe, e.g. en-de")
+    p.add_argument("--train", type=Path)
+    p.add_argument("--valid", type=Path)
+    p.add_argument("--preset", help="base model preset")
+    p.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2",
+                   help="one row group: the base with KEY set to each value (repeatable)")
+    p.add_argument("--budget", help="how the budget is described in the report (default: the --set values)")
+    p.add_argument("--out", type=Path, required=True, help="directory for the variants' runs and the report")
+    _add_config_args(p)
+    p.set_defaults(func=cmd_ablate)
 
     p = commands.add_parser("convert", help="import weights from a PyTorch pickle into a new run directory (safetensors)")
     p.add_argument("--from-pickle", type=Path, required=True, metavar="FILE",

@@ -1,0 +1,96 @@
+"""Table 3 of the paper, on your data: train a base model and variants that change one setting each, with the same
+budget, data and seed, and report parameters and validation quality side by side.
+
+The paper's rows: (A) number of heads at constant compute, (B) d_k alone, (C) model size, (D) dropout and label
+smoothing, (E) learned positional embeddings instead of sinusoids. Each ``--grid key=v1,v2`` line is one such row
+group; variants are not crossed with each other, as in the paper.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnkit.atomic import atomic_write_bytes
+from attnkit.errors import InputError
+
+
+@dataclass
+class Variant:
+    name: str  # "base", or "key=value"
+    overrides: dict[str, str]
+    params: int = 0
+    valid: float = float("nan")  # validation accuracy (classify) or perplexity (translate)
+    bleu: float | None = None
+    seconds: float = 0.0
+
+
+def parse_grid(grid: list[str]) -> list[Variant]:
+    """``["n_heads=1,4", "dropout=0.0"]`` -> base + one variant per value."""
+    variants = [Variant("base", {})]
+    for item in grid:
+        key, sep, values = item.partition("=")
+        if not sep or not key or not values:
+            raise InputError(f"--grid expects key=value1,value2,..., got {item!r}")
+        variants += [Variant(f"{key}={value}", {key: value}) for value in values.split(",") if value]
+    return variants
+
+
+def run_ablation(
+    variants: list[Variant],
+    train_one: Callable[[Variant, Path], tuple[int, float, float | None]],
+    out_dir: Path,
+    on_variant: Callable[[Variant], None] = lambda v: None,
+) -> list[Variant]:
+    """Train every variant into ``out_dir/<name>`` with ``train_one`` -> (params, valid metric, bleu)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for variant in variants:
+        start = time.perf_counter()
+        variant.params, variant.valid, variant.bleu = train_one(variant, out_dir / variant.name.replace("=", "-"))
+        variant.seconds = time.perf_counter() - start
+        on_variant(variant)
+    return variants
+
+
+def markdown_table(variants: list[Variant], task: str, budget: str) -> str:
+    """The report: one row per variant, shaped like the paper's Table 3."""
+    metric = "valid accuracy" if task == "classify" else "valid PPL"
+    header = f"| variant | params | {metric} |" + (" valid BLEU (greedy) |" if task == "translate" else "") + " train time |"
+    rule = "|---|---:|---:|" + ("---:|" if task == "translate" else "") + "---:|"
+    lines = [f"Budget: {budget}. Same data, seed and budget for every row; each row changes one setting of the base.",
+             "", header, rule]
+    for v in variants:
+        value = f"{v.valid:.4f}" if task == "classify" else f"{v.valid:.2f}"
+        bleu = f" {v.bleu:.2f} |" if task == "translate" else ""
+        lines.append(f"| {v.name} | {v.params / 1e6:.2f}M | {value} |{bleu} {v.seconds / 60:.1f} min |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_ablation(variants: list[Variant], task: str, out: Path) -> Path:
+    from attnkit.analysis.plots import new_figure, save_figure
+
+    fig = new_figure(1.1 * len(variants) + 3, 4)
+    ax = fig.subplots()
+    values = [v.valid for v in variants]
+    ax.bar(range(len(variants)), values, color=["#888"] + ["#3a7"] * (len(variants) - 1))
+    ax.set_xticks(range(len(variants)), [v.name for v in variants], rotation=30, ha="right")
+    ax.set_ylabel("validation accuracy" if task == "classify" else "validation perplexity")
+    finite = [x for x in values if math.isfinite(x)]
+    if finite and task == "classify":
+        ax.set_ylim(min(finite) - 0.02, max(finite) + 0.01)
+    ax.set_title("Variations on the base model (cf. Table 3)")
+    return save_figure(fig, out, "ablation")
+
+
+def write_report(variants: list[Variant], task: str, budget: str, out_dir: Path) -> tuple[Path, Path]:
+    table = out_dir / "ablation.md"
+    atomic_write_bytes(table, markdown_table(variants, task, budget).encode("utf-8"))
+    rows = [dataclasses.asdict(v) for v in variants]
+    import json
+
+    atomic_write_bytes(out_dir / "ablation.json", (json.dumps(rows, indent=2) + "\n").encode("utf-8"))
+    return table, plot_ablation(variants, task, out_dir / "ablation.png")
