@@ -15,7 +15,7 @@ from attnkit.model.build import build_classifier
 from attnkit.tokenization import Tokenizer
 from attnkit.training import checkpoint
 from attnkit.training.classify import encode_examples, predict_ids, predicted_classes
-from attnkit.training.losses import class_probabilities
+from attnkit.training.losses import autocast, class_probabilities
 
 
 @dataclass
@@ -28,7 +28,11 @@ class Prediction:
 class ClassifierRun:
     """Model, tokenizer and labels of one run directory."""
 
-    def __init__(self, run_dir: str | Path):
+    def __init__(self, run_dir: str | Path, precision: str = "fp32"):
+        """``precision="bf16"``: classify under bfloat16 autocast (faster on CPUs with AMX / AVX512-BF16)."""
+        if precision not in ("fp32", "bf16"):
+            raise InputError(f"precision {precision!r}; expected fp32 or bf16")
+        self.precision = precision
         run_dir = checkpoint.check_run_dir(run_dir)
         config = checkpoint.read_json(run_dir / checkpoint.CONFIG)
         if config.get("task") != "classify":
@@ -48,7 +52,8 @@ class ClassifierRun:
 
     def logits(self, texts: list[str]) -> torch.Tensor:
         seqs, _ = encode_examples(self.tokenizer, texts, self.model_cfg.max_len, self.max_len_policy)
-        return predict_ids(self.model, seqs, self.tokenizer.pad_id)
+        with autocast(self.precision):
+            return predict_ids(self.model, seqs, self.tokenizer.pad_id)
 
     def predict(self, texts: list[str]) -> list[Prediction]:
         for i, text in enumerate(texts, start=1):

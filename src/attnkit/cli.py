@@ -150,7 +150,7 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
 def cmd_classify_predict(args: argparse.Namespace) -> None:
     from attnkit.classify import ClassifierRun
 
-    run = ClassifierRun(args.model)
+    run = ClassifierRun(args.model, precision=args.precision)
     texts = _texts_from(args.texts)
     if not texts:
         raise InputError("classify predict: no text given (pass TEXT arguments or lines on stdin)")
@@ -171,7 +171,7 @@ def cmd_classify_eval(args: argparse.Namespace) -> None:
     from attnkit.classify import ClassifierRun
     from attnkit.data.readers import read_labeled
 
-    run = ClassifierRun(args.model)
+    run = ClassifierRun(args.model, precision=args.precision)
     data = _eval_file(args)
     _print_json(run.evaluate(read_labeled(data), source=str(data)))
 
@@ -493,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = classify_cmds.add_parser("predict", help="predict labels with probabilities, one JSON object per text")
     p.add_argument("--model", type=Path, required=True, help="run directory")
     p.add_argument("texts", nargs="*", metavar="TEXT", help="texts (default: one per stdin line)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: bfloat16 autocast (AMX CPUs)")
     p.set_defaults(func=cmd_classify_predict)
 
     p = classify_cmds.add_parser("eval", help="accuracy and macro-F1 on a labelled file")
@@ -500,6 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, help="labelled file (.tsv, .csv or .jsonl)")
     p.add_argument("--dataset", help="a dataset recipe instead of --data (e.g. rt-polarity)")
     p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: bfloat16 autocast (AMX CPUs)")
     p.set_defaults(func=cmd_classify_eval)
 
     translate = commands.add_parser("translate", help="train, run and evaluate translators (the paper's encoder-decoder)")

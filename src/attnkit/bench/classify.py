@@ -35,6 +35,7 @@ from attnkit.bench.common import (
 )
 from attnkit.config import CLASSIFIER_PRESETS, ClassifierConfig
 from attnkit.model.build import build_classifier
+from attnkit.training.losses import autocast
 
 CONFIGS: dict[str, ClassifierConfig] = {"seed000": ClassifierConfig(**CLASSIFIER_PRESETS["seed000"])}
 IMPLS = ("attnkit", "torch.nn", "transformers")
@@ -83,11 +84,12 @@ def training_step(model: nn.Module, forward: Callable, ids: Tensor, labels: Tens
     return step
 
 
-def inference_call(model: nn.Module, forward: Callable, ids: Tensor) -> Callable[[], Tensor]:
+def inference_call(model: nn.Module, forward: Callable, ids: Tensor, precision: str = "fp32") -> Callable[[], Tensor]:
+    """A closure classifying ``ids`` in eval mode; ``precision="bf16"`` under bfloat16 autocast."""
     model.eval()
 
     def call() -> Tensor:
-        with torch.inference_mode(), warnings.catch_warnings():
+        with torch.inference_mode(), autocast(precision), warnings.catch_warnings():
             # nn.TransformerEncoder's fast path warns at every call that nested tensors are a prototype API.
             warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors is in prototype stage")
             return forward(ids)
@@ -157,6 +159,12 @@ def iter_results(
                         t = timing.median_s
                         yield Result(**common, impl=impl, mode="infer",
                                      variant=variant if fastpath else f"{variant}, fastpath-off",
+                                     sentences_per_s=batch / t, ms=t * 1e3, reps=len(timing.times_s))
+                    if impl == "attnkit":  # `classify predict/eval --precision bf16`
+                        timing = measure(inference_call(model, forward, ids, "bf16"), warmup=warmup, reps=reps + 1,
+                                         budget_s=20.0)
+                        t = timing.median_s
+                        yield Result(**{**common, "dtype": "bfloat16"}, impl=impl, mode="infer", variant=variant,
                                      sentences_per_s=batch / t, ms=t * 1e3, reps=len(timing.times_s))
                     del model, forward
 

@@ -35,7 +35,7 @@ from attnkit.bench.common import (
 )
 from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig
 from attnkit.model.build import build_translator
-from attnkit.training.losses import sequence_loss
+from attnkit.training.losses import autocast, sequence_loss
 
 CONFIGS: dict[str, TranslatorConfig] = {
     "small": TranslatorConfig(**TRANSLATOR_PRESETS["small"]),
@@ -88,14 +88,17 @@ def forward_fn(
 
 
 def training_step(
-    model: nn.Module, forward: Callable, src: Tensor, tgt_in: Tensor, tgt_out: Tensor
+    model: nn.Module, forward: Callable, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, precision: str = "fp32"
 ) -> Callable[[], float]:
-    """A closure running one optimizer step on the batch; the model is put in training mode (dropout on)."""
+    """A closure running one optimizer step on the batch; the model is put in training mode (dropout on).
+    ``precision="bf16"`` runs the forward pass under bfloat16 autocast, as ``--set precision=bf16`` trains."""
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
 
     def step() -> float:
-        loss = batch_loss(forward(src, tgt_in), tgt_out)
+        with autocast(precision):
+            logits = forward(src, tgt_in)  # (B, T, V)
+        loss = batch_loss(logits.float(), tgt_out)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -138,14 +141,17 @@ def iter_results(
                 ))
                 torch.manual_seed(seed)
                 ours = build_translator(cfg, pad_id=PAD_ID)
-                for impl in impls:
+                # attnkit also with bfloat16 autocast (--set precision=bf16); the peers in float32, as users run them.
+                runs = [(impl, "fp32") for impl in impls] + ([("attnkit", "bf16")] if "attnkit" in impls else [])
+                for impl, precision in runs:
                     torch.manual_seed(seed)  # same dropout masks' seed and, for peers, same initialisation seed
                     model, forward = forward_fn(impl, cfg, ours)
-                    timing = measure(training_step(model, forward, src, tgt_in, tgt_out), warmup=warmup, reps=reps,
-                                     budget_s=20.0)
+                    timing = measure(training_step(model, forward, src, tgt_in, tgt_out, precision), warmup=warmup,
+                                     reps=reps, budget_s=20.0)
                     t = timing.median_s
                     yield Result(
-                        suite="train", impl=impl, config=name, seq_len=length, search=None, dtype="float32",
+                        suite="train", impl=impl, config=name, seq_len=length, search=None,
+                        dtype="bfloat16" if precision == "bf16" else "float32",
                         mode="train", batch=B, tgt_tok_per_s=tgt_out.numel() / t, sentences_per_s=B / t, ms=t * 1e3,
                         gflop_per_s=gflops(flop, t), mfu=mfu(flop, t, fp32_gflops), threads=threads,
                         reps=len(timing.times_s),
