@@ -247,9 +247,16 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
 
 
 def cmd_translate_run(args: argparse.Namespace) -> None:
-    from attnkit.translate import TranslatorRun
+    if args.engine == "ct2":
+        from attnkit.interop.ct2 import CT2Translator
 
-    run = TranslatorRun(args.model)
+        run = CT2Translator(args.model)
+        max_len = run.max_len
+    else:
+        from attnkit.translate import TranslatorRun
+
+        run = TranslatorRun(args.model)
+        max_len = run.model_cfg.max_len
     lines = [line.rstrip("\r\n") for line in sys.stdin]
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -257,7 +264,7 @@ def cmd_translate_run(args: argparse.Namespace) -> None:
     outputs, n_truncated = run.translate(lines, beam=args.beam, alpha=args.alpha, length_penalty=args.length_penalty,
                                          batch_size=args.batch_size)
     if n_truncated:
-        print(f"note: {n_truncated} source line(s) longer than max_len={run.model_cfg.max_len} tokens were truncated",
+        print(f"note: {n_truncated} source line(s) longer than max_len={max_len} tokens were truncated",
               file=sys.stderr)
     for out in outputs:
         print(out)
@@ -458,6 +465,13 @@ def cmd_embed(args: argparse.Namespace) -> None:
         _print_json({"text": text, "vector": [float(f"{x:.9g}") for x in vector]})  # 9 digits: float32 exactly
 
 
+def cmd_export_ct2(args: argparse.Namespace) -> None:
+    from attnkit.interop.ct2 import export_ct2
+
+    out = export_ct2(args.model, args.out, quantization=args.quantization)
+    _print_json({"out": str(out), "files": sorted(p.name for p in out.iterdir())})
+
+
 def cmd_export_hf(args: argparse.Namespace) -> None:
     from attnkit.interop.bert import export_bert_folder
 
@@ -533,7 +547,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="gnmt: ((5+|Y|)/6)^alpha; power: |Y|^alpha")
 
     p = translate_cmds.add_parser("run", help="translate stdin to stdout, one line each, same order")
-    p.add_argument("--model", type=Path, required=True, help="run directory")
+    p.add_argument("--model", type=Path, required=True,
+                   help="run directory; with --engine ct2, a directory written by `attnkit export ct2`")
+    p.add_argument("--engine", choices=("attnkit", "ct2"), default="attnkit",
+                   help="attnkit (PyTorch, default) or ct2 (CTranslate2: pip install ctranslate2)")
     p.add_argument("--batch-size", type=int, default=32)
     add_decoding_args(p)
     p.set_defaults(func=cmd_translate_run)
@@ -638,6 +655,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True,
                    help="folder to write (config.json, model.safetensors, tokenizer.json, vocab.txt)")
     p.set_defaults(func=cmd_export_hf)
+    p = export_cmds.add_parser("ct2", help="a translator run as a CTranslate2 model directory")
+    p.add_argument("--model", type=Path, required=True, help="translator run directory")
+    p.add_argument("--out", type=Path, required=True,
+                   help="directory to write (model.bin, config.json, shared_vocabulary.json, tokenizer.json, "
+                        "attnkit_ct2.json)")
+    p.add_argument("--quantization", metavar="TYPE",
+                   help="stored weight type: int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, "
+                        "bfloat16 or float32 (default: float32)")
+    p.set_defaults(func=cmd_export_ct2)
     return parser
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from attnkit.config import TranslatorConfig
-from attnkit.data.batching import bucketed_batches, pad
+from attnkit.data.batching import apply_length_policy, bucketed_batches, pad
 from attnkit.data.readers import Pair
 from attnkit.errors import InputError
 from attnkit.evaluation.bleu import corpus_scores
@@ -47,6 +47,17 @@ def translate_ids(
     return out
 
 
+def encode_sources(tokenizer: Tokenizer, texts: list[str], max_len: int, policy: str) -> tuple[list[list[int]], int]:
+    """Source ids + EOS, as in training; over-long sources are truncated (keeping the EOS, and counted) or refused,
+    as the run was configured. Returns the ids and how many were truncated."""
+    for i, text in enumerate(texts, start=1):
+        if not text.strip():
+            raise InputError(f"source line {i} is empty")
+    ids = [s + [tokenizer.eos_id] for s in tokenizer.encode_batch(texts)]
+    ids, cut = apply_length_policy(ids, max_len, policy, what="source sentence", keep_last=1)
+    return ids, cut.n_truncated
+
+
 class TranslatorRun:
     """Model and shared tokenizer of one translation run directory (or an averaged one)."""
 
@@ -68,15 +79,7 @@ class TranslatorRun:
         self.run_dir = run_dir
 
     def encode_sources(self, texts: list[str]) -> tuple[list[list[int]], int]:
-        """Source ids (+ EOS); over-long sources are truncated (and counted) or refused, as the run was configured."""
-        from attnkit.data.batching import apply_length_policy
-
-        for i, text in enumerate(texts, start=1):
-            if not text.strip():
-                raise InputError(f"source line {i} is empty")
-        ids = [s + [self.tokenizer.eos_id] for s in self.tokenizer.encode_batch(texts)]
-        ids, cut = apply_length_policy(ids, self.model_cfg.max_len, self.max_len_policy, what="source sentence", keep_last=1)
-        return ids, cut.n_truncated
+        return encode_sources(self.tokenizer, texts, self.model_cfg.max_len, self.max_len_policy)
 
     def translate(self, texts: list[str], *, beam: int = 4, alpha: float = 0.6, length_penalty: str = "gnmt",
                   batch_size: int = 32) -> tuple[list[str], int]:

@@ -9,8 +9,9 @@ Suites (each a module with ``run(*, quick=False, threads=2, ...) -> list[Result]
     scaling    one encoder layer at lengths 128 .. 8,192, time and peak memory, inference and training
 
 Peers (``peers``): ``torch.nn`` always; Hugging Face ``transformers`` and CTranslate2 when installed (the ``bench``
-extra). ``common`` holds timing, peak memory, the matmul ceiling and the FLOP formulas; ``ct2_spec`` exports an
-attnkit translator to CTranslate2; ``cli_entry`` is the command line (``attnkit bench SUITE``).
+extra). ``common`` holds timing, peak memory, the matmul ceiling and the FLOP formulas; ``cli_entry`` is the
+command line (``attnkit bench SUITE``). The CTranslate2 peer runs attnkit's weights converted by
+``attnkit.interop.ct2``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ implementation returned a different number.
     torch.nn       no decoding API: ``TorchNNTranslator.greedy_no_cache`` re-runs the decoder on the whole prefix
                    at every step (the loop a user writes); greedy only, labelled "torch.nn (no cache)"
     transformers   ``MarianMTModel.generate(num_beams=1 | 4, min_new_tokens=steps, max_new_tokens=steps)``
-    ctranslate2    attnkit's weights exported by ``ct2_spec.attnkit_to_ct2``, ``Translator.translate_batch(
+    ctranslate2    attnkit's weights exported by ``attnkit.interop.ct2.attnkit_to_ct2``, ``Translator.translate_batch(
                    beam_size=1 | 4, min_decoding_length=steps, max_decoding_length=steps)``, float32 and int8
                    (weights quantized at load time, ``compute_type="int8"``)
 
@@ -157,7 +157,7 @@ def _ct2_translators(ours, src: Tensor, out_dir: Path, threads: int):
     """float32 and int8 CTranslate2 translators of ``ours``'s weights, each with the source batch as tokens."""
     import ctranslate2
 
-    from attnkit.bench.ct2_spec import attnkit_to_ct2, default_tokens
+    from attnkit.interop.ct2 import attnkit_to_ct2, default_tokens
 
     tokens = default_tokens(ours.embeddings.token.num_embeddings)
     attnkit_to_ct2(ours, out_dir, tokens=tokens, add_source_eos=False)  # the sources are passed complete

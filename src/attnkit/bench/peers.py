@@ -5,7 +5,7 @@ copies them), so a test can check that both compute the same loss before the sui
 embeddings, positional encodings, output projection or pooling: the peers reuse copies of attnkit's, as a user
 of ``nn.Transformer`` would write their own. Hugging Face models are randomly initialised with the same dimensions
 (their own initialisation; the architectures differ in details listed at each builder). CTranslate2 runs attnkit's
-weights through ``attnkit.bench.ct2_spec``.
+weights through ``attnkit.interop.ct2``.
 
 Optional packages are imported only inside the builders; ``available`` says which are installed.
 """

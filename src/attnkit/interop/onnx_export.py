@@ -1,0 +1,193 @@
+"""Classifier runs as ONNX models: ``attnkit export onnx`` and the onnxruntime parity check.
+
+``export_onnx`` writes three files for ``--out FILE.onnx``:
+
+    FILE.onnx             the classifier's graph and weights: input ``ids`` int64 (B, S), output ``logits`` float32
+                          (B, C), with B and S dynamic (1 <= S <= max_len). Its ``metadata_props`` hold the labels,
+                          pad id, length policy and output activation under the key ``attnkit``.
+    FILE.tokenizer.json   the run's ``tokenizer.json``, byte for byte (the `tokenizers` library's own format,
+                          ``tokenizers.Tokenizer.from_file``); named after FILE so two exports can share a folder.
+    FILE.json             everything needed to use FILE.onnx without attnkit: the same metadata, plus the sha256 of
+                          FILE.onnx and the source run. Written last, like a run's manifest.
+
+To classify a text with them, as ``attnkit classify predict`` does: ``ids = tokenizer.encode(text).ids`` (the
+tokenizer prepends CLS itself when the model pools it); cut ids longer than ``max_len`` to the first ``max_len``
+(keeping the last ``keep_last`` ids, BERT's [SEP]) or refuse them, as ``max_len_policy`` says; right-pad a batch
+with ``pad_id``; padding never changes a row's logits. ``activation`` "softmax" gives P(labels[c]) = softmax(logits)[c];
+"sigmoid" (one logit, a binary head) gives P(labels[1]) = sigmoid(logit).
+
+Exporter: ``torch.onnx.export(dynamo=True)`` (torch.export + onnxscript), the default since PyTorch 2.9. It exports
+attnkit's model unchanged (the fused QKV projection's ``torch.cat`` of the three weights is folded into one
+constant; ``F.scaled_dot_product_attention`` with a boolean mask becomes plain MatMul/Softmax ops) with truly
+symbolic batch and sequence dimensions, and matches attnkit to ~1e-7 at shapes other than the example's. The
+TorchScript exporter (``dynamo=False``) gives equally correct numbers here but is deprecated, and traces the
+``length <= max_len`` check of the positional table as a constant (a TracerWarning); it is not used. The dynamo
+exporter writes opset 18 or newer: a lower opset goes through ONNX's version converter, whose opset-17 graph
+onnxruntime rejects (``Split`` with ``num_outputs``), so ``opset`` below 18 is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from attnkit import __version__
+from attnkit.atomic import atomic_write_bytes, atomic_write_json
+from attnkit.errors import InputError
+
+FORMAT = "attnkit-onnx/1"
+MIN_OPSET = 18  # the dynamo exporter's lowest; see the module docstring
+METADATA_KEY = "attnkit"  # the ONNX metadata_props key holding the JSON metadata
+INPUT, OUTPUT = "ids", "logits"
+PIP = "pip install onnx onnxscript onnxruntime"
+
+
+def _require(*modules: str) -> None:
+    missing = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise InputError(f"ONNX export and checking need {', '.join(missing)}, which is not installed ({PIP})")
+
+
+def sidecar_paths(onnx_path: str | Path) -> tuple[Path, Path]:
+    """The metadata JSON and tokenizer written beside ``FILE.onnx``: ``FILE.json`` and ``FILE.tokenizer.json``."""
+    onnx_path = Path(onnx_path)
+    return onnx_path.with_suffix(".json"), onnx_path.with_suffix(".tokenizer.json")
+
+
+@contextmanager
+def _quiet_exporter():
+    """Library code never prints: silence the exporter's notes the user cannot act on (torchvision ops it skips,
+    deprecations inside torch.export), for the duration of one export."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def export_onnx(run_dir: str | Path, out_path: str | Path, *, opset: int | None = None) -> Path:
+    """Write the classifier run at ``run_dir`` as ``out_path`` (FILE.onnx) with FILE.json and FILE.tokenizer.json.
+
+    Args:
+        opset: ONNX operator set to write, 18 to the newest the installed ``onnx`` knows (None: the exporter's
+            default).
+    Returns:
+        ``out_path``.
+    Raises:
+        InputError: onnx or onnxscript is missing, ``out_path`` does not end in ``.onnx`` or is a directory, the
+            opset is out of range, or the run is not a readable classifier (a translator is refused).
+    """
+    from attnkit.classify import ClassifierRun
+    from attnkit.training import checkpoint
+
+    _require("onnx", "onnxscript")
+    import onnx
+
+    out_path = Path(out_path)
+    if out_path.suffix != ".onnx":
+        raise InputError(f"{out_path}: the output file name must end in .onnx")
+    if out_path.is_dir():
+        raise InputError(f"{out_path}: is a directory; give a file name ending in .onnx")
+    newest = onnx.defs.onnx_opset_version()
+    if opset is not None and not MIN_OPSET <= opset <= newest:
+        raise InputError(f"opset {opset}; expected {MIN_OPSET} to {newest}")
+    run = ClassifierRun(run_dir)  # checks the files against the manifest and that the run is a classifier
+    tokenizer, cfg = run.tokenizer, run.model_cfg
+
+    # The example only has to be traced; B = 2 and S = 8 keep the exporter from specializing a dimension of size 1.
+    length = min(8, cfg.max_len)
+    example = torch.full((2, length), tokenizer.unk_id, dtype=torch.long)  # (B, S)
+    example[1, length // 2 :] = tokenizer.pad_id
+    dynamic = {INPUT: {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=cfg.max_len)}}
+    with _quiet_exporter(), torch.no_grad():
+        program = torch.onnx.export(run.model, (example,), input_names=[INPUT], output_names=[OUTPUT], dynamo=True,
+                                    dynamic_shapes=dynamic, opset_version=opset, verbose=False)
+    proto = program.model_proto
+    written = next(op.version for op in proto.opset_import if op.domain in ("", "ai.onnx"))
+    if opset is not None and written != opset:
+        raise InputError(f"opset {opset} was asked for, the exporter wrote opset {written}")
+
+    meta = {
+        "format": FORMAT,
+        "attnkit_version": __version__,
+        "exporter": f"torch.onnx.export(dynamo=True), torch {torch.__version__}",
+        "opset": written,
+        "input": {"name": INPUT, "dtype": "int64", "shape": ["batch", "seq"], "pad_id": tokenizer.pad_id,
+                  "max_len": cfg.max_len, "max_len_policy": run.max_len_policy,
+                  "keep_last": tokenizer.n_trailing_specials},
+        "output": {"name": OUTPUT, "dtype": "float32", "shape": ["batch", cfg.n_classes],
+                   "activation": "sigmoid" if cfg.n_classes == 1 else "softmax"},
+        "labels": run.labels,
+        "pooling": cfg.pooling,
+        "tokenizer": tokenizer.meta(),  # kind, special-token roles and fingerprint
+    }
+    del proto.metadata_props[:]
+    proto.metadata_props.add(key=METADATA_KEY, value=json.dumps(meta, ensure_ascii=False))
+    onnx.checker.check_model(proto)
+    data = proto.SerializeToString()
+
+    meta_path, tokenizer_path = sidecar_paths(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out_path, data)
+    atomic_write_bytes(tokenizer_path, (run.run_dir / checkpoint.TOKENIZER).read_bytes())
+    atomic_write_json(meta_path, {
+        **meta,
+        "onnx": {"file": out_path.name, "sha256": hashlib.sha256(data).hexdigest()},
+        "tokenizer": {"file": tokenizer_path.name, **meta["tokenizer"]},
+        "source_run": str(run.run_dir.resolve()),
+        "source_manifest_sha256": checkpoint.sha256_file(run.run_dir / checkpoint.MANIFEST),
+    })
+    return out_path
+
+
+def check_onnx(run_dir: str | Path, onnx_path: str | Path, texts: list[str]) -> float:
+    """Max |onnxruntime logits - attnkit logits| over ``texts``, encoded as the run encodes them and right-padded
+    into one (N, S) batch for onnxruntime.
+
+    Raises:
+        InputError: onnxruntime is missing, no texts are given, ``onnx_path`` cannot be loaded, or its logits do not
+            have the run's shape (an export of another run).
+    """
+    from attnkit.classify import ClassifierRun
+    from attnkit.data.batching import pad
+    from attnkit.training.classify import encode_examples
+
+    _require("onnxruntime")
+    import onnxruntime
+
+    if not texts:
+        raise InputError("check_onnx: no texts given")
+    onnx_path = Path(onnx_path)
+    if not onnx_path.is_file():
+        raise InputError(f"{onnx_path}: no such file")
+    run = ClassifierRun(run_dir)
+    seqs, _ = encode_examples(run.tokenizer, texts, run.model_cfg.max_len, run.max_len_policy)
+    ids = pad(seqs, run.tokenizer.pad_id)  # (N, S)
+    try:
+        session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+        got = session.run([OUTPUT], {INPUT: ids.numpy()})[0]  # (N, C)
+    except Exception as err:  # onnxruntime raises its own exception types for unreadable or mismatched models
+        raise InputError(f"{onnx_path}: onnxruntime cannot run it on the run's input ({err})") from None
+    expected = run.logits(texts).numpy()  # (N, C)
+    if got.shape != expected.shape:
+        raise InputError(f"{onnx_path}: gives logits of shape {got.shape}, the run {expected.shape}: "
+                         f"exported from another run?")
+    return float(np.abs(got - expected).max())
