@@ -465,6 +465,16 @@ def cmd_embed(args: argparse.Namespace) -> None:
         _print_json({"text": text, "vector": [float(f"{x:.9g}") for x in vector]})  # 9 digits: float32 exactly
 
 
+def cmd_export_onnx(args: argparse.Namespace) -> None:
+    from attnkit.interop.onnx_export import check_onnx, export_onnx, sidecar_paths
+
+    out = export_onnx(args.model, args.out, opset=args.opset)
+    result = {"out": str(out), "files": [str(p) for p in (out, *sidecar_paths(out))]}
+    if args.check:
+        result["max_abs_diff"] = check_onnx(args.model, out, args.check)  # onnxruntime vs attnkit logits
+    _print_json(result)
+
+
 def cmd_export_ct2(args: argparse.Namespace) -> None:
     from attnkit.interop.ct2 import export_ct2
 
@@ -655,6 +665,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True,
                    help="folder to write (config.json, model.safetensors, tokenizer.json, vocab.txt)")
     p.set_defaults(func=cmd_export_hf)
+    p = export_cmds.add_parser("onnx", help="a classifier run as an ONNX model (dynamic batch and length) for onnxruntime")
+    p.add_argument("--model", type=Path, required=True, help="classifier run directory")
+    p.add_argument("--out", type=Path, required=True,
+                   help="FILE.onnx to write; FILE.json (labels, pad id, length policy) and FILE.tokenizer.json go beside it")
+    p.add_argument("--opset", type=int, default=None, help="ONNX opset, 18 or newer (default: the exporter's)")
+    p.add_argument("--check", nargs="+", metavar="TEXT",
+                   help="then run these texts through onnxruntime and attnkit and print the max abs logit difference")
+    p.set_defaults(func=cmd_export_onnx)
     p = export_cmds.add_parser("ct2", help="a translator run as a CTranslate2 model directory")
     p.add_argument("--model", type=Path, required=True, help="translator run directory")
     p.add_argument("--out", type=Path, required=True,

@@ -58,7 +58,8 @@ def _require(*modules: str) -> None:
         except ImportError:
             missing.append(name)
     if missing:
-        raise InputError(f"ONNX export and checking need {', '.join(missing)}, which is not installed ({PIP})")
+        verb = "is" if len(missing) == 1 else "are"
+        raise InputError(f"ONNX export and checking need {' and '.join(missing)}, which {verb} not installed ({PIP})")
 
 
 def sidecar_paths(onnx_path: str | Path) -> tuple[Path, Path]:
