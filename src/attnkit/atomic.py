@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,3 +46,30 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 def atomic_write_json(path: str | Path, obj: object) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+@contextmanager
+def atomic_directory(out_dir: str | Path) -> Iterator[Path]:
+    """A fresh directory to fill; when the ``with`` block ends without error it replaces ``out_dir`` whole.
+
+    Its files are fsynced, any earlier ``out_dir`` is moved aside and removed after the rename, so readers see the
+    old directory or the complete new one, never a mix. On error the work directory is removed.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = out_dir.with_name(f".{out_dir.name}.partial-{uuid.uuid4().hex}")
+    work.mkdir()  # not mkdtemp, whose 0700 mode would make the directory private
+    try:
+        yield work
+        for path in work.rglob("*"):  # libraries that write files themselves do not fsync
+            if path.is_file():
+                with open(path, "rb") as f:
+                    os.fsync(f.fileno())
+        old = out_dir.with_name(f".{out_dir.name}.old-{uuid.uuid4().hex}")
+        if out_dir.exists():
+            os.replace(out_dir, old)
+        os.replace(work, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise

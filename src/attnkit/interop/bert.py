@@ -26,9 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import shutil
-import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -43,6 +40,7 @@ from torch import Tensor
 
 from attnkit.config import ClassifierConfig
 from attnkit.data.batching import apply_length_policy, pad
+from attnkit.atomic import atomic_directory
 from attnkit.errors import InputError
 from attnkit.model.build import build_classifier
 from attnkit.model.classifier import POOLINGS, TransformerClassifier
@@ -417,10 +415,7 @@ def write_bert_folder(model: TransformerClassifier, cfg: ClassifierConfig, token
     check_bert_shaped(cfg)
     out_dir = Path(out_dir)
     _prepare_out(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = out_dir.with_name(f".{out_dir.name}.partial-{uuid.uuid4().hex}")
-    work.mkdir()  # not mkdtemp, whose 0700 mode would make the folder private
-    try:
+    with atomic_directory(out_dir) as work:
         checkpoint.atomic_write_json(work / "config.json", bert_config_dict(cfg, tokenizer.pad_id))
         weights = attnkit_to_bert_state_dict(model.state_dict(), cfg.n_layers)
         checkpoint.atomic_write_bytes(work / "model.safetensors", safetensors_bytes(weights, metadata={"format": "pt"}))
@@ -431,14 +426,6 @@ def write_bert_folder(model: TransformerClassifier, cfg: ClassifierConfig, token
         vocab = _vocab_txt(tokenizer)
         if vocab is not None:
             checkpoint.atomic_write_bytes(work / "vocab.txt", vocab.encode("utf-8"))
-        old = out_dir.with_name(f".{out_dir.name}.old-{uuid.uuid4().hex}")
-        if out_dir.exists():
-            os.replace(out_dir, old)
-        os.replace(work, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     return out_dir
 
 

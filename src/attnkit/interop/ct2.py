@@ -52,15 +52,12 @@ Decoding with CTranslate2 as ``attnkit translate`` decodes (``CT2Translator``):
 
 from __future__ import annotations
 
-import os
-import shutil
-import uuid
 from pathlib import Path
 
 import torch
 
 from attnkit import __version__
-from attnkit.atomic import atomic_write_json
+from attnkit.atomic import atomic_directory, atomic_write_json
 from attnkit.decoding.penalty import check_length_penalty
 from attnkit.decoding.penalty import length_penalty as penalty
 from attnkit.errors import InputError
@@ -285,10 +282,7 @@ def export_ct2(run_dir: str | Path, out_dir: str | Path, *, quantization: str | 
 
     out_dir = Path(out_dir)
     _check_out(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = out_dir.with_name(f".{out_dir.name}.partial-{uuid.uuid4().hex}")
-    work.mkdir()  # not mkdtemp, whose 0700 mode would make the directory private
-    try:
+    with atomic_directory(out_dir) as work:
         try:
             attnkit_to_ct2(run.model, work, tokens=tokens, bos=tokens[tokenizer.bos_id], eos=tokens[tokenizer.eos_id],
                            unk=tokens[tokenizer.unk_id], add_source_eos=True, quantization=quantization)
@@ -296,17 +290,6 @@ def export_ct2(run_dir: str | Path, out_dir: str | Path, *, quantization: str | 
             raise InputError(f"{run.run_dir}: cannot be expressed as a CTranslate2 Transformer ({err})") from None
         tokenizer.save(work / TOKENIZER)
         atomic_write_json(work / META, meta)
-        for path in work.iterdir():  # spec.save does not fsync: make the files durable before the rename
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
-        old = out_dir.with_name(f".{out_dir.name}.old-{uuid.uuid4().hex}")
-        if out_dir.exists():
-            os.replace(out_dir, old)
-        os.replace(work, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     return out_dir
 
 
