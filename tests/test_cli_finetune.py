@@ -60,3 +60,38 @@ def test_architecture_keys_are_refused_with_init_from(tmp_path, capsys, setting)
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --init-from") and setting.split("=")[0] in err[0]
+
+
+def test_embed_command_reproduces_the_published_similarities(capsys):
+    """DATA.md: cos("The new movie is awesome", "... so great") = 0.8939, with "The dog plays in the garden" 0.0543."""
+    texts = ["The new movie is awesome", "The new movie is so great", "The dog plays in the garden"]
+    assert main(["embed", "--model", "minilm", "--normalize", *texts]) == 0
+    vectors = [json.loads(line)["vector"] for line in capsys.readouterr().out.splitlines()]
+    dot = lambda a, b: sum(x * y for x, y in zip(a, b))  # noqa: E731 - unit vectors: the dot product is the cosine
+    assert abs(dot(vectors[0], vectors[1]) - 0.8939) < 1e-3
+    assert abs(dot(vectors[0], vectors[2]) - 0.0543) < 1e-3
+
+
+@pytest.mark.parametrize("problem", ["no-weights", "gpt2", "wrong-shape"])
+def test_bad_pretrained_folders_give_exit_2(tmp_path, capsys, problem):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "bert"
+    shutil.copytree(MINILM, folder)
+    if problem == "no-weights":
+        (folder / "model.safetensors").unlink()
+    elif problem == "gpt2":
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "model_type": "gpt2", "architectures": ["GPT2Model"]}))
+    else:
+        state = load_file(str(folder / "model.safetensors"))
+        name = next(k for k in state if k.endswith("attention.self.query.weight"))
+        state[name] = state[name][:, :100].contiguous()
+        save_file(state, str(folder / "model.safetensors"))
+    code = main(["classify", "train", "--train", str(EXAMPLES), "--init-from", str(folder), "--out", str(tmp_path / "r")])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:")
+    assert {"no-weights": "model.safetensors", "gpt2": "gpt2", "wrong-shape": "query"}[problem] in err[0]
