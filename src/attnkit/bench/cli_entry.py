@@ -49,19 +49,10 @@ def run_command(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point (``benchmarks/run.py``); ``attnkit bench`` wires ``add_arguments`` and
-    ``run_command`` into the main CLI instead."""
-    parser = argparse.ArgumentParser(prog="attnkit bench", description="attnkit side by side with its peers")
-    add_arguments(parser)
-    try:
-        run_command(parser.parse_args(argv))
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    return 0
+    """Stand-alone entry point (``benchmarks/run.py``): the same as ``attnkit bench ...``, with the same exit codes."""
+    from attnkit.cli import main as attnkit_main
+
+    return attnkit_main(["bench", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
