@@ -50,9 +50,7 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
             continue
         (no_decay if param.ndim < 2 or "embeddings" in name else decay).append(param)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    optim_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-    if cfg.optimizer == "adam":
-        groups = [{"params": decay + no_decay, "weight_decay": cfg.weight_decay}]
+    optim_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam  # Adam: decay as an L2 term
     return optim_cls(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps)
 
 
