@@ -96,6 +96,7 @@ class TrainConfig:
     label_smoothing: float = 0.0  # epsilon_ls (§5.4 uses 0.1 for translation)
     clip_norm: float = 1.0  # max gradient norm; 0 = no clipping
     batch_size: int = 32  # sentences per batch (classifier)
+    bucket_factor: int = 50  # classifier: batches cut from length-sorted pools of bucket_factor batches; 1 = random
     max_tokens: int = 4096  # source + target tokens per batch (translator)
     accum_steps: int = 1  # batches whose gradients are summed before one optimizer step
     epochs: int = 20  # upper bound on passes over the training data
@@ -122,7 +123,7 @@ class TrainConfig:
         for key in ("lr", "lr_factor", "adam_eps"):
             if getattr(self, key) <= 0:
                 raise InputError(f"config key {key}={getattr(self, key)} must be positive")
-        for key in ("batch_size", "max_tokens", "accum_steps", "epochs", "min_freq"):
+        for key in ("batch_size", "bucket_factor", "max_tokens", "accum_steps", "epochs", "min_freq"):
             if getattr(self, key) < 1:
                 raise InputError(f"config key {key}={getattr(self, key)} must be >= 1")
         for key in ("checkpoint_every", "keep_last"):

@@ -4,11 +4,12 @@ import math
 
 import pytest
 import torch
-from torch import nn
+import torch.nn.functional as F
+from torch import Tensor, nn
 from torch.testing import assert_close
 
 from attnkit.interop.torch_nn import mha_to_torch, to_torch_key_padding_mask
-from attnkit.model.attention import MultiHeadAttention, scaled_dot_product_attention
+from attnkit.model.attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
 from attnkit.model.masking import lengths_to_padding_mask
 
 B, H, T, S, DH = 3, 2, 5, 7, 4
@@ -117,3 +118,49 @@ def test_d_model_not_divisible_by_n_heads_raises():
         MultiHeadAttention(d_model=10, n_heads=3)
     # With d_head given, any combination is valid.
     assert MultiHeadAttention(d_model=10, n_heads=3, d_head=4).q_proj.out_features == 12
+
+
+def test_kv_cache_appends_in_place_grows_and_selects_filled_positions():
+    torch.manual_seed(0)
+    B, H, Dh = 3, 2, 4
+    steps = [(torch.randn(B, H, 1, Dh), torch.randn(B, H, 1, Dh)) for _ in range(5)]
+    cache = KVCache.empty(B, H, Dh, capacity=2, like=steps[0][0])
+    for k, v in steps:
+        cache = cache.append(k, v)
+    assert cache.length == 5 and cache.k_buf.size(2) >= 5  # grew past the capacity of 2
+    torch.testing.assert_close(cache.k, torch.cat([k for k, _ in steps], dim=2), rtol=0, atol=0)
+    torch.testing.assert_close(cache.v, torch.cat([v for _, v in steps], dim=2), rtol=0, atol=0)
+
+    index = torch.tensor([2, 0, 0])
+    picked = cache.select(index)
+    assert picked.k_buf.data_ptr() != cache.k_buf.data_ptr()  # a copy: branches do not write into each other
+    torch.testing.assert_close(picked.k, cache.k[index], rtol=0, atol=0)
+    torch.testing.assert_close(picked.v, cache.v[index], rtol=0, atol=0)
+    grown = picked.append(*steps[0])
+    assert grown.length == 6 and torch.equal(cache.k, torch.cat([k for k, _ in steps], dim=2))  # original untouched
+
+
+def test_stacked_qkv_follows_weight_updates_and_keeps_gradients():
+    """Without autograd the stacked W^Q, W^K, W^V are kept between calls; an optimizer step or a loaded state
+    must show in the next output, and with autograd every projection gets its gradient."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d_model=8, n_heads=2)
+    x = torch.randn(2, 3, 8)
+
+    def reference() -> Tensor:  # the three projections run separately
+        q, k, v = (mha._split_heads(proj(x)) for proj in (mha.q_proj, mha.k_proj, mha.v_proj))
+        out = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(2, 3, 8)
+        return mha.out_proj(out)
+
+    with torch.inference_mode():
+        before = mha(x)[0]
+    optimizer = torch.optim.SGD(mha.parameters(), lr=0.5)
+    mha(x)[0].square().sum().backward()
+    assert all(p.grad is not None for p in (mha.q_proj.weight, mha.k_proj.weight, mha.v_proj.bias))
+    optimizer.step()
+    with torch.no_grad():
+        after_step = mha(x)[0]
+        torch.testing.assert_close(after_step, reference())
+        assert not torch.allclose(after_step, before)
+        mha.load_state_dict({name: torch.randn_like(p) for name, p in mha.state_dict().items()})
+        torch.testing.assert_close(mha(x)[0], reference())

@@ -29,7 +29,7 @@ from attnkit.bench.common import (
     encoder_forward_flops,
     fixed_threads,
     gflops,
-    measure,
+    measure_interleaved,
     mfu,
     training_flops,
 )
@@ -84,12 +84,15 @@ def training_step(model: nn.Module, forward: Callable, ids: Tensor, labels: Tens
     return step
 
 
-def inference_call(model: nn.Module, forward: Callable, ids: Tensor, precision: str = "fp32") -> Callable[[], Tensor]:
-    """A closure classifying ``ids`` in eval mode; ``precision="bf16"`` under bfloat16 autocast."""
+def inference_call(
+    model: nn.Module, forward: Callable, ids: Tensor, precision: str = "fp32", fastpath: bool = True
+) -> Callable[[], Tensor]:
+    """A closure classifying ``ids`` in eval mode; ``precision="bf16"`` under bfloat16 autocast; ``fastpath=False``
+    switches off PyTorch's ``nn.TransformerEncoderLayer`` inference fast path for the call."""
     model.eval()
 
     def call() -> Tensor:
-        with torch.inference_mode(), autocast(precision), warnings.catch_warnings():
+        with torch.inference_mode(), autocast(precision), mha_fastpath(fastpath), warnings.catch_warnings():
             # nn.TransformerEncoder's fast path warns at every call that nested tensors are a prototype API.
             warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors is in prototype stage")
             return forward(ids)
@@ -142,31 +145,31 @@ def iter_results(
                 variant = "padded" if padded else "full"
                 torch.manual_seed(seed)
                 ours = build_classifier(cfg, pad_id=PAD_ID)
+                models = {}
                 for impl in impls:
                     torch.manual_seed(seed)
-                    model, forward = forward_fn(impl, cfg, ours)
-                    step = training_step(model, forward, ids, labels)
-                    timing = measure(step, warmup=warmup, reps=reps, budget_s=20.0)
+                    models[impl] = forward_fn(impl, cfg, ours)
+                steps = [training_step(*models[impl], ids, labels) for impl in impls]
+                timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0)
+                for impl, timing in zip(impls, timings):
                     t = timing.median_s
                     yield Result(**common, impl=impl, mode="train", variant=variant, sentences_per_s=batch / t,
                                  ms=t * 1e3, gflop_per_s=gflops(flop, t), mfu=mfu(flop, t, fp32_gflops),
                                  reps=len(timing.times_s))
-                    fastpath_settings = (True, False) if impl == "torch.nn" else (True,)
-                    for fastpath in fastpath_settings:
-                        with mha_fastpath(fastpath):
-                            timing = measure(inference_call(model, forward, ids), warmup=warmup, reps=reps + 1,
-                                             budget_s=20.0)
-                        t = timing.median_s
-                        yield Result(**common, impl=impl, mode="infer",
-                                     variant=variant if fastpath else f"{variant}, fastpath-off",
-                                     sentences_per_s=batch / t, ms=t * 1e3, reps=len(timing.times_s))
-                    if impl == "attnkit":  # `classify predict/eval --precision bf16`
-                        timing = measure(inference_call(model, forward, ids, "bf16"), warmup=warmup, reps=reps + 1,
-                                         budget_s=20.0)
-                        t = timing.median_s
-                        yield Result(**{**common, "dtype": "bfloat16"}, impl=impl, mode="infer", variant=variant,
-                                     sentences_per_s=batch / t, ms=t * 1e3, reps=len(timing.times_s))
-                    del model, forward
+                # Inference: every implementation with its default settings; also torch.nn with its fast path off,
+                # and attnkit under bfloat16 autocast (`classify predict/eval --precision bf16`).
+                calls = [(impl, variant, "float32", inference_call(*models[impl], ids)) for impl in impls]
+                if "torch.nn" in models:
+                    calls.append(("torch.nn", f"{variant}, fastpath-off", "float32",
+                                  inference_call(*models["torch.nn"], ids, fastpath=False)))
+                if "attnkit" in models:
+                    calls.append(("attnkit", variant, "bfloat16", inference_call(*models["attnkit"], ids, "bf16")))
+                timings = measure_interleaved([c[3] for c in calls], warmup=warmup, reps=reps + 1, budget_s=20.0)
+                for (impl, label, dtype, _), timing in zip(calls, timings):
+                    t = timing.median_s
+                    yield Result(**{**common, "dtype": dtype}, impl=impl, mode="infer", variant=label,
+                                 sentences_per_s=batch / t, ms=t * 1e3, reps=len(timing.times_s))
+                del models, steps, calls
 
 
 def run(*, quick: bool = False, **kwargs) -> list[Result]:

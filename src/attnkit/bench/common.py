@@ -3,7 +3,11 @@
 Timing. ``measure`` calls a function ``warmup`` times untimed (first-call allocation, oneDNN kernel selection,
 lazy initialisation in the peers), then ``reps`` times timed with ``time.perf_counter``, and reports the median:
 the median is robust to the occasional slow repetition on a shared machine. Every implementation in a suite is
-timed on the same inputs, with the same number of threads (``fixed_threads``), one after the other in one process.
+timed on the same inputs, with the same number of threads (``fixed_threads``), in one process. The implementations
+compared in one table are timed in turns (``measure_interleaved``): A B C, B C A, C A B, ... A slow minute of a
+shared machine then costs every implementation alike; measured one after another, whichever ran during it looked
+slower (the first release of these suites timed attnkit first and reported small/32 training at 0.76x torch.nn,
+while A/B runs in turns gave 1.2-1.4x).
 
 Peak memory (``PeakRSS``, Linux). The resident set size is the honest measure on a CPU: it includes memory that any
 allocator (PyTorch's, CTranslate2's, NumPy's) holds. ``getrusage``'s ru_maxrss is process-wide and never falls, so
@@ -109,6 +113,35 @@ def measure(fn: Callable[[], object], *, warmup: int, reps: int, budget_s: float
         fn()
         times.append(time.perf_counter() - start)
     return Timing(statistics.median(times), tuple(times))
+
+
+def measure_interleaved(
+    fns: Sequence[Callable[[], object]], *, warmup: int, reps: int, budget_s: float | None = None
+) -> list[Timing]:
+    """``measure`` for several implementations at once, timed in turns: round r times every function once, starting
+    from a different one each round, so that a slow phase of a shared, noisy machine (another job, a frequency
+    change) falls on all of them alike instead of on whichever was measured during it.
+
+    ``budget_s`` caps the rounds (never fewer than 2) by the slowest warm-up: ``reps`` rounds of all functions
+    take at most about ``budget_s`` times their number.
+    """
+    gc.collect()
+    slowest = 0.0
+    for fn in fns:
+        for _ in range(warmup):
+            start = time.perf_counter()
+            fn()
+            slowest = max(slowest, time.perf_counter() - start)
+    if budget_s is not None and warmup and slowest * reps > budget_s:
+        reps = max(2, min(reps, int(budget_s / slowest)))
+    times: list[list[float]] = [[] for _ in fns]
+    for r in range(reps):
+        for k in range(len(fns)):
+            i = (r + k) % len(fns)
+            start = time.perf_counter()
+            fns[i]()
+            times[i].append(time.perf_counter() - start)
+    return [Timing(statistics.median(t), tuple(t)) for t in times]
 
 
 @contextmanager

@@ -33,7 +33,7 @@ from attnkit.bench.common import (
     PAD_ID,
     Result,
     fixed_threads,
-    measure,
+    measure_interleaved,
 )
 from attnkit.config import TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
@@ -118,18 +118,22 @@ def iter_results(
             torch.manual_seed(seed)
             ours = build_translator(cfg, pad_id=PAD_ID).eval()
             src = make_sources(cfg, batch, src_len, seed)
-            calls = _calls(impls, searches, ours, cfg, src, steps, Path(tmp, name), threads, seed)
-            for impl, search, dtype, call in calls:
-                produced = call()  # also the first warm-up call
-                if produced != batch * steps:
-                    raise RuntimeError(f"{impl} {search} returned {produced} tokens, expected {batch} x {steps}")
-                timing = measure(call, warmup=max(0, warmup - 1), reps=reps, budget_s=30.0)
-                t = timing.median_s
-                yield Result(
-                    suite="decode", impl=impl, config=name, seq_len=src_len, search=search, dtype=dtype,
-                    mode="infer", variant=f"{steps} tokens", batch=batch, tgt_tok_per_s=batch * steps / t,
-                    sentences_per_s=batch / t, ms=t * 1e3, threads=threads, reps=len(timing.times_s),
-                )
+            calls = list(_calls(impls, searches, ours, cfg, src, steps, Path(tmp, name), threads, seed))
+            for search in searches:  # the implementations of one search are timed in turns
+                group = [c for c in calls if c[1] == search]
+                for impl, _, _, call in group:
+                    produced = call()  # also the first warm-up call
+                    if produced != batch * steps:
+                        raise RuntimeError(f"{impl} {search} returned {produced} tokens, expected {batch} x {steps}")
+                timings = measure_interleaved([c[3] for c in group], warmup=max(0, warmup - 1), reps=reps,
+                                              budget_s=30.0)
+                for (impl, _, dtype, _), timing in zip(group, timings):
+                    t = timing.median_s
+                    yield Result(
+                        suite="decode", impl=impl, config=name, seq_len=src_len, search=search, dtype=dtype,
+                        mode="infer", variant=f"{steps} tokens", batch=batch, tgt_tok_per_s=batch * steps / t,
+                        sentences_per_s=batch / t, ms=t * 1e3, threads=threads, reps=len(timing.times_s),
+                    )
 
 
 def _calls(impls, searches, ours, cfg: TranslatorConfig, src: Tensor, steps: int, ct2_dir: Path, threads: int,

@@ -28,7 +28,7 @@ from attnkit.bench.common import (
     ceiling_results,
     fixed_threads,
     gflops,
-    measure,
+    measure_interleaved,
     mfu,
     seq2seq_forward_flops,
     training_flops,
@@ -143,11 +143,13 @@ def iter_results(
                 ours = build_translator(cfg, pad_id=PAD_ID)
                 # attnkit also with bfloat16 autocast (--set precision=bf16); the peers in float32, as users run them.
                 runs = [(impl, "fp32") for impl in impls] + ([("attnkit", "bf16")] if "attnkit" in impls else [])
+                steps = []
                 for impl, precision in runs:
                     torch.manual_seed(seed)  # same dropout masks' seed and, for peers, same initialisation seed
                     model, forward = forward_fn(impl, cfg, ours)
-                    timing = measure(training_step(model, forward, src, tgt_in, tgt_out, precision), warmup=warmup,
-                                     reps=reps, budget_s=20.0)
+                    steps.append(training_step(model, forward, src, tgt_in, tgt_out, precision))
+                timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0)
+                for (impl, precision), timing in zip(runs, timings):
                     t = timing.median_s
                     yield Result(
                         suite="train", impl=impl, config=name, seq_len=length, search=None,
@@ -156,7 +158,7 @@ def iter_results(
                         gflop_per_s=gflops(flop, t), mfu=mfu(flop, t, fp32_gflops), threads=threads,
                         reps=len(timing.times_s),
                     )
-                    del model, forward
+                del steps, ours
 
 
 def run(*, quick: bool = False, **kwargs) -> list[Result]:

@@ -148,7 +148,8 @@ def _beam_search(
     """The decoding loop (state and stopping rule in the module docstring)."""
     K, B, device = beam_size, src.size(0), src.device
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
-    cache = model.start_cache(memory)  # cross-attention K/V once per sentence, then repeated per beam
+    # Cross-attention K/V once per sentence, then repeated per beam; self-attention buffers for the longest output.
+    cache = model.start_cache(memory, capacity=int(limits.max()))
     per_beam = torch.arange(B, device=device).repeat_interleave(K)  # (R,)
     cache = [layer.select(per_beam) for layer in cache]
     memory, src_mask = memory[per_beam], src_mask[per_beam]  # (R, S, D), (R, 1, 1, S)

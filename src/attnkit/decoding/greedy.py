@@ -67,7 +67,7 @@ def _greedy(
     """The decoding loop; returns the emitted tokens (B, max limit) and the output lengths (B,)."""
     B = src.size(0)
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
-    cache = model.start_cache(memory)
+    cache = model.start_cache(memory, capacity=int(limits.max()))
     # Never emit padding (as fairseq): a pad token in the prefix would be masked out by a full decoder pass
     # (``decoder_self_mask``) but not by the cached one. Never emit EOS when the length is fixed.
     banned = torch.tensor([model.pad_id] + ([eos_id] if suppress_eos else []), device=src.device)

@@ -42,17 +42,53 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
 class KVCache:
     """Keys and values of one attention module during incremental decoding.
 
-    For self-attention, ``append`` adds the new step's keys and values; for cross-attention they are computed once
-    from the encoder output and reused at every step (``static``).
+    Self-attention keys and values live in preallocated buffers of ``capacity`` positions, of which the first
+    ``length`` are filled: ``append`` writes a step's keys and values in place (no copy of the earlier ones, which
+    ``torch.cat`` would make at every step) and doubles the buffers if they are full. A cache is extended once: the
+    buffers are shared with the cache it was appended to, so to branch (beam search) ``select`` first, which copies.
+    Cross-attention keys and values are computed once from the encoder output and reused at every step (``static``).
     """
 
-    k: Tensor  # (B, H, L, Dh)
-    v: Tensor  # (B, H, L, Dh)
+    k_buf: Tensor  # (B, H, capacity, Dh)
+    v_buf: Tensor  # (B, H, capacity, Dh)
+    length: int  # filled positions
     static: bool = False
 
+    @classmethod
+    def empty(cls, batch: int, n_heads: int, d_head: int, capacity: int, like: Tensor) -> "KVCache":
+        """An empty self-attention cache with room for ``capacity`` positions (dtype and device of ``like``)."""
+        buf = like.new_empty((batch, n_heads, max(1, capacity), d_head))  # (B, H, capacity, Dh)
+        return cls(buf, torch.empty_like(buf), 0)
+
+    @property
+    def k(self) -> Tensor:
+        return self.k_buf[:, :, : self.length]  # (B, H, L, Dh)
+
+    @property
+    def v(self) -> Tensor:
+        return self.v_buf[:, :, : self.length]  # (B, H, L, Dh)
+
+    def append(self, k: Tensor, v: Tensor) -> "KVCache":
+        """The cache extended by ``k``, ``v`` (B, H, T, Dh), written into the buffers in place."""
+        start, end = self.length, self.length + k.size(2)
+        k_buf, v_buf = self.k_buf, self.v_buf
+        if end > k_buf.size(2):  # full: move to buffers twice as large (amortised O(1) per position)
+            B, H, capacity, Dh = k_buf.shape
+            k_buf = k_buf.new_empty((B, H, max(2 * capacity, end), Dh))
+            v_buf = torch.empty_like(k_buf)
+            k_buf[:, :, :start], v_buf[:, :, :start] = self.k, self.v
+        k_buf[:, :, start:end], v_buf[:, :, start:end] = k, v
+        return KVCache(k_buf, v_buf, end)
+
     def select(self, index: Tensor) -> "KVCache":
-        """Keep batch rows ``index`` (beam search reorders and prunes hypotheses)."""
-        return KVCache(self.k.index_select(0, index), self.v.index_select(0, index), self.static)
+        """Keep batch rows ``index`` (beam search reorders and prunes hypotheses): new buffers of the same
+        capacity, only the filled positions copied."""
+        B, H, capacity, Dh = self.k_buf.shape
+        k_buf = self.k_buf.new_empty((index.numel(), H, capacity, Dh))
+        v_buf = torch.empty_like(k_buf)
+        torch.index_select(self.k, 0, index, out=k_buf[:, :, : self.length])
+        torch.index_select(self.v, 0, index, out=v_buf[:, :, : self.length])
+        return KVCache(k_buf, v_buf, self.length, self.static)
 
 
 class MultiHeadAttention(nn.Module):
@@ -82,14 +118,35 @@ class MultiHeadAttention(nn.Module):
 
     def _fused_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q_proj(x), k_proj(x), v_proj(x) in one matrix multiplication: (B, L, D) -> 3 x (B, H, L, Dh)."""
-        weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])  # (3 H Dh, D)
-        bias = None if self.q_proj.bias is None else torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+        weight, bias = self._stacked_qkv()  # (3 H Dh, D), (3 H Dh,) or None
         qkv = F.linear(x, weight, bias)  # (B, L, 3 H Dh)
         return tuple(self._split_heads(t) for t in qkv.chunk(3, dim=-1))  # 3 x (B, H, L, Dh)
 
+    def _stacked_qkv(self) -> tuple[Tensor, Tensor | None]:
+        """W^Q, W^K, W^V (and biases) stacked. With autograd on they are concatenated at every call, so gradients
+        reach the three parameters; with it off (inference, decoding) the stacked copy is kept until a parameter
+        changes: ``_version`` counts in-place writes (optimizer steps, ``load_state_dict``, ``copy_``), and
+        ``.to()`` moves the data. It is a cache of the weights, not state: it is not saved, and never holds
+        activations."""
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        params = [p for proj in projections for p in (proj.weight, proj.bias) if p is not None]
+        if torch.is_grad_enabled():
+            return self._concat_qkv()
+        key = tuple((p.data_ptr(), p._version, p.dtype) for p in params)
+        if getattr(self, "_stacked_key", None) != key:
+            with torch.no_grad():
+                self._stacked, self._stacked_key = self._concat_qkv(), key
+        return self._stacked
+
+    def _concat_qkv(self) -> tuple[Tensor, Tensor | None]:
+        weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])  # (3 H Dh, D)
+        bias = None if self.q_proj.bias is None else torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+        return weight, bias
+
     def project_kv(self, memory: Tensor) -> KVCache:
         """Keys and values of ``memory`` (B, S, D), for cross-attention reused across decoding steps."""
-        return KVCache(self._split_heads(self.k_proj(memory)), self._split_heads(self.v_proj(memory)), static=True)
+        k, v = self._split_heads(self.k_proj(memory)), self._split_heads(self.v_proj(memory))  # (B, H, S, Dh)
+        return KVCache(k, v, k.size(2), static=True)
 
     def forward(
         self,
@@ -123,9 +180,8 @@ class MultiHeadAttention(nn.Module):
                 k = self._split_heads(self.k_proj(key_value))  # (B, H, S, Dh)
                 v = self._split_heads(self.v_proj(key_value))  # (B, H, S, Dh)
         if cache is not None and not cache.static:
-            k = torch.cat([cache.k, k], dim=2)  # (B, H, L + T, Dh)
-            v = torch.cat([cache.v, v], dim=2)  # (B, H, L + T, Dh)
-            cache = KVCache(k, v)
+            cache = cache.append(k, v)
+            k, v = cache.k, cache.v  # (B, H, L + T, Dh)
         if need_weights:
             out, attn_weights = scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, Dh), (B, H, T, S)
         else:

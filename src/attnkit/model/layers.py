@@ -150,9 +150,8 @@ class DecoderLayer(nn.Module):
         """
         self_kv = cache.self_kv if cache is not None else None
         if cache is not None and self_kv is None:
-            # First step: start the self-attention cache empty so that this step's keys are appended to it.
-            self_kv = KVCache(x.new_zeros(x.size(0), self.self_attn.n_heads, 0, self.self_attn.d_head),
-                              x.new_zeros(x.size(0), self.self_attn.n_heads, 0, self.self_attn.d_head))
+            # First step without a preallocated cache: start one empty; appending grows it as needed.
+            self_kv = KVCache.empty(x.size(0), self.self_attn.n_heads, self.self_attn.d_head, x.size(1), like=x)
         cross_kv = cache.cross_kv if cache is not None else None
 
         h = self.norm1(x) if self.pre_norm else x

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.model.attention import KVCache
 from attnkit.model.layers import DecoderAttention, DecoderLayer, DecoderLayerCache, EncoderLayer
 from attnkit.model.masking import causal_mask, decoder_self_mask, padding_mask
 from attnkit.model.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, scale_for
@@ -195,9 +196,15 @@ class Transformer(nn.Module):
         x, attn_weights, cache = self.decoder(x, memory, self_mask, src_mask, cache=cache, attn_layers=attn_layers)
         return self.logits(x), attn_weights, cache  # (B, T, V)
 
-    def start_cache(self, memory: Tensor) -> list[DecoderLayerCache]:
-        """An empty cache for decoding against ``memory`` (B, S, D): cross-attention keys and values, once."""
-        return [DecoderLayerCache(None, layer.cross_attn.project_kv(memory)) for layer in self.decoder.layers]
+    def start_cache(self, memory: Tensor, capacity: int = 0) -> list[DecoderLayerCache]:
+        """An empty cache for decoding against ``memory`` (B, S, D): cross-attention keys and values, once, and
+        self-attention buffers with room for ``capacity`` steps (0: allocated at the first step, grown as needed)."""
+        caches = []
+        for layer in self.decoder.layers:
+            attn = layer.self_attn
+            self_kv = None if not capacity else KVCache.empty(memory.size(0), attn.n_heads, attn.d_head, capacity, memory)
+            caches.append(DecoderLayerCache(self_kv, layer.cross_attn.project_kv(memory)))
+        return caches
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced training pass: src (B, S), tgt_in (B, T) -> logits (B, T, V)."""

@@ -264,7 +264,7 @@ def train_classifier(
                 loop.epoch_generator_state = generator.get_state()
             else:  # resuming inside an epoch: draw the same order again, from the epoch's starting state
                 generator.set_state(loop.epoch_generator_state)
-            batches = bucketed_batches(lengths, train_cfg.batch_size, generator)
+            batches = bucketed_batches(lengths, train_cfg.batch_size, generator, train_cfg.bucket_factor)
             finished_epoch = run_epoch(batches)
 
             valid_pred = predicted_classes(predict_ids(model, valid_ids, tokenizer.pad_id))
