@@ -93,6 +93,7 @@ class TrainConfig:
     beta2: float = 0.98  # §5.3 uses beta2 = 0.98
     adam_eps: float = 1e-9  # §5.3
     weight_decay: float = 0.01
+    layer_lr_decay: float = 1.0  # classifier: layer i of N (from the top) learns at lr * layer_lr_decay^i; 1 = one lr
     label_smoothing: float = 0.0  # epsilon_ls (§5.4 uses 0.1 for translation)
     clip_norm: float = 1.0  # max gradient norm; 0 = no clipping
     batch_size: int = 32  # sentences per batch (classifier)
@@ -123,6 +124,8 @@ class TrainConfig:
         for key in ("lr", "lr_factor", "adam_eps"):
             if getattr(self, key) <= 0:
                 raise InputError(f"config key {key}={getattr(self, key)} must be positive")
+        if not 0.0 < self.layer_lr_decay <= 1.0:
+            raise InputError(f"config key layer_lr_decay={self.layer_lr_decay} must be in (0, 1]")
         for key in ("batch_size", "bucket_factor", "max_tokens", "accum_steps", "epochs", "min_freq"):
             if getattr(self, key) < 1:
                 raise InputError(f"config key {key}={getattr(self, key)} must be >= 1")

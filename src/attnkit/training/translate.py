@@ -17,11 +17,12 @@ from torch import nn
 from attnkit.config import TrainConfig, TranslatorConfig
 from attnkit.data.batching import Truncation, apply_length_policy, pad, token_budget_batches
 from attnkit.data.readers import Pair
+from attnkit.errors import InputError
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
 from attnkit.tokenization import Tokenizer, train_tokenizer
 from attnkit.training import checkpoint
-from attnkit.training.classify import make_optimizer
+from attnkit.training.classify import make_optimizer, set_learning_rate
 from attnkit.training.guards import NonFiniteError, check_step
 from attnkit.training.losses import autocast, sequence_loss
 from attnkit.training.schedules import learning_rate
@@ -105,6 +106,9 @@ def train_translator(
     from attnkit.evaluation.bleu import corpus_scores
     from attnkit.translate import translate_ids  # decoding for validation BLEU; imported here to avoid a cycle
 
+    if train_cfg.layer_lr_decay != 1.0:
+        raise InputError("config key layer_lr_decay applies to fine-tuning a classifier's pretrained encoder; "
+                         "a translator trains with one learning rate (set it to 1)")
     start = time.perf_counter()
     out_dir = checkpoint.prepare_run_dir(out_dir, resume)
     saved_config = checkpoint.read_json(out_dir / checkpoint.CONFIG) if resume else None
@@ -197,8 +201,7 @@ def train_translator(
                 loop.batch_index += train_cfg.accum_steps
                 lr = learning_rate(loop.step, schedule=train_cfg.schedule, peak=train_cfg.lr, factor=train_cfg.lr_factor,
                                    warmup=warmup, total=total_steps, d_model=model_cfg.d_model)
-                for param_group in optimizer.param_groups:
-                    param_group["lr"] = lr
+                set_learning_rate(optimizer, lr)
                 optimizer.zero_grad(set_to_none=True)
                 rng_before = torch.get_rng_state()
                 loss_sum = torch.zeros(())

@@ -1,0 +1,113 @@
+"""Options that attnkit measured and did not ship: ``torch.compile`` and torchao int8 dynamic quantization.
+
+    python benchmarks/options.py [--threads 2] [--reps 10]
+
+The seed-000 classifier of the classify suite (batch 32 x length 128, no padding), in float32: inference in eval
+mode, and a training step (forward, cross-entropy, backward, Adam). Each option is timed in turns with plain eager
+attnkit (``measure_interleaved``), after its compilation or quantization, which is reported separately. JSON lines
+on stdout. docs/performance.md quotes one run.
+
+- ``torch.compile`` (Inductor, default mode) of the whole classifier.
+- torchao ``Int8DynamicActivationInt8WeightConfig`` (int8 weights, activations quantized per call), inference only;
+  skipped with a note when torchao is not installed (``pip install torchao --no-deps``). attnkit's self-attention
+  stacks W^Q, W^K, W^V into one matrix, which torchao's int8 tensors cannot be concatenated into, so for this probe
+  the three projections run separately (``_separate_qkv``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from attnkit.bench.classify import CONFIGS, make_batch
+from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
+from attnkit.model.attention import MultiHeadAttention
+from attnkit.model.build import build_classifier
+
+
+def _separate_qkv(self: MultiHeadAttention, x: torch.Tensor):
+    return tuple(self._split_heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
+
+
+def inference(model, ids):
+    def call():
+        with torch.inference_mode():
+            return model(ids)
+
+    return call
+
+
+def training(model, ids, labels):
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+
+    def step():
+        loss = F.cross_entropy(model(ids), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def emit(**row) -> None:
+    print(json.dumps(row), flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=10)
+    args = parser.parse_args()
+    cfg = CONFIGS["seed000"]
+    ids, labels, _ = make_batch(cfg, 32, 128, padded=False, seed=0)
+
+    with fixed_threads(args.threads):
+        torch.manual_seed(0)
+        eager = build_classifier(cfg, pad_id=PAD_ID)
+        # torch.compile, inference then training (separate models: compiled graphs differ by mode).
+        for mode in ("infer", "train"):
+            torch.manual_seed(0)
+            model = build_classifier(cfg, pad_id=PAD_ID).train(mode == "train")
+            eager.train(mode == "train")
+            compiled = torch.compile(model)
+            make = (lambda m: inference(m, ids)) if mode == "infer" else (lambda m: training(m, ids, labels))
+            first = timed(make(compiled))
+            base, option = measure_interleaved([make(eager), make(compiled)], warmup=2, reps=args.reps)
+            emit(option="torch.compile", mode=mode, eager_ms=base.median_s * 1e3, option_ms=option.median_s * 1e3,
+                 speedup=base.median_s / option.median_s, first_call_s=first, threads=args.threads)
+
+        try:
+            from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+        except ImportError:
+            print("torchao not installed: int8 dynamic quantization skipped", file=sys.stderr)
+            return 0
+        eager.eval()
+        torch.manual_seed(0)
+        model = build_classifier(cfg, pad_id=PAD_ID).eval()
+        model.load_state_dict(eager.state_dict())
+        for module in model.modules():
+            if isinstance(module, MultiHeadAttention):
+                module._fused_qkv = _separate_qkv.__get__(module)
+        quantize_(model, Int8DynamicActivationInt8WeightConfig())
+        with torch.inference_mode():
+            diff = (model(ids) - eager(ids)).abs().max().item()
+        base, option = measure_interleaved([inference(eager, ids), inference(model, ids)], warmup=2, reps=args.reps)
+        emit(option="torchao int8 dynamic", mode="infer", eager_ms=base.median_s * 1e3,
+             option_ms=option.median_s * 1e3, speedup=base.median_s / option.median_s, max_abs_logit_diff=diff,
+             threads=args.threads)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
