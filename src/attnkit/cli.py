@@ -287,9 +287,8 @@ def cmd_ablate(args: argparse.Namespace) -> None:
     """Train the base model and one variant per --grid value with the same budget; write ablation.md and .png."""
     import math
 
-    from attnkit.analysis.ablation import parse_grid, run_ablation, write_report
-    from attnkit.config import (ClassifierConfig,
-                                TranslatorConfig)
+    from attnkit.analysis.ablation import parse_grid, read_variants, run_ablation, write_report
+    from attnkit.config import ClassifierConfig, TranslatorConfig
     from attnkit.data.readers import read_labeled, read_parallel_tsv
     from attnkit.training import checkpoint
 
@@ -306,6 +305,12 @@ def cmd_ablate(args: argparse.Namespace) -> None:
         train, valid = read_parallel_tsv(train_path), read_parallel_tsv(valid_path)
     for variant in variants:  # every configuration is checked before the first one trains
         _ablation_configs(args, {**base, **variant.overrides})
+    budget = args.budget or ", ".join(f"{k}={v}" for k, v in base.items()) or "the defaults"
+    if args.report_only:
+        table, figure = write_report(read_variants(args.out), args.task, budget, args.out, n_valid=len(valid))
+        print(table)
+        print(figure)
+        return
 
     def train_one(variant, out):
         from attnkit.analysis.params import parameter_table
@@ -331,8 +336,7 @@ def cmd_ablate(args: argparse.Namespace) -> None:
               + (f", BLEU {variant.bleu}" if variant.bleu is not None else "") + f", {variant.seconds:.0f} s", file=sys.stderr)
 
     run_ablation(variants, train_one, args.out, show)
-    budget = args.budget or ", ".join(f"{k}={v}" for k, v in base.items()) or "the defaults"
-    table, figure = write_report(variants, args.task, budget, args.out)
+    table, figure = write_report(variants, args.task, budget, args.out, n_valid=len(valid))
     print(table)
     print(figure)
 
@@ -593,6 +597,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one row group: the base with KEY set to each value (repeatable)")
     p.add_argument("--budget", help="how the budget is described in the report (default: the --set values)")
     p.add_argument("--out", type=Path, required=True, help="directory for the variants' runs and the report")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing: rewrite ablation.md and the figure from OUT/ablation.json")
     _add_config_args(p)
     p.set_defaults(func=cmd_ablate)
 

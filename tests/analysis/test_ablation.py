@@ -38,3 +38,26 @@ def test_a_bad_variant_is_refused_before_anything_trains(tmp_path, capsys):
     assert code == 2
     assert "n_heads=3" in capsys.readouterr().err
     assert not (tmp_path / "abl" / "base").exists()
+
+
+def test_report_only_rewrites_the_report_from_the_results(tmp_path, capsys):
+    out = tmp_path / "abl"
+    argv = ["ablate", "--task", "classify", "--train", str(EXAMPLES), "--valid", str(EXAMPLES),
+            "--grid", "n_heads=1", "--out", str(out), "--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=1",
+            "epochs=1", "min_freq=1"]
+    assert main(argv) == 0
+    rows = json.loads((out / "ablation.json").read_text())
+    rows[1]["valid"] = 0.125  # a result the report must now show, without training again
+    (out / "ablation.json").write_text(json.dumps(rows))
+    (out / "base").rename(out / "moved")  # nothing is trained or read from the runs
+    assert main([*argv, "--report-only", "--budget", "one epoch"]) == 0
+    table = (out / "ablation.md").read_text()
+    assert "| A | n_heads=1 |" in table and "0.1250" in table and "Budget: one epoch." in table
+    assert "one standard error" in table and not (out / "base").exists()
+
+
+def test_report_only_without_results_is_an_error(tmp_path, capsys):
+    code = main(["ablate", "--task", "classify", "--train", str(EXAMPLES), "--valid", str(EXAMPLES),
+                 "--grid", "n_heads=1", "--out", str(tmp_path), "--report-only"])
+    assert code == 2
+    assert "ablation.json" in capsys.readouterr().err

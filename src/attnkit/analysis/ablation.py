@@ -9,6 +9,7 @@ group; variants are not crossed with each other, as in the paper.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 from collections.abc import Callable
@@ -27,6 +28,21 @@ class Variant:
     valid: float = float("nan")  # validation accuracy (classify) or perplexity (translate)
     bleu: float | None = None
     seconds: float = 0.0
+
+
+# The rows of the paper's Table 3 that each setting belongs to.
+TABLE3_ROWS = {"n_heads": "A", "d_head": "B", "n_layers": "C", "d_model": "C", "d_ff": "C", "dropout": "D",
+               "label_smoothing": "D", "positional": "E"}
+
+
+def table3_row(variant: Variant) -> str:
+    keys = list(variant.overrides)
+    return TABLE3_ROWS.get(keys[0], "") if len(keys) == 1 else ""
+
+
+def standard_error(accuracy: float, n: int) -> float:
+    """One binomial standard error of an accuracy measured on ``n`` examples: sqrt(p (1 - p) / n)."""
+    return math.sqrt(max(accuracy * (1 - accuracy), 0.0) / n) if n else float("nan")
 
 
 def parse_grid(grid: list[str]) -> list[Variant]:
@@ -56,41 +72,59 @@ def run_ablation(
     return variants
 
 
-def markdown_table(variants: list[Variant], task: str, budget: str) -> str:
-    """The report: one row per variant, shaped like the paper's Table 3."""
+def markdown_table(variants: list[Variant], task: str, budget: str, n_valid: int = 0) -> str:
+    """The report: one row per variant, shaped like the paper's Table 3 (its row letter first)."""
     metric = "valid accuracy" if task == "classify" else "valid PPL"
-    header = f"| variant | params | {metric} |" + (" valid BLEU (greedy) |" if task == "translate" else "") + " train time |"
-    rule = "|---|---:|---:|" + ("---:|" if task == "translate" else "") + "---:|"
+    header = f"| row | variant | params | {metric} |" + (" valid BLEU (greedy) |" if task == "translate" else "")
+    header += " train time |"
+    rule = "|---|---|---:|---:|" + ("---:|" if task == "translate" else "") + "---:|"
     lines = [f"Budget: {budget}. Same data, seed and budget for every row; each row changes one setting of the base.",
              "", header, rule]
     for v in variants:
         value = f"{v.valid:.4f}" if task == "classify" else f"{v.valid:.2f}"
         bleu = f" {v.bleu:.2f} |" if task == "translate" else ""
-        lines.append(f"| {v.name} | {v.params / 1e6:.2f}M | {value} |{bleu} {v.seconds / 60:.1f} min |")
+        row = table3_row(v) if v.name != "base" else ""
+        lines.append(f"| {row} | {v.name} | {v.params / 1e6:.2f}M | {value} |{bleu} {v.seconds / 60:.1f} min |")
+    if task == "classify" and n_valid:
+        base = variants[0].valid
+        lines += ["", f"Validation set: {n_valid} examples; one standard error of an accuracy near the base's "
+                  f"{base:.3f} is {standard_error(base, n_valid):.3f} (sqrt(p(1 - p) / n); error bars in the figure)."]
     return "\n".join(lines) + "\n"
 
 
-def plot_ablation(variants: list[Variant], task: str, out: Path) -> Path:
+def plot_ablation(variants: list[Variant], task: str, out: Path, n_valid: int = 0) -> Path:
     from attnkit.analysis.plots import new_figure, save_figure
 
     fig = new_figure(1.1 * len(variants) + 3, 4)
     ax = fig.subplots()
     values = [v.valid for v in variants]
-    ax.bar(range(len(variants)), values, color=["#888"] + ["#3a7"] * (len(variants) - 1))
+    errors = [standard_error(x, n_valid) for x in values] if task == "classify" and n_valid else None
+    ax.bar(range(len(variants)), values, yerr=errors, capsize=3, color=["#888"] + ["#3a7"] * (len(variants) - 1))
     ax.set_xticks(range(len(variants)), [v.name for v in variants], rotation=30, ha="right")
     ax.set_ylabel("validation accuracy" if task == "classify" else "validation perplexity")
     finite = [x for x in values if math.isfinite(x)]
     if finite and task == "classify":
-        ax.set_ylim(min(finite) - 0.02, max(finite) + 0.01)
+        ax.set_ylim(min(finite) - 0.04, max(finite) + 0.03)
     ax.set_title("Variations on the base model (cf. Table 3)")
     return save_figure(fig, out, "ablation")
 
 
-def write_report(variants: list[Variant], task: str, budget: str, out_dir: Path) -> tuple[Path, Path]:
+def write_report(variants: list[Variant], task: str, budget: str, out_dir: Path, n_valid: int = 0) -> tuple[Path, Path]:
+    """``ablation.md`` (the table), ``ablation.json`` (the variants) and ``ablation.png`` in ``out_dir``."""
     table = out_dir / "ablation.md"
-    atomic_write_bytes(table, markdown_table(variants, task, budget).encode("utf-8"))
+    atomic_write_bytes(table, markdown_table(variants, task, budget, n_valid).encode("utf-8"))
     rows = [dataclasses.asdict(v) for v in variants]
-    import json
-
     atomic_write_bytes(out_dir / "ablation.json", (json.dumps(rows, indent=2) + "\n").encode("utf-8"))
-    return table, plot_ablation(variants, task, out_dir / "ablation.png")
+    return table, plot_ablation(variants, task, out_dir / "ablation.png", n_valid)
+
+
+def read_variants(out_dir: Path) -> list[Variant]:
+    """The variants of a finished ablation, from ``out_dir/ablation.json``."""
+    path = out_dir / "ablation.json"
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+        return [Variant(**row) for row in rows]
+    except FileNotFoundError:
+        raise InputError(f"{path}: no ablation results to report (run the ablation first)") from None
+    except (json.JSONDecodeError, TypeError) as err:
+        raise InputError(f"{path}: not an attnkit ablation result ({err})") from None
