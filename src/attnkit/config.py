@@ -27,6 +27,7 @@ class TransformerConfig:
     n_layers: int = 2  # N, identical layers in the encoder (and in the decoder)
     max_len: int = 128  # longest sequence (in tokens) the positional encoding covers
     dropout: float = 0.1  # P_drop on sub-layer outputs and on embedding + position sums (§5.4)
+    attention_dropout: float = 0.0  # dropout on attention weights: BERT-family fine-tuning; the paper uses none
     norm: str = "post"  # "post": LayerNorm(x + Sublayer(x)) as in the paper; "pre": x + Sublayer(LayerNorm(x))
     positional: str = "sinusoidal"  # "sinusoidal" (§3.5) or "learned" (Table 3, row E)
     activation: str = "relu"  # FFN non-linearity: "relu" (eq. 2) or "gelu"
@@ -41,8 +42,9 @@ class TransformerConfig:
             raise InputError(f"config: d_model={self.d_model} is not divisible by n_heads={self.n_heads} (set d_head to decouple them)")
         if self.d_head is not None and self.d_head < 1:
             raise InputError(f"config key d_head={self.d_head} must be a positive integer")
-        if not 0.0 <= self.dropout < 1.0:
-            raise InputError(f"config key dropout={self.dropout} must be in [0, 1)")
+        for key in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise InputError(f"config key {key}={getattr(self, key)} must be in [0, 1)")
         _check_choice("norm", self.norm, ("post", "pre"))
         _check_choice("positional", self.positional, ("sinusoidal", "learned"))
         _check_choice("activation", self.activation, ("relu", "gelu"))
@@ -172,7 +174,7 @@ TRANSLATE_TRAIN_DEFAULTS: dict = dict(
 # Fine-tuning a pretrained encoder (--init-from): a small learning rate with warmup and weight decay, as users of
 # BERT-family models expect (Devlin et al. 2019 use 2e-5 to 5e-5, 2 to 4 epochs); the best epoch is kept.
 FINE_TUNE_TRAIN_DEFAULTS: dict = dict(lr=5e-5, warmup_ratio=0.1, weight_decay=0.01, epochs=3, patience=0, batch_size=32)
-FINE_TUNE_SETTABLE_MODEL_KEYS = ("n_classes", "pooling", "dropout")  # the rest comes with the pretrained weights
+FINE_TUNE_SETTABLE_MODEL_KEYS = ("n_classes", "pooling", "dropout", "attention_dropout")  # the rest comes with the pretrained weights
 
 
 # ---------------------------------------------------------------------------------------------------------------

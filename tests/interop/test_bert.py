@@ -131,6 +131,7 @@ def test_tiny_random_bert_matches_transformers(tiny_bert):
     folder, hf = tiny_bert
     model, cfg, tokenizer = load_bert_classifier(folder, n_classes=3)
     assert (cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_layers, cfg.vocab_size, cfg.n_token_types) == (32, 4, 64, 2, 100, 2)
+    assert (cfg.dropout, cfg.attention_dropout) == (0.1, 0.1)  # hidden and attention-probability dropout, for training
     assert model.pad_id == tokenizer.pad_id == 0
     assert tokenizer.tokens("A cat sat.") == ["[CLS]", "a", "cat", "sat", ".", "[SEP]"]  # built from vocab.txt
     assert _max_diff_real_tokens(model, tokenizer, hf, SENTENCES) < 1e-5
@@ -197,7 +198,9 @@ def test_export_through_a_run_directory_loads_in_transformers(tiny_bert, tmp_pat
     run_dir = _write_run(tmp_path / "run", model, cfg, tokenizer, ["neg", "pos"])
 
     out = export_bert_folder(run_dir, tmp_path / "bert")
-    assert json.loads((out / "config.json").read_text())["model_type"] == "bert"
+    exported = json.loads((out / "config.json").read_text())
+    assert exported["model_type"] == "bert"
+    assert (exported["hidden_dropout_prob"], exported["attention_probs_dropout_prob"]) == (0.1, 0.1)
     assert (out / "vocab.txt").read_text(encoding="utf-8").splitlines() == _tiny_vocab()
     hf = transformers.BertModel.from_pretrained(out, add_pooling_layer=False).eval()
     assert _max_diff_real_tokens(model, tokenizer, hf, SENTENCES) < 1e-5

@@ -164,3 +164,23 @@ def test_stacked_qkv_follows_weight_updates_and_keeps_gradients():
         assert not torch.allclose(after_step, before)
         mha.load_state_dict({name: torch.randn_like(p) for name, p in mha.state_dict().items()})
         torch.testing.assert_close(mha(x)[0], reference())
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_attention_dropout_only_in_training_and_weights_stay_whole(need_weights):
+    """BERT-family dropout on attention weights: active in training only; eval equals no dropout; the returned
+    maps are the computed weights (rows sum to 1), not the dropped-out ones."""
+    torch.manual_seed(0)
+    plain = MultiHeadAttention(d_model=D, n_heads=H)
+    dropped = MultiHeadAttention(d_model=D, n_heads=H, dropout=0.5)
+    dropped.load_state_dict(plain.state_dict())
+    x = torch.randn(B, T, D)
+    plain.eval(), dropped.eval()
+    assert_close(dropped(x, need_weights=need_weights)[0], plain(x, need_weights=need_weights)[0])
+    dropped.train()
+    first, weights, _ = dropped(x, need_weights=need_weights)
+    second = dropped(x, need_weights=need_weights)[0]
+    assert not torch.allclose(first, second)  # fresh masks each call
+    assert not torch.allclose(first, plain(x)[0])
+    if need_weights:
+        assert_close(weights.sum(-1), torch.ones(B, H, T))

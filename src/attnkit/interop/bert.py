@@ -98,13 +98,12 @@ def bert_config(folder: str | Path, *, n_classes: int = 0, pooling: str = "mean"
                          "(attnkit has absolute learned positions only)")
     if raw.get("is_decoder", False):
         raise InputError(f"{path}: is_decoder is true; attnkit loads bidirectional BERT encoders only")
-    # attention_probs_dropout_prob is ignored on purpose: attnkit drops out sub-layer outputs and embedding sums only,
-    # never attention weights, as §5.4 prescribes. It matters only in training; eval outputs are unaffected.
     try:
         return ClassifierConfig(
             vocab_size=raw["vocab_size"], d_model=raw["hidden_size"], n_heads=raw["num_attention_heads"],
             d_ff=raw["intermediate_size"], n_layers=raw["num_hidden_layers"],
             max_len=raw.get("max_position_embeddings", 512), dropout=raw.get("hidden_dropout_prob", 0.1),
+            attention_dropout=raw.get("attention_probs_dropout_prob", 0.1),
             layer_norm_eps=raw.get("layer_norm_eps", 1e-12), n_token_types=raw.get("type_vocab_size", 2),
             n_classes=n_classes, pooling=pooling, **BERT_TRAITS,
         )
@@ -375,7 +374,7 @@ def bert_config_dict(cfg: ClassifierConfig, pad_id: int) -> dict:
         "architectures": ["BertModel"], "model_type": "bert", "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
         "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads, "intermediate_size": cfg.d_ff,
         "hidden_act": "gelu", "hidden_dropout_prob": cfg.dropout,
-        "attention_probs_dropout_prob": 0.0,  # attnkit never drops attention weights (§5.4)
+        "attention_probs_dropout_prob": cfg.attention_dropout,
         "max_position_embeddings": cfg.max_len, "type_vocab_size": cfg.n_token_types, "initializer_range": 0.02,
         "layer_norm_eps": cfg.layer_norm_eps, "pad_token_id": pad_id, "position_embedding_type": "absolute",
         "use_cache": False,

@@ -95,10 +95,11 @@ class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2) with separate ``q_proj``, ``k_proj``, ``v_proj`` and ``out_proj``.
 
     ``d_head`` defaults to d_model / n_heads as in the paper; Table 3 row (B) varies it independently, so the
-    projections map D -> H * Dh and back.
+    projections map D -> H * Dh and back. ``dropout`` drops attention weights in training (BERT does; the paper's
+    §5.4 does not, and its default 0 keeps the fused kernel's fastest path).
     """
 
-    def __init__(self, *, d_model: int, n_heads: int, d_head: int | None = None, bias: bool = True):
+    def __init__(self, *, d_model: int, n_heads: int, d_head: int | None = None, bias: bool = True, dropout: float = 0.0):
         super().__init__()
         if d_head is None:
             if d_model % n_heads != 0:
@@ -106,6 +107,7 @@ class MultiHeadAttention(nn.Module):
             d_head = d_model // n_heads
         self.n_heads = n_heads
         self.d_head = d_head
+        self.dropout = dropout
         inner = n_heads * d_head
         self.q_proj = nn.Linear(d_model, inner, bias=bias)
         self.k_proj = nn.Linear(d_model, inner, bias=bias)
@@ -182,10 +184,13 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and not cache.static:
             cache = cache.append(k, v)
             k, v = cache.k, cache.v  # (B, H, L + T, Dh)
+        p = self.dropout if self.training else 0.0
         if need_weights:
             out, attn_weights = scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, Dh), (B, H, T, S)
+            if p:  # the weights are returned as computed; the output uses dropped-out ones
+                out = F.dropout(attn_weights, p) @ v  # (B, H, T, Dh)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, Dh)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, T, Dh)
             attn_weights = None
         out = out.transpose(1, 2).reshape(B, T, self.n_heads * self.d_head)  # (B, T, H * Dh)
         return self.out_proj(out), attn_weights, cache  # (B, T, D)

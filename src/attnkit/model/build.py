@@ -10,7 +10,8 @@ from attnkit.model.transformer import Transformer
 def _common(cfg: TransformerConfig) -> dict:
     return dict(
         vocab_size=cfg.vocab_size, d_model=cfg.d_model, n_heads=cfg.n_heads, d_head=cfg.d_head, d_ff=cfg.d_ff,
-        n_layers=cfg.n_layers, max_len=cfg.max_len, dropout=cfg.dropout, activation=cfg.activation, norm=cfg.norm,
+        n_layers=cfg.n_layers, max_len=cfg.max_len, dropout=cfg.dropout, attention_dropout=cfg.attention_dropout,
+        activation=cfg.activation, norm=cfg.norm,
         positional=cfg.positional, scale_embeddings=cfg.scale_embeddings, layer_norm_eps=cfg.layer_norm_eps,
     )
 

@@ -31,6 +31,7 @@ class TransformerClassifier(nn.Module):
         pooling: str = "mean",
         d_head: int | None = None,
         dropout: float = 0.1,
+        attention_dropout: float = 0.0,
         activation: str = "relu",
         norm: str = "post",
         positional: str = "sinusoidal",
@@ -52,7 +53,8 @@ class TransformerClassifier(nn.Module):
         )
         self.encoder = Encoder(
             n_layers=n_layers, d_model=d_model, norm=norm, layer_norm_eps=layer_norm_eps,
-            n_heads=n_heads, d_ff=d_ff, d_head=d_head, dropout=dropout, activation=activation,
+            n_heads=n_heads, d_ff=d_ff, d_head=d_head, dropout=dropout, attention_dropout=attention_dropout,
+            activation=activation,
         )
         self.head = nn.Linear(d_model, n_classes)
 

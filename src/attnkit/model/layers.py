@@ -51,6 +51,7 @@ class EncoderLayer(nn.Module):
         d_ff: int,
         d_head: int | None = None,
         dropout: float = 0.1,
+        attention_dropout: float = 0.0,
         activation: str = "relu",
         norm: str = "post",
         layer_norm_eps: float = 1e-5,
@@ -58,7 +59,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         if norm not in ("post", "pre"):
             raise ValueError(f"norm={norm!r}; expected 'post' or 'pre'")
-        self.self_attn = MultiHeadAttention(d_model=d_model, n_heads=n_heads, d_head=d_head)
+        self.self_attn = MultiHeadAttention(d_model=d_model, n_heads=n_heads, d_head=d_head, dropout=attention_dropout)
         self.ffn = PositionwiseFeedForward(d_model=d_model, d_ff=d_ff, activation=activation)
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
@@ -113,6 +114,7 @@ class DecoderLayer(nn.Module):
         d_ff: int,
         d_head: int | None = None,
         dropout: float = 0.1,
+        attention_dropout: float = 0.0,
         activation: str = "relu",
         norm: str = "post",
         layer_norm_eps: float = 1e-5,
@@ -120,8 +122,8 @@ class DecoderLayer(nn.Module):
         super().__init__()
         if norm not in ("post", "pre"):
             raise ValueError(f"norm={norm!r}; expected 'post' or 'pre'")
-        self.self_attn = MultiHeadAttention(d_model=d_model, n_heads=n_heads, d_head=d_head)
-        self.cross_attn = MultiHeadAttention(d_model=d_model, n_heads=n_heads, d_head=d_head)
+        self.self_attn = MultiHeadAttention(d_model=d_model, n_heads=n_heads, d_head=d_head, dropout=attention_dropout)
+        self.cross_attn = MultiHeadAttention(d_model=d_model, n_heads=n_heads, d_head=d_head, dropout=attention_dropout)
         self.ffn = PositionwiseFeedForward(d_model=d_model, d_ff=d_ff, activation=activation)
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)

@@ -138,6 +138,7 @@ class Transformer(nn.Module):
         max_len: int,
         d_head: int | None = None,
         dropout: float = 0.1,
+        attention_dropout: float = 0.0,
         activation: str = "relu",
         norm: str = "post",
         positional: str = "sinusoidal",
@@ -152,7 +153,8 @@ class Transformer(nn.Module):
             vocab_size=vocab_size, d_model=d_model, max_len=max_len, positional=positional,
             scale_embeddings=scale_embeddings, dropout=dropout, layer_norm_eps=layer_norm_eps,
         )
-        layer_kwargs = dict(n_heads=n_heads, d_ff=d_ff, d_head=d_head, dropout=dropout, activation=activation)
+        layer_kwargs = dict(n_heads=n_heads, d_ff=d_ff, d_head=d_head, dropout=dropout, attention_dropout=attention_dropout,
+                            activation=activation)
         self.encoder = Encoder(n_layers=n_layers, d_model=d_model, norm=norm, layer_norm_eps=layer_norm_eps, **layer_kwargs)
         self.decoder = Decoder(n_layers=n_layers, d_model=d_model, norm=norm, layer_norm_eps=layer_norm_eps, **layer_kwargs)
         # Untied: a separate pre-softmax projection without bias, so that tied and untied differ only in sharing.
