@@ -169,6 +169,7 @@ def _beam_search(
     # (``decoder_self_mask``) but not by the cached one. Never emit EOS when the length is fixed. Banned after the
     # softmax, so that scores stay the model's log-probabilities.
     banned = torch.tensor([model.pad_id] + ([eos_id] if suppress_eos else []), device=device)
+    spare = None  # self-attention buffers of the cache before the last reorder, written into by the next one
 
     for t in range(int(limits.max())):
         A = scores.size(0)
@@ -201,7 +202,7 @@ def _beam_search(
         at_limit = limit <= t + 1  # (A,)
         done = at_limit | (torch.tensor(nth_best, device=device) >= scores[:, 0] / max_lp)  # (A,)
         if not done.any():
-            cache = _reorder_beams(cache, reorder)
+            cache, spare = _reorder_beams(cache, reorder, spare)
             continue
         lp = penalty(t + 1, kind=kind, alpha=alpha)  # |Y| = t + 1 tokens, no EOS
         for a in at_limit.nonzero().view(-1).tolist():
@@ -212,7 +213,7 @@ def _beam_search(
         if keep.numel() == 0:
             break
         keep_rows = (keep[:, None] * K + beam_index).view(-1)  # (R',)
-        cache = [layer.select(reorder.view(A, K)[keep].view(-1)) for layer in cache]
+        cache, spare = [layer.select(reorder.view(A, K)[keep].view(-1)) for layer in cache], None
         # Beams of one sentence share its memory rows, so only dropping sentences changes them.
         memory, src_mask, last = memory[keep_rows], src_mask[keep_rows], last[keep_rows]  # (R', S, D), .., (R', 1)
         scores, history, limit, max_lp = scores[keep], history[keep], limit[keep], max_lp[keep]  # (A', ..)
@@ -229,10 +230,15 @@ def _add(hyps: list[Hypothesis], hyp: Hypothesis, n_best: int) -> float:
     return hyps[-1].normalized if len(hyps) == n_best else float("-inf")
 
 
-def _reorder_beams(cache: list[DecoderLayerCache], index: Tensor) -> list[DecoderLayerCache]:
+def _reorder_beams(
+    cache: list[DecoderLayerCache], index: Tensor, spare: list[tuple[Tensor, Tensor]] | None
+) -> tuple[list[DecoderLayerCache], list[tuple[Tensor, Tensor]]]:
     """Move the self-attention K/V of each row to the beam that extends it; ``index`` (R,) stays within sentences.
+    Returns the new cache, written into ``spare`` buffers if given, and the old cache's buffers as the next spare.
 
     The beams of one sentence share its cross-attention K/V, so a reorder within sentences leaves them as they are;
     ``DecoderLayerCache.select`` would copy the (R, H, S, Dh) cross-attention tensors of every layer at every step.
     """
-    return [DecoderLayerCache(layer.self_kv.select(index), layer.cross_kv) for layer in cache]
+    spare = spare or [None] * len(cache)
+    new = [DecoderLayerCache(layer.self_kv.select(index, buffers), layer.cross_kv) for layer, buffers in zip(cache, spare)]
+    return new, [(layer.self_kv.k_buf, layer.self_kv.v_buf) for layer in cache]
