@@ -240,5 +240,6 @@ def _reorder_beams(
     ``DecoderLayerCache.select`` would copy the (R, H, S, Dh) cross-attention tensors of every layer at every step.
     """
     spare = spare or [None] * len(cache)
-    new = [DecoderLayerCache(layer.self_kv.select(index, buffers), layer.cross_kv) for layer, buffers in zip(cache, spare)]
+    new = [DecoderLayerCache(layer.self_kv.select(index, buffers), layer.cross_kv)
+           for layer, buffers in zip(cache, spare)]
     return new, [(layer.self_kv.k_buf, layer.self_kv.v_buf) for layer in cache]

@@ -105,7 +105,9 @@ class MultiHeadAttention(nn.Module):
     §5.4 does not, and its default 0 keeps the fused kernel's fastest path).
     """
 
-    def __init__(self, *, d_model: int, n_heads: int, d_head: int | None = None, bias: bool = True, dropout: float = 0.0):
+    def __init__(
+        self, *, d_model: int, n_heads: int, d_head: int | None = None, bias: bool = True, dropout: float = 0.0
+    ):
         super().__init__()
         if d_head is None:
             if d_model % n_heads != 0:
