@@ -11,7 +11,7 @@ on stdout. docs/performance.md quotes one run.
 - torchao ``Int8DynamicActivationInt8WeightConfig`` (int8 weights, activations quantized per call), inference only;
   skipped with a note when torchao is not installed (``pip install torchao --no-deps``). attnkit's self-attention
   stacks W^Q, W^K, W^V into one matrix, which torchao's int8 tensors cannot be concatenated into, so for this probe
-  the three projections run separately (``_separate_qkv``).
+  the three projections run separately (``changes.separate_qkv``).
 """
 
 from __future__ import annotations
@@ -28,10 +28,7 @@ from attnkit.bench.classify import CONFIGS, make_batch
 from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
 from attnkit.model.attention import MultiHeadAttention
 from attnkit.model.build import build_classifier
-
-
-def _separate_qkv(self: MultiHeadAttention, x: torch.Tensor):
-    return tuple(self._split_heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
+from changes import separate_qkv  # benchmarks/changes.py (this script's directory is on sys.path)
 
 
 def inference(model, ids):
@@ -98,7 +95,7 @@ def main() -> int:
         model.load_state_dict(eager.state_dict())
         for module in model.modules():
             if isinstance(module, MultiHeadAttention):
-                module._fused_qkv = _separate_qkv.__get__(module)
+                module._fused_qkv = separate_qkv.__get__(module)
         quantize_(model, Int8DynamicActivationInt8WeightConfig())
         with torch.inference_mode():
             diff = (model(ids) - eager(ids)).abs().max().item()

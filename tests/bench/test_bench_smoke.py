@@ -194,3 +194,36 @@ def test_scaling_suite_smoke():
                           layer=dict(d_model=16, n_heads=2, d_ff=32))
     _check(results, "scaling", {"attnkit", "torch.nn"}, ("ms", "peak_mib"))
     assert {(r.impl, r.mode) for r in results} == {(i, m) for i in ("attnkit", "torch.nn") for m in ("infer", "train")}
+
+
+def test_changes_probe_variants_compute_the_same_function():
+    """benchmarks/changes.py times attnkit with one choice switched off; each variant must compute the same outputs
+    and gradients (eval mode), and the explicit variant must really take the explicit path."""
+    import importlib.util
+    from pathlib import Path
+
+    from attnkit.model import attention
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "changes.py"
+    spec = importlib.util.spec_from_file_location("changes", path)
+    changes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(changes)
+    models = changes.variant_models(lambda: build_translator(TINY, pad_id=PAD_ID))
+    src = torch.randint(5, TINY.vocab_size, (3, 7))
+    tgt = torch.randint(5, TINY.vocab_size, (3, 6))
+    explicit_calls = []
+    original = attention.scaled_dot_product_attention
+    try:
+        attention.scaled_dot_product_attention = lambda *a, **k: explicit_calls.append(1) or original(*a, **k)
+        outputs = []
+        for model in models:
+            model.eval()
+            logits = model(src, tgt)  # (B, T, V)
+            logits.square().mean().backward()
+            outputs.append((logits.detach(), model.encoder.layers[0].self_attn.q_proj.weight.grad))
+    finally:
+        attention.scaled_dot_product_attention = original
+    assert len(explicit_calls) == 3 * TINY.n_layers  # encoder self, decoder self and cross, in the explicit variant
+    for logits, grad in outputs[1:]:
+        torch.testing.assert_close(logits, outputs[0][0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(grad, outputs[0][1], atol=1e-5, rtol=1e-5)

@@ -1,0 +1,107 @@
+"""What two of attnkit's training-side choices are worth, measured by switching each off on the same model.
+
+    python benchmarks/changes.py [--threads 2] [--reps 6]
+
+The train suite's ``small`` encoder-decoder (dropout 0.1, 4,096 source + target tokens per batch, lengths 32 and
+128) and the scaling suite's encoder layer at length 4,096, one training step each (forward, loss, backward, Adam),
+timed in turns (``measure_interleaved``) in three variants of the same weights:
+
+- ``shipped``: attnkit as it is: the fused ``scaled_dot_product_attention`` and one stacked W^Q W^K W^V GEMM.
+- ``explicit attention``: every attention module on the explicit path (softmax(QK^T / sqrt(d_k)) materialised,
+  as when the weights are asked for, or as ``nn.MultiheadAttention`` runs when attention weights are dropped out).
+- ``three QKV GEMMs``: Q, K and V projected separately, as before the fused projection.
+
+JSON lines on stdout, one per (case, variant), with the time and the ratio to ``shipped``. docs/performance.md
+quotes one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
+from attnkit.bench.train import CONFIGS, batch_loss, make_batch
+from attnkit.model.attention import MultiHeadAttention
+from attnkit.model.build import build_translator
+from attnkit.model.layers import EncoderLayer
+
+
+def separate_qkv(self: MultiHeadAttention, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Q, K, V by three GEMMs: a drop-in for ``MultiHeadAttention._fused_qkv``."""
+    return tuple(self._split_heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
+
+
+def explicit_attention(module: MultiHeadAttention) -> None:
+    """Route ``module`` through the explicit path (its weights are computed and dropped)."""
+    forward = module.forward
+    module.forward = lambda *args, **kwargs: forward(*args, **{**kwargs, "need_weights": True})
+
+
+def three_gemms(module: MultiHeadAttention) -> None:
+    module._fused_qkv = separate_qkv.__get__(module)
+
+
+VARIANTS = {"shipped": None, "explicit attention": explicit_attention, "three QKV GEMMs": three_gemms}
+
+
+def variant_models(build) -> list[torch.nn.Module]:
+    """One model per variant, each built by ``build()`` under the same seed (so with the same weights)."""
+    models = []
+    for switch in VARIANTS.values():
+        torch.manual_seed(0)
+        model = build().train()
+        for module in model.modules():
+            if switch is not None and isinstance(module, MultiHeadAttention):
+                switch(module)
+        models.append(model)
+    return models
+
+
+def step_fn(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module], Tensor]) -> Callable[[], None]:
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+
+    def step() -> None:
+        loss_fn(model).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def cases():
+    """(name, build, loss) for each measured case."""
+    cfg = CONFIGS["small"]
+    for length in (32, 128):
+        src, tgt_in, tgt_out = make_batch(cfg, length, 4096, seed=0)
+        yield (f"train small L={length}", lambda: build_translator(cfg, pad_id=PAD_ID),
+               lambda m, s=src, ti=tgt_in, to=tgt_out: batch_loss(m(s, ti), to))
+    x = torch.randn(1, 4096, 256)  # (1, L, D)
+    yield ("encoder layer L=4096", lambda: EncoderLayer(d_model=256, n_heads=4, d_ff=1024, dropout=0.1),
+           lambda m: m(x)[0].square().mean())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=6)
+    args = parser.parse_args()
+    with fixed_threads(args.threads):
+        for name, build, loss_fn in cases():
+            steps = [step_fn(model, loss_fn) for model in variant_models(build)]
+            timings = measure_interleaved(steps, warmup=2, reps=args.reps, budget_s=60.0)
+            shipped = timings[0].median_s
+            for variant, timing in zip(VARIANTS, timings):
+                print(json.dumps(dict(case=name, variant=variant, ms=round(timing.median_s * 1e3, 1),
+                                      slowdown=round(timing.median_s / shipped, 3), reps=len(timing.times_s),
+                                      threads=args.threads)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
