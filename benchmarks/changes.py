@@ -1,18 +1,22 @@
-"""What two of attnkit's training-side choices are worth, measured by switching each off on the same model.
+"""What three of attnkit's choices are worth, measured by switching each off on the same model.
 
     python benchmarks/changes.py [--threads 2] [--reps 6]
 
-The train suite's ``small`` encoder-decoder (dropout 0.1, 4,096 source + target tokens per batch, lengths 32 and
-128) and the scaling suite's encoder layer at length 4,096, one training step each (forward, loss, backward, Adam),
-timed in turns (``measure_interleaved``) in three variants of the same weights:
+Training: the train suite's ``small`` encoder-decoder (dropout 0.1, 4,096 source + target tokens per batch, lengths
+32 and 128) and the scaling suite's encoder layer at length 4,096, one training step each (forward, loss, backward,
+Adam), in three variants of the same weights:
 
 - ``shipped``: attnkit as it is: the fused ``scaled_dot_product_attention`` and one stacked W^Q W^K W^V GEMM.
 - ``explicit attention``: every attention module on the explicit path (softmax(QK^T / sqrt(d_k)) materialised,
   as when the weights are asked for, or as ``nn.MultiheadAttention`` runs when attention weights are dropped out).
 - ``three QKV GEMMs``: Q, K and V projected separately, as before the fused projection.
 
-JSON lines on stdout, one per (case, variant), with the time and the ratio to ``shipped``. docs/performance.md
-quotes one run.
+Decoding: the decode suite's attnkit call (``small``, 32 sources of 32 tokens, exactly 32 output tokens, greedy
+and beam 4), shipped and with ``cross K/V every step``: cross-attention projecting the encoder output to keys and
+values again at every step, as a decoder without a static cross-attention cache does.
+
+Variants of one case are timed in turns (``measure_interleaved``). JSON lines on stdout, one per (case, variant),
+with the time and the ratio to ``shipped``. docs/performance.md quotes one run.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from attnkit.bench import decode
 from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
 from attnkit.bench.train import CONFIGS, batch_loss, make_batch
 from attnkit.model.attention import MultiHeadAttention
@@ -47,17 +52,32 @@ def three_gemms(module: MultiHeadAttention) -> None:
     module._fused_qkv = separate_qkv.__get__(module)
 
 
+def cross_kv_every_step(module: MultiHeadAttention) -> None:
+    """Make a cross-attention module ignore its static cache: keys and values of the memory are projected again."""
+    forward = module.forward
+
+    def uncached(query, key_value=None, mask=None, *, need_weights=False, cache=None):
+        out, weights, _ = forward(query, key_value, mask, need_weights=need_weights)
+        return out, weights, cache
+
+    module.forward = uncached
+
+
 VARIANTS = {"shipped": None, "explicit attention": explicit_attention, "three QKV GEMMs": three_gemms}
+DECODE_VARIANTS = {"shipped": None, "cross K/V every step": cross_kv_every_step}
 
 
-def variant_models(build) -> list[torch.nn.Module]:
-    """One model per variant, each built by ``build()`` under the same seed (so with the same weights)."""
+def variant_models(build, variants=VARIANTS) -> list[torch.nn.Module]:
+    """One model per variant, each built by ``build()`` under the same seed (so with the same weights). The switch
+    applies to every attention module, or to the cross-attention modules only for ``cross_kv_every_step``."""
     models = []
-    for switch in VARIANTS.values():
+    for switch in variants.values():
         torch.manual_seed(0)
         model = build().train()
-        for module in model.modules():
-            if switch is not None and isinstance(module, MultiHeadAttention):
+        for name, module in model.named_modules():
+            if switch is None or not isinstance(module, MultiHeadAttention):
+                continue
+            if switch is not cross_kv_every_step or name.endswith("cross_attn"):
                 switch(module)
         models.append(model)
     return models
@@ -86,6 +106,23 @@ def cases():
            lambda m: m(x)[0].square().mean())
 
 
+def decode_cases():
+    """(name, build, call maker) for greedy and beam 4 on the decode suite's inputs."""
+    cfg = decode.CONFIGS["small"]
+    src = decode.make_sources(cfg, 32, 32, seed=0)  # (B, S)
+    for search, beam in decode.SEARCHES.items():
+        yield (f"decode small {search}", lambda: build_translator(cfg, pad_id=PAD_ID),
+               lambda m, b=beam: decode._attnkit(m.eval(), src, b, 32, cfg.max_len))
+
+
+def emit(case: str, variants: dict, timings: list, threads: int) -> None:
+    """One JSON line per variant; ``slowdown`` is its time over the shipped variant's (the first)."""
+    for variant, timing in zip(variants, timings):
+        print(json.dumps(dict(case=case, variant=variant, ms=round(timing.median_s * 1e3, 1),
+                              slowdown=round(timing.median_s / timings[0].median_s, 3), reps=len(timing.times_s),
+                              threads=threads)), flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -95,11 +132,11 @@ def main() -> int:
         for name, build, loss_fn in cases():
             steps = [step_fn(model, loss_fn) for model in variant_models(build)]
             timings = measure_interleaved(steps, warmup=2, reps=args.reps, budget_s=60.0)
-            shipped = timings[0].median_s
-            for variant, timing in zip(VARIANTS, timings):
-                print(json.dumps(dict(case=name, variant=variant, ms=round(timing.median_s * 1e3, 1),
-                                      slowdown=round(timing.median_s / shipped, 3), reps=len(timing.times_s),
-                                      threads=args.threads)), flush=True)
+            emit(name, VARIANTS, timings, args.threads)
+        for name, build, make_call in decode_cases():
+            calls = [make_call(model) for model in variant_models(build, DECODE_VARIANTS)]
+            timings = measure_interleaved(calls, warmup=1, reps=args.reps, budget_s=60.0)
+            emit(name, DECODE_VARIANTS, timings, args.threads)
     return 0
 
 

@@ -9,6 +9,7 @@ and check the records, never the timings.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 
 import pytest
@@ -27,7 +28,7 @@ from attnkit.bench.common import (
     training_flops,
 )
 from attnkit.config import ClassifierConfig, TranslatorConfig
-from attnkit.decoding import greedy_decode
+from attnkit.decoding import beam_search, greedy_decode
 from attnkit.model.build import build_classifier, build_translator
 
 TINY = TranslatorConfig(vocab_size=120, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=48)
@@ -227,3 +228,14 @@ def test_changes_probe_variants_compute_the_same_function():
     for logits, grad in outputs[1:]:
         torch.testing.assert_close(logits, outputs[0][0], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(grad, outputs[0][1], atol=1e-5, rtol=1e-5)
+
+    build = functools.partial(build_translator, TINY, pad_id=PAD_ID)
+    shipped, recomputing = changes.variant_models(build, changes.DECODE_VARIANTS)
+    src = _padded(torch.randint(5, TINY.vocab_size, (4, 9)), [9, 4, 7, 2])
+    for beam in (1, 3):
+        call = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_positions=TINY.max_len, fixed_len=12)
+        if beam == 1:
+            assert greedy_decode(shipped.eval(), src, **call) == greedy_decode(recomputing.eval(), src, **call)
+        else:
+            call["beam_size"] = beam
+            assert beam_search(shipped, src, **call) == beam_search(recomputing, src, **call)
