@@ -267,3 +267,18 @@ def test_single_logit_head_still_gives_two_probabilities(tmp_path, capsys):
     assert code == 0
     for pred, text in zip(predictions(stdout), texts, strict=True):
         check_prediction(pred, text)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_predict_in_bf16_agrees_and_notes_a_cpu_without_native_bfloat16(seed_run, capsys, monkeypatch, native):
+    from attnkit.training import losses
+
+    monkeypatch.setattr(losses, "native_bf16", lambda: native)
+    text = "This movie was absolutely amazing"
+    _, fp32_out, _ = cli(capsys, "classify", "predict", "--model", seed_run, text)
+    code, out, err = cli(capsys, "classify", "predict", "--model", seed_run, "--precision", "bf16", text)
+    assert code == 0
+    (fp32,), (bf16,) = predictions(fp32_out), predictions(out)
+    assert bf16["label"] == fp32["label"]
+    assert abs(bf16["probs"]["positive"] - fp32["probs"]["positive"]) < 0.05  # bfloat16 keeps ~3 digits
+    assert ("note: precision=bf16: this CPU has no native bfloat16" in err) == (not native)

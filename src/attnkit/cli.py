@@ -113,6 +113,7 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
     train_base = dict(FINE_TUNE_TRAIN_DEFAULTS) if args.init_from else {}
     model_cfg, train_cfg = build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset or "default"),
                                          train_base, overrides)
+    _note_slow_bf16(train_cfg.precision)
     train = read_labeled(train_path)
     valid = read_labeled(valid_path) if valid_path else None
 
@@ -147,9 +148,18 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
                  "seconds": round(summary.seconds, 1), "truncated": summary.truncation.n_truncated})
 
 
+def _note_slow_bf16(precision: str) -> None:
+    """bf16 runs everywhere, but without AMX or AVX512-BF16 it is much slower than fp32: say so, once."""
+    from attnkit.training.losses import SLOW_BF16_NOTE, native_bf16
+
+    if precision == "bf16" and not native_bf16():
+        print(f"note: precision=bf16: {SLOW_BF16_NOTE}", file=sys.stderr)
+
+
 def cmd_classify_predict(args: argparse.Namespace) -> None:
     from attnkit.classify import ClassifierRun
 
+    _note_slow_bf16(args.precision)
     run = ClassifierRun(args.model, precision=args.precision)
     texts = _texts_from(args.texts)
     if not texts:
@@ -171,6 +181,7 @@ def cmd_classify_eval(args: argparse.Namespace) -> None:
     from attnkit.classify import ClassifierRun
     from attnkit.data.readers import read_labeled
 
+    _note_slow_bf16(args.precision)
     run = ClassifierRun(args.model, precision=args.precision)
     data = _eval_file(args)
     _print_json(run.evaluate(read_labeled(data), source=str(data)))
@@ -217,6 +228,7 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
         raise InputError("give --max-steps or --epochs, not both")
     model_cfg, train_cfg = build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset or "small"),
                                          TRANSLATE_TRAIN_DEFAULTS, overrides)
+    _note_slow_bf16(train_cfg.precision)
 
     bar = None
 
@@ -521,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = classify_cmds.add_parser("predict", help="predict labels with probabilities, one JSON object per text")
     p.add_argument("--model", type=Path, required=True, help="run directory")
     p.add_argument("texts", nargs="*", metavar="TEXT", help="texts (default: one per stdin line)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: bfloat16 autocast (AMX CPUs)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: bfloat16 autocast (CPUs with AMX or AVX512-BF16, GPUs)")
     p.set_defaults(func=cmd_classify_predict)
 
     p = classify_cmds.add_parser("eval", help="accuracy and macro-F1 on a labelled file")
@@ -529,7 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, help="labelled file (.tsv, .csv or .jsonl)")
     p.add_argument("--dataset", help="a dataset recipe instead of --data (e.g. rt-polarity)")
     p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: bfloat16 autocast (AMX CPUs)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: bfloat16 autocast (CPUs with AMX or AVX512-BF16, GPUs)")
     p.set_defaults(func=cmd_classify_eval)
 
     translate = commands.add_parser("translate", help="train, run and evaluate translators (the paper's encoder-decoder)")

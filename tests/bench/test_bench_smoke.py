@@ -17,7 +17,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnkit.bench import classify, decode, peers, scaling, train
+from attnkit.bench import classify, common, decode, peers, scaling, train
 from attnkit.bench.common import (
     BOS_ID,
     EOS_ID,
@@ -30,6 +30,7 @@ from attnkit.bench.common import (
 from attnkit.config import ClassifierConfig, TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
 from attnkit.model.build import build_classifier, build_translator
+from attnkit.training.losses import native_bf16
 
 TINY = TranslatorConfig(vocab_size=120, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=48)
 TINY_CLS = ClassifierConfig(vocab_size=120, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=32, n_classes=2)
@@ -169,7 +170,16 @@ def test_train_suite_smoke():
     results = train.run(quick=True, threads=1, configs={"tiny": TINY}, lengths=(8,), tokens_per_batch=128)
     _check(results, "train", {"attnkit", "torch.nn"} | _installed("transformers"),
            ("tgt_tok_per_s", "sentences_per_s", "ms", "gflop_per_s", "mfu"))
-    assert {r.dtype for r in results if r.impl == "matmul"} == {"float32", "bfloat16"}
+    # bfloat16 rows (ceiling and attnkit under autocast) only where the CPU has native bfloat16
+    expected = {"float32", "bfloat16"} if native_bf16() else {"float32"}
+    assert {r.dtype for r in results if r.impl == "matmul"} == expected
+    assert {r.dtype for r in results if r.impl == "attnkit"} == expected
+
+
+def test_bfloat16_ceiling_is_skipped_without_native_bfloat16(monkeypatch):
+    monkeypatch.setattr(common, "native_bf16", lambda: False)
+    results, fp32_gflops = common.ceiling_results("train", threads=1, quick=True)
+    assert [r.dtype for r in results] == ["float32"] and fp32_gflops > 0
 
 
 @pytest.mark.slow

@@ -35,7 +35,7 @@ from attnkit.bench.common import (
 )
 from attnkit.config import CLASSIFIER_PRESETS, ClassifierConfig
 from attnkit.model.build import build_classifier
-from attnkit.training.losses import autocast
+from attnkit.training.losses import autocast, native_bf16
 
 CONFIGS: dict[str, ClassifierConfig] = {"seed000": ClassifierConfig(**CLASSIFIER_PRESETS["seed000"])}
 IMPLS = ("attnkit", "torch.nn", "transformers")
@@ -157,12 +157,13 @@ def iter_results(
                                  ms=t * 1e3, gflop_per_s=gflops(flop, t), mfu=mfu(flop, t, fp32_gflops),
                                  reps=len(timing.times_s))
                 # Inference: every implementation with its default settings; also torch.nn with its fast path off,
-                # and attnkit under bfloat16 autocast (`classify predict/eval --precision bf16`).
+                # and attnkit under bfloat16 autocast (`classify predict/eval --precision bf16`) where the CPU has
+                # native bfloat16.
                 calls = [(impl, variant, "float32", inference_call(*models[impl], ids)) for impl in impls]
                 if "torch.nn" in models:
                     calls.append(("torch.nn", f"{variant}, fastpath-off", "float32",
                                   inference_call(*models["torch.nn"], ids, fastpath=False)))
-                if "attnkit" in models:
+                if "attnkit" in models and native_bf16():
                     calls.append(("attnkit", variant, "bfloat16", inference_call(*models["attnkit"], ids, "bf16")))
                 timings = measure_interleaved([c[3] for c in calls], warmup=warmup, reps=reps + 1, budget_s=20.0)
                 for (impl, label, dtype, _), timing in zip(calls, timings):

@@ -28,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> None:
     """Run ``args.suite`` and print its results."""
     from attnkit.bench.common import describe, format_table
+    from attnkit.training.losses import SLOW_BF16_NOTE, native_bf16
 
     if args.threads < 1:
         raise InputError(f"bench: --threads={args.threads} must be >= 1")
@@ -38,6 +39,8 @@ def run_command(args: argparse.Namespace) -> None:
         if not impls:
             raise InputError(f"bench: suite {args.suite} runs {', '.join(module.IMPLS)}; --impl chose none of them")
         kwargs["impls"] = impls
+    if args.suite in ("train", "classify") and not native_bf16():
+        print(f"note: bfloat16 rows skipped: {SLOW_BF16_NOTE}", file=sys.stderr)
     results = []
     for result in module.iter_results(**kwargs):
         results.append(result)

@@ -35,7 +35,7 @@ from attnkit.bench.common import (
 )
 from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig
 from attnkit.model.build import build_translator
-from attnkit.training.losses import autocast, sequence_loss
+from attnkit.training.losses import autocast, native_bf16, sequence_loss
 
 CONFIGS: dict[str, TranslatorConfig] = {
     "small": TranslatorConfig(**TRANSLATOR_PRESETS["small"]),
@@ -141,8 +141,10 @@ def iter_results(
                 ))
                 torch.manual_seed(seed)
                 ours = build_translator(cfg, pad_id=PAD_ID)
-                # attnkit also with bfloat16 autocast (--set precision=bf16); the peers in float32, as users run them.
-                runs = [(impl, "fp32") for impl in impls] + ([("attnkit", "bf16")] if "attnkit" in impls else [])
+                # attnkit also with bfloat16 autocast (--set precision=bf16) where the CPU has native bfloat16; the
+                # peers in float32, as users run them.
+                bf16 = "attnkit" in impls and native_bf16()
+                runs = [(impl, "fp32") for impl in impls] + ([("attnkit", "bf16")] if bf16 else [])
                 steps = []
                 for impl, precision in runs:
                     torch.manual_seed(seed)  # same dropout masks' seed and, for peers, same initialisation seed
