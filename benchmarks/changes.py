@@ -42,18 +42,21 @@ def separate_qkv(self: MultiHeadAttention, x: Tensor) -> tuple[Tensor, Tensor, T
     return tuple(self._split_heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
 
 
-def explicit_attention(module: MultiHeadAttention) -> None:
-    """Route ``module`` through the explicit path (its weights are computed and dropped)."""
+def explicit_attention(name: str, module: MultiHeadAttention) -> None:
+    """Route every attention module through the explicit path (its weights are computed and dropped)."""
     forward = module.forward
     module.forward = lambda *args, **kwargs: forward(*args, **{**kwargs, "need_weights": True})
 
 
-def three_gemms(module: MultiHeadAttention) -> None:
+def three_gemms(name: str, module: MultiHeadAttention) -> None:
+    """Project Q, K and V of every attention module by three GEMMs."""
     module._fused_qkv = separate_qkv.__get__(module)
 
 
-def cross_kv_every_step(module: MultiHeadAttention) -> None:
-    """Make a cross-attention module ignore its static cache: keys and values of the memory are projected again."""
+def cross_kv_every_step(name: str, module: MultiHeadAttention) -> None:
+    """Make cross-attention ignore its static cache: keys and values of the memory are projected at every step."""
+    if not name.endswith("cross_attn"):
+        return
     forward = module.forward
 
     def uncached(query, key_value=None, mask=None, *, need_weights=False, cache=None):
@@ -68,17 +71,15 @@ DECODE_VARIANTS = {"shipped": None, "cross K/V every step": cross_kv_every_step}
 
 
 def variant_models(build, variants=VARIANTS) -> list[torch.nn.Module]:
-    """One model per variant, each built by ``build()`` under the same seed (so with the same weights). The switch
-    applies to every attention module, or to the cross-attention modules only for ``cross_kv_every_step``."""
+    """One model per variant, each built by ``build()`` under the same seed (so with the same weights), with the
+    variant's switch applied to each of its attention modules (by qualified name and module)."""
     models = []
     for switch in variants.values():
         torch.manual_seed(0)
         model = build().train()
         for name, module in model.named_modules():
-            if switch is None or not isinstance(module, MultiHeadAttention):
-                continue
-            if switch is not cross_kv_every_step or name.endswith("cross_attn"):
-                switch(module)
+            if switch is not None and isinstance(module, MultiHeadAttention):
+                switch(name, module)
         models.append(model)
     return models
 

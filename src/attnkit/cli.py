@@ -533,7 +533,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = classify_cmds.add_parser("predict", help="predict labels with probabilities, one JSON object per text")
     p.add_argument("--model", type=Path, required=True, help="run directory")
     p.add_argument("texts", nargs="*", metavar="TEXT", help="texts (default: one per stdin line)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: bfloat16 autocast (CPUs with AMX or AVX512-BF16, GPUs)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: bfloat16 autocast (fast on CPUs with AMX or AVX512-BF16, and GPUs)")
     p.set_defaults(func=cmd_classify_predict)
 
     p = classify_cmds.add_parser("eval", help="accuracy and macro-F1 on a labelled file")
@@ -541,7 +542,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, help="labelled file (.tsv, .csv or .jsonl)")
     p.add_argument("--dataset", help="a dataset recipe instead of --data (e.g. rt-polarity)")
     p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: bfloat16 autocast (CPUs with AMX or AVX512-BF16, GPUs)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: bfloat16 autocast (fast on CPUs with AMX or AVX512-BF16, and GPUs)")
     p.set_defaults(func=cmd_classify_eval)
 
     translate = commands.add_parser("translate", help="train, run and evaluate translators (the paper's encoder-decoder)")

@@ -222,17 +222,15 @@ def ceiling_results(suite: str, *, threads: int, quick: bool) -> tuple[list[Resu
     results = []
     dtypes = [(torch.float32, "float32")] + ([(torch.bfloat16, "bfloat16")] if native_bf16() else [])
     for dtype, name in dtypes:
-        best = None
+        per_size = []
         for n in sizes:
             timing = matmul_ceiling(dtype, n=n, warmup=1 if quick else 3, reps=3 if quick else 10)
-            result = Result(
+            per_size.append(Result(
                 suite=suite, impl="matmul", config=f"{n}x{n}", seq_len=None, search=None, dtype=name,
                 ms=timing.median_s * 1e3, gflop_per_s=gflops(2 * n**3, timing.median_s), threads=threads,
                 reps=len(timing.times_s),
-            )
-            if best is None or result.gflop_per_s > best.gflop_per_s:
-                best = result
-        results.append(best)
+            ))
+        results.append(max(per_size, key=lambda r: r.gflop_per_s))
     return results, results[0].gflop_per_s
 
 
