@@ -55,7 +55,8 @@ TINY_WORDS = "the cat dog sat on mat plays in garden new movie is so great aweso
 
 def _tiny_vocab() -> list[str]:
     letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!"] + TINY_WORDS + letters + [f"##{c}" for c in letters]
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!"]
+    tokens = specials + TINY_WORDS + letters + [f"##{c}" for c in letters]
     return tokens + [f"[unused{i}]" for i in range(100 - len(tokens))]
 
 
@@ -133,7 +134,8 @@ def _perturb(model) -> None:
 def test_tiny_random_bert_matches_transformers(tiny_bert):
     folder, hf = tiny_bert
     model, cfg, tokenizer = load_bert_classifier(folder, n_classes=3)
-    assert (cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_layers, cfg.vocab_size, cfg.n_token_types) == (32, 4, 64, 2, 100, 2)
+    shape = (cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_layers, cfg.vocab_size, cfg.n_token_types)
+    assert shape == (32, 4, 64, 2, 100, 2)
     assert (cfg.dropout, cfg.attention_dropout) == (0.1, 0.1)  # hidden and attention-probability dropout, for training
     assert model.pad_id == tokenizer.pad_id == 0
     assert tokenizer.tokens("A cat sat.") == ["[CLS]", "a", "cat", "sat", ".", "[SEP]"]  # built from vocab.txt
@@ -230,7 +232,8 @@ def test_exported_minilm_loads_in_transformers(minilm, tmp_path):
 
 def test_export_refuses_a_model_that_is_not_bert_shaped(tiny_bert, tmp_path):
     _, _, tokenizer = load_bert_classifier(tiny_bert[0], n_classes=2)
-    cfg = ClassifierConfig(vocab_size=100, d_model=32, n_heads=4, d_ff=64, n_layers=1, n_classes=2)  # the paper's encoder
+    # the paper's encoder
+    cfg = ClassifierConfig(vocab_size=100, d_model=32, n_heads=4, d_ff=64, n_layers=1, n_classes=2)
     run_dir = _write_run(tmp_path / "run", build_classifier(cfg), cfg, tokenizer, ["neg", "pos"])
     with pytest.raises(InputError, match=r"only BERT-shaped encoders.*positional='sinusoidal'"):
         export_bert_folder(run_dir, tmp_path / "bert")
@@ -282,7 +285,8 @@ def test_classifier_exports_as_bert_for_sequence_classification(tiny_bert, tmp_p
     ours = torch.tensor([[p.probs[label] for label in labels] for p in run.predict(SENTENCES)])  # (N, C)
     theirs = _hf_probabilities(out, SENTENCES)  # (N, C)
     logits = run.logits(SENTENCES)
-    print(f"largest |logit| {logits.abs().max():.2f}, largest |p_attnkit - p_transformers| {(ours - theirs).abs().max():.2e}")
+    print(f"largest |logit| {logits.abs().max():.2f}, "
+          f"largest |p_attnkit - p_transformers| {(ours - theirs).abs().max():.2e}")
     if head_scale > 1:
         assert logits.abs().max() > 1.0, "the confident head should give logits far from 0"
     torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)

@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 import torch
 
-ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 is an optional dependency (pip install ctranslate2)")
-
 from attnkit.cli import main
 from attnkit.errors import InputError
-from attnkit.interop import ct2
+from attnkit.interop import ct2  # imports ctranslate2 only when an export or a translator is made
 from attnkit.interop.ct2 import CT2Translator, export_ct2
 from attnkit.translate import TranslatorRun, translate_ids
+
+ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 is optional (pip install ctranslate2)")
 
 SEED_TSV = Path(__file__).resolve().parents[2] / "examples" / "seed000_train.tsv"
 CT2_FILES = {"model.bin", "config.json", "shared_vocabulary.json", "tokenizer.json", "attnkit_ct2.json"}
@@ -213,7 +213,7 @@ def test_int8_export_loads_and_translates(run_dir, tmp_path, engines, test_set):
     assert (out / "model.bin").stat().st_size < (engines[1].model_dir / "model.bin").stat().st_size
     floor, cpu_class = _int8_floor()
     print(f"int8 greedy outputs equal to attnkit's: {same} of {len(test_set)} (floor {floor}, {cpu_class})")
-    assert same >= floor, f"{same} of {len(test_set)} int8 greedy outputs equal attnkit's; the floor for {cpu_class} is {floor}"
+    assert same >= floor, f"{same} of {len(test_set)} int8 greedy outputs equal attnkit's (floor {floor}, {cpu_class})"
 
 
 def test_int8_floor_fails_a_broken_quantization(run_dir, tmp_path, engines, test_set, monkeypatch):

@@ -32,6 +32,7 @@ import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -42,9 +43,9 @@ from tokenizers import Tokenizer as Backend
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 from torch import Tensor
 
+from attnkit.atomic import atomic_directory
 from attnkit.config import ClassifierConfig
 from attnkit.data.batching import apply_length_policy, pad
-from attnkit.atomic import atomic_directory
 from attnkit.errors import InputError
 from attnkit.model.build import build_classifier
 from attnkit.model.classifier import POOLINGS, TransformerClassifier
@@ -71,7 +72,9 @@ _LAYER_NAMES = {  # module under attnkit's encoder.layers.{i} -> module under BE
     "norm2": "output.LayerNorm",
 }
 # The traits that make an attnkit classifier config a BERT encoder (besides token types and d_head = D / H).
-BERT_TRAITS = {"positional": "learned", "scale_embeddings": False, "embedding_norm": True, "norm": "post", "activation": "gelu"}
+BERT_TRAITS: dict[str, Any] = {
+    "positional": "learned", "scale_embeddings": False, "embedding_norm": True, "norm": "post", "activation": "gelu",
+}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -134,7 +137,9 @@ def _bert_key(name: str) -> str:
     return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
 
 
-def bert_state_dict_to_attnkit(hf_state: dict[str, Tensor], n_layers: int, *, source: str = "state dict") -> dict[str, Tensor]:
+def bert_state_dict_to_attnkit(
+    hf_state: dict[str, Tensor], n_layers: int, *, source: str = "state dict"
+) -> dict[str, Tensor]:
     """BERT tensor names -> attnkit's. Pooler, task heads and the ``position_ids`` buffer are ignored; a missing
     encoder tensor, or an encoder tensor with no attnkit counterpart, is an InputError naming it."""
     state = {_bert_key(name): tensor for name, tensor in hf_state.items()}
@@ -143,10 +148,12 @@ def bert_state_dict_to_attnkit(hf_state: dict[str, Tensor], n_layers: int, *, so
     pairs = name_pairs(n_layers)
     missing = [f"{ours} (BERT: {theirs})" for ours, theirs in pairs if theirs not in encoder]
     if missing:
-        raise InputError(f"{source}: missing {len(missing)} tensor(s): {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}")
+        more = " ..." if len(missing) > 6 else ""
+        raise InputError(f"{source}: missing {len(missing)} tensor(s): {', '.join(missing[:6])}{more}")
     unexpected = sorted(set(encoder) - {theirs for _, theirs in pairs})
     if unexpected:
-        raise InputError(f"{source}: tensor(s) with no place in a {n_layers}-layer attnkit encoder: {', '.join(unexpected[:6])}")
+        raise InputError(f"{source}: tensor(s) with no place in a {n_layers}-layer attnkit encoder: "
+                         f"{', '.join(unexpected[:6])}")
     return {ours: encoder[theirs] for ours, theirs in pairs}
 
 
@@ -154,7 +161,8 @@ def attnkit_to_bert_state_dict(state: dict[str, Tensor], n_layers: int) -> dict[
     """attnkit encoder tensors -> BERT names (``BertModel`` layout, no prefix); the classifier head is dropped."""
     missing = [ours for ours, _ in name_pairs(n_layers) if ours not in state]
     if missing:
-        raise InputError(f"attnkit state dict lacks {', '.join(missing[:6])}: not a BERT-shaped {n_layers}-layer encoder")
+        raise InputError(f"attnkit state dict lacks {', '.join(missing[:6])}: "
+                         f"not a BERT-shaped {n_layers}-layer encoder")
     return {theirs: state[ours].detach().contiguous() for ours, theirs in name_pairs(n_layers)}
 
 
@@ -171,8 +179,9 @@ def read_bert_weights(folder: str | Path) -> dict[str, Tensor]:
         files = [folder / name for name in shards]
     elif (folder / "pytorch_model.bin").is_file() or (folder / "pytorch_model.bin.index.json").is_file():
         raise InputError(
-            f"{folder}: has pytorch_model.bin but no model.safetensors; attnkit does not unpickle weights (a pickle can "
-            "run code when loaded). Convert it to safetensors where you trust it, e.g. BertModel.from_pretrained(folder)"
+            f"{folder}: has pytorch_model.bin but no model.safetensors; attnkit does not unpickle weights (a pickle "
+            "can run code when loaded). Convert it to safetensors where you trust it, e.g. "
+            "BertModel.from_pretrained(folder)"
             ".save_pretrained(folder, safe_serialization=True) with transformers"
         )
     else:
@@ -198,7 +207,8 @@ def load_encoder_weights(model: TransformerClassifier, state: dict[str, Tensor],
     result = model.load_state_dict(state, strict=False)
     not_loaded = [name for name in result.missing_keys if not name.startswith("head.")]
     if not_loaded or result.unexpected_keys:
-        raise InputError(f"{source}: weights do not fit the encoder (not loaded: {not_loaded}, unexpected: {result.unexpected_keys})")
+        raise InputError(f"{source}: weights do not fit the encoder (not loaded: {not_loaded}, "
+                         f"unexpected: {result.unexpected_keys})")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -234,13 +244,15 @@ def wordpiece_from_vocab(vocab_path: Path, *, lowercase: bool, names: dict[str, 
         if names[role] not in vocab:
             raise InputError(f"{vocab_path}: no {names[role]} token")
     backend = Backend(models.WordPiece(vocab, unk_token=names["unk"], max_input_chars_per_word=100))
-    backend.add_special_tokens([t for t in (names["pad"], names["unk"], names["cls"], names["sep"], "[MASK]") if t in vocab])
+    specials = (names["pad"], names["unk"], names["cls"], names["sep"], "[MASK]")
+    backend.add_special_tokens([t for t in specials if t in vocab])
     backend.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=chinese_chars,
                                                     strip_accents=strip_accents, lowercase=lowercase)
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     cls, sep = names["cls"], names["sep"]
     backend.post_processor = processors.TemplateProcessing(
-        single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1", special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])]
+        single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])],
     )
     backend.decoder = decoders.WordPiece(prefix="##")
     return backend
@@ -256,7 +268,8 @@ def load_bert_tokenizer(folder: str | Path) -> Tokenizer:
         except Exception as err:  # the Rust side raises plain Exceptions on malformed files
             raise InputError(f"{folder / 'tokenizer.json'}: not a valid tokenizer file ({err})") from None
     elif (folder / "vocab.txt").is_file():
-        settings = checkpoint.read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+        config_path = folder / "tokenizer_config.json"
+        settings = checkpoint.read_json(config_path) if config_path.is_file() else {}
         backend = wordpiece_from_vocab(folder / "vocab.txt", lowercase=settings.get("do_lower_case", True), names=names,
                                        strip_accents=settings.get("strip_accents"),
                                        chinese_chars=settings.get("tokenize_chinese_chars", True))
@@ -266,7 +279,8 @@ def load_bert_tokenizer(folder: str | Path) -> Tokenizer:
     backend.no_padding()
     backend.no_truncation()
     try:
-        return Tokenizer(backend, "wordpiece", SpecialTokens(pad=names["pad"], unk=names["unk"], cls=names["cls"], bos=None, eos=None))
+        roles = SpecialTokens(pad=names["pad"], unk=names["unk"], cls=names["cls"], bos=None, eos=None)
+        return Tokenizer(backend, "wordpiece", roles)
     except InputError as err:
         raise InputError(f"{folder}: {err}") from None
 
@@ -287,13 +301,16 @@ def resolve_bert_folder(spec: str | Path) -> Path:
     return folder
 
 
-def load_bert_classifier(folder: str | Path, *, n_classes: int, pooling: str = "mean") -> tuple[TransformerClassifier, ClassifierConfig, Tokenizer]:
+def load_bert_classifier(
+    folder: str | Path, *, n_classes: int, pooling: str = "mean"
+) -> tuple[TransformerClassifier, ClassifierConfig, Tokenizer]:
     """attnkit's classifier with the folder's pretrained encoder, a freshly initialised head, and its tokenizer."""
     folder = Path(folder)
     cfg = bert_config(folder, n_classes=n_classes, pooling=pooling)
     tokenizer = load_bert_tokenizer(folder)
     if tokenizer.vocab_size > cfg.vocab_size:
-        raise InputError(f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but config.json vocab_size is {cfg.vocab_size}")
+        raise InputError(f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but config.json vocab_size is "
+                         f"{cfg.vocab_size}")
     state = bert_state_dict_to_attnkit(read_bert_weights(folder), cfg.n_layers, source=str(folder))
     model = build_classifier(cfg, pad_id=tokenizer.pad_id)
     load_encoder_weights(model, state, source=str(folder))
@@ -362,14 +379,16 @@ def embed(model_spec: str | Path, texts: Iterable[str], *, pool: str = "mean", n
 
 def check_bert_shaped(cfg: ClassifierConfig) -> None:
     """InputError listing what keeps ``cfg`` from being a BERT encoder (only those can be written as BERT folders)."""
-    problems = [f"{key}={getattr(cfg, key)!r} (BERT: {value!r})" for key, value in BERT_TRAITS.items() if getattr(cfg, key) != value]
+    problems = [f"{key}={getattr(cfg, key)!r} (BERT: {value!r})"
+                for key, value in BERT_TRAITS.items() if getattr(cfg, key) != value]
     if cfg.n_token_types < 1:
         problems.append("n_token_types=0 (BERT: at least 1)")
     if cfg.d_head is not None and cfg.d_head * cfg.n_heads != cfg.d_model:
         problems.append(f"d_head={cfg.d_head} (BERT: d_model / n_heads = {cfg.d_model / cfg.n_heads:g})")
     if problems:
         raise InputError("only BERT-shaped encoders can be exported as BERT folders; this model has "
-                         + ", ".join(problems) + ". Train with these keys set as BERT has them, or start from --init-from")
+                         + ", ".join(problems)
+                         + ". Train with these keys set as BERT has them, or start from --init-from")
 
 
 def bert_config_dict(cfg: ClassifierConfig, pad_id: int) -> dict:
