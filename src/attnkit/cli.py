@@ -520,7 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--valid", type=Path, help="validation file (default: 10%% of --train held out)")
     p.add_argument("--dataset", help="a dataset recipe instead of files (e.g. rt-polarity; see `attnkit data list`)")
     p.add_argument("--out", type=Path, required=True, help="run directory to write")
-    p.add_argument("--preset", help="model preset: default (the default), seed000, seed001")
+    p.add_argument("--preset", help="model preset: default (the default), vocab10k, tiny-binary")
     p.add_argument("--epochs", type=int)
     p.add_argument("--seed", type=int)
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
@@ -628,7 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("params", help="per-module parameter table with closed-form formulas")
     p.add_argument("--task", choices=("classify", "translate"), required=True)
-    p.add_argument("--preset", help="classify: default, seed000, seed001; translate: small, base, big")
+    p.add_argument("--preset", help="classify: default, vocab10k, tiny-binary; translate: small, base, big")
     p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     _add_config_args(p)
     p.set_defaults(func=cmd_params)
