@@ -281,4 +281,4 @@ def test_predict_in_bf16_agrees_and_notes_a_cpu_without_native_bfloat16(seed_run
     (fp32,), (bf16,) = predictions(fp32_out), predictions(out)
     assert bf16["label"] == fp32["label"]
     assert abs(bf16["probs"]["positive"] - fp32["probs"]["positive"]) < 0.05  # bfloat16 keeps ~3 digits
-    assert ("note: precision=bf16: this CPU has no native bfloat16" in err) == (not native)
+    assert ("note: precision=bf16: your CPU has no native bfloat16" in err) == (not native)

@@ -44,7 +44,18 @@ def test_reference_note_001_rows(capsys):
 
 
 def test_reference_note_000_total(capsys):
+    assert params_json(capsys, "--task", "classify", "--preset", "vocab10k")["total"] == 1_676_802
+
+
+def test_presets_are_named_for_what_they_are_and_old_names_still_work(capsys):
+    tiny = params_json(capsys, "--task", "classify", "--preset", "tiny-binary")
+    assert tiny["total"] == params_json(capsys, "--task", "classify", "--set", *SEED001_SET)["total"] == 983_201
+    assert params_json(capsys, "--task", "classify", "--preset", "seed001") == tiny  # the earlier name, an alias
     assert params_json(capsys, "--task", "classify", "--preset", "seed000")["total"] == 1_676_802
+    assert main(["params", "--task", "classify", "--preset", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "vocab10k" in err and "tiny-binary" in err and "seed00" not in err  # aliases are not advertised
+    assert main(["params", "--task", "translate", "--preset", "seed000"]) == 2  # a classifier alias only
 
 
 @pytest.mark.parametrize(("preset", "paper_total"), [("base", 63.08e6), ("big", 214.2e6)])

@@ -501,7 +501,7 @@ def cmd_export_ct2(args: argparse.Namespace) -> None:
 def cmd_export_hf(args: argparse.Namespace) -> None:
     from attnkit.interop.bert import export_bert_folder
 
-    out = export_bert_folder(args.model, args.out)
+    out = export_bert_folder(args.model, args.out, encoder_only=args.encoder_only)
     _print_json({"out": str(out), "files": sorted(p.name for p in out.iterdir())})
 
 
@@ -520,7 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--valid", type=Path, help="validation file (default: 10%% of --train held out)")
     p.add_argument("--dataset", help="a dataset recipe instead of files (e.g. rt-polarity; see `attnkit data list`)")
     p.add_argument("--out", type=Path, required=True, help="run directory to write")
-    p.add_argument("--preset", help="model preset: default (the default), seed000, seed001")
+    p.add_argument("--preset", help="model preset: default (the default), vocab10k, tiny-binary")
     p.add_argument("--epochs", type=int)
     p.add_argument("--seed", type=int)
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
@@ -628,7 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("params", help="per-module parameter table with closed-form formulas")
     p.add_argument("--task", choices=("classify", "translate"), required=True)
-    p.add_argument("--preset", help="classify: default, seed000, seed001; translate: small, base, big")
+    p.add_argument("--preset", help="classify: default, vocab10k, tiny-binary; translate: small, base, big")
     p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     _add_config_args(p)
     p.set_defaults(func=cmd_params)
@@ -680,10 +680,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = commands.add_parser("export", help="write a run in another library's format")
     export_cmds = export.add_subparsers(dest="subcommand", required=True, parser_class=_Parser)
-    p = export_cmds.add_parser("hf", help="a BERT-shaped classifier run as a Hugging Face BERT folder")
+    p = export_cmds.add_parser("hf", help="a BERT-shaped classifier run as a Hugging Face BERT folder "
+                               "(BertForSequenceClassification with its labels; cls pooling only)")
     p.add_argument("--model", type=Path, required=True, help="classifier run directory")
     p.add_argument("--out", type=Path, required=True,
                    help="folder to write (config.json, model.safetensors, tokenizer.json, vocab.txt)")
+    p.add_argument("--encoder-only", action="store_true",
+                   help="write the encoder alone as a BertModel (any pooling; the head is not written)")
     p.set_defaults(func=cmd_export_hf)
     p = export_cmds.add_parser("onnx", help="a classifier run as an ONNX model (dynamic batch and length) for onnxruntime")
     p.add_argument("--model", type=Path, required=True, help="classifier run directory")

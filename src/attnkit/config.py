@@ -54,7 +54,7 @@ class TransformerConfig:
 
 @dataclass(frozen=True)
 class ClassifierConfig(TransformerConfig):
-    """A text classifier. The defaults are the seed-000 classifier (d_model 128, 4 heads, d_ff 512, 2 layers)."""
+    """A text classifier. The defaults: d_model 128, 4 heads, d_ff 512, 2 layers (the ``vocab10k`` preset's shape)."""
 
     n_classes: int = 0  # C; 0 = one per label seen in training; 1 = a single logit for a binary task (sigmoid)
     pooling: str = "mean"  # "mean": masked mean over real tokens; "cls": the first token (a CLS token is prepended)
@@ -152,11 +152,14 @@ def _check_choice(key: str, value: object, choices: tuple[str, ...]) -> None:
 
 CLASSIFIER_PRESETS: dict[str, dict] = {
     "default": {},
-    # The classifier of reference note 000: vocab 10,000, d_model 128, 4 heads, d_ff 512, 2 layers, 2 classes.
-    "seed000": dict(vocab_size=10000, d_model=128, n_heads=4, d_ff=512, n_layers=2, n_classes=2),
-    # The parameter-counting model of reference note 001 (BERT's vocabulary, d_model 32, one layer, CLS + 1 logit).
-    "seed001": dict(vocab_size=30522, d_model=32, n_heads=4, d_ff=32, n_layers=1, max_len=400, n_classes=1, pooling="cls"),
+    # The default shape with a fixed 10,000-token vocabulary and 2 classes (d_model 128, 4 heads, d_ff 512, 2 layers).
+    "vocab10k": dict(vocab_size=10000, d_model=128, n_heads=4, d_ff=512, n_layers=2, n_classes=2),
+    # A tiny binary classifier on BERT's 30,522-token vocabulary: d_model 32, one layer, [CLS] pooling, one logit.
+    "tiny-binary": dict(vocab_size=30522, d_model=32, n_heads=4, d_ff=32, n_layers=1, max_len=400, n_classes=1,
+                        pooling="cls"),
 }
+# Earlier names, still accepted and not listed: the reference notes these shapes came from were numbered.
+PRESET_ALIASES = {"seed000": "vocab10k", "seed001": "tiny-binary"}
 
 TRANSLATOR_PRESETS: dict[str, dict] = {
     "small": {},  # d_model 256, 4 heads, d_ff 1024, 3 + 3 layers: trainable on a CPU in an hour
@@ -253,7 +256,9 @@ def build_configs(model_cls: type, model_base: dict, train_base: dict, overrides
 
 
 def preset(presets: dict[str, dict], name: str) -> dict:
-    """The overrides that preset ``name`` stands for."""
+    """The overrides that preset ``name`` (or an alias of it) stands for."""
+    if name not in presets and PRESET_ALIASES.get(name) in presets:
+        name = PRESET_ALIASES[name]
     if name not in presets:
         raise InputError(f"unknown preset {name!r}; choose one of {', '.join(presets)}")
     return dict(presets[name])

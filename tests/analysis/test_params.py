@@ -46,8 +46,8 @@ def _seed():
 
 
 @pytest.fixture(scope="module")
-def seed001():
-    return build_classifier(_classifier_cfg("seed001"))
+def tiny_binary():
+    return build_classifier(_classifier_cfg("tiny-binary"))
 
 
 def _one(report, module: str) -> Row:
@@ -55,8 +55,8 @@ def _one(report, module: str) -> Row:
     return row
 
 
-def test_seed001_rows_match_the_reference_note(seed001):
-    report = parameter_table(seed001)
+def test_tiny_binary_rows_match_reference_note_001(tiny_binary):
+    report = parameter_table(tiny_binary)
     assert [(r.module, r.kind, r.params) for r in report.rows] == [
         ("embeddings.token", "embedding", 976_704),  # 30522 x 32
         ("embeddings.position", "positional (sinusoidal)", 0),
@@ -71,27 +71,27 @@ def test_seed001_rows_match_the_reference_note(seed001):
     assert all(r.formula_value == r.params for r in report.rows)
     assert _one(report, "encoder.layers.0.self_attn").formula == "4(d^2 + d)"
     assert (report.total, report.trainable, report.buffers) == (983_201, 983_201, 12_800)
-    assert report.total == classifier_param_formula(_classifier_cfg("seed001"))
+    assert report.total == classifier_param_formula(_classifier_cfg("tiny-binary"))
 
 
-def test_seed000_classifier_total():
-    cfg = _classifier_cfg("seed000")
+def test_vocab10k_classifier_total():
+    cfg = _classifier_cfg("vocab10k")
     report = parameter_table(build_classifier(cfg))
     assert report.total == 1_676_802
     assert classifier_param_formula(cfg) == 1_676_802
 
 
-def test_classifier_agrees_with_torchinfo(seed001):
+def test_classifier_agrees_with_torchinfo(tiny_binary):
     torchinfo = pytest.importorskip("torchinfo")
     ids = torch.randint(1, 30522, (2, 16))
-    stats = torchinfo.summary(seed001, input_data=ids, verbose=0)
-    report = parameter_table(seed001)
+    stats = torchinfo.summary(tiny_binary, input_data=ids, verbose=0)
+    report = parameter_table(tiny_binary)
     assert stats.total_params == report.total
     assert stats.trainable_params == report.trainable
 
 
 def test_frozen_parameters_are_counted_but_not_trainable():
-    model = build_classifier(_classifier_cfg("seed001"))
+    model = build_classifier(_classifier_cfg("tiny-binary"))
     model.embeddings.token.weight.requires_grad_(False)
     report = parameter_table(model)
     assert report.total == 983_201
@@ -174,14 +174,14 @@ def test_pre_norm_translator_counts_both_final_norms():
 
 
 def test_module_without_a_rule_is_an_error():
-    model = build_classifier(_classifier_cfg("seed001"))
+    model = build_classifier(_classifier_cfg("tiny-binary"))
     model.extra = nn.Conv1d(4, 4, 3)
     with pytest.raises(ValueError, match="extra"):
         parameter_table(model)
 
 
-def test_json_and_text_table(seed001):
-    report = parameter_table(seed001)
+def test_json_and_text_table(tiny_binary):
+    report = parameter_table(tiny_binary)
     data = json.loads(json.dumps(to_json(report)))
     assert (data["total"], data["trainable"], data["buffers"]) == (983_201, 983_201, 12_800)
     assert {"module", "kind", "params", "formula", "formula_value", "buffers"} <= set(data["rows"][0])

@@ -1,6 +1,7 @@
 """Hugging Face BERT folders in and out of attnkit's encoder: the same weights in attnkit and in transformers'
 ``BertModel`` give the same hidden states (a tiny random BERT, and MiniLM when it is cached), MiniLM reproduces its
-published similarities, an export loads back into transformers, and bad folders are refused with clear errors.
+published similarities, an export loads back into transformers (the encoder as BertModel; a first-token classifier as
+BertForSequenceClassification with the same probabilities), and bad folders are refused with clear errors.
 
 transformers is a test-only dependency (never imported by attnkit); the MiniLM tests use the cached recipe and
 never download."""
@@ -18,11 +19,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from attnkit.classify import ClassifierRun
 from attnkit.config import ClassifierConfig, TrainConfig
 from attnkit.data.batching import pad
 from attnkit.data.recipes import default_cache_dir
 from attnkit.errors import InputError
 from attnkit.interop.bert import (
+    POOLER_SCALE,
     embed,
     export_bert_folder,
     load_bert_classifier,
@@ -52,7 +55,8 @@ TINY_WORDS = "the cat dog sat on mat plays in garden new movie is so great aweso
 
 def _tiny_vocab() -> list[str]:
     letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!"] + TINY_WORDS + letters + [f"##{c}" for c in letters]
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!"]
+    tokens = specials + TINY_WORDS + letters + [f"##{c}" for c in letters]
     return tokens + [f"[unused{i}]" for i in range(100 - len(tokens))]
 
 
@@ -130,7 +134,8 @@ def _perturb(model) -> None:
 def test_tiny_random_bert_matches_transformers(tiny_bert):
     folder, hf = tiny_bert
     model, cfg, tokenizer = load_bert_classifier(folder, n_classes=3)
-    assert (cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_layers, cfg.vocab_size, cfg.n_token_types) == (32, 4, 64, 2, 100, 2)
+    shape = (cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_layers, cfg.vocab_size, cfg.n_token_types)
+    assert shape == (32, 4, 64, 2, 100, 2)
     assert (cfg.dropout, cfg.attention_dropout) == (0.1, 0.1)  # hidden and attention-probability dropout, for training
     assert model.pad_id == tokenizer.pad_id == 0
     assert tokenizer.tokens("A cat sat.") == ["[CLS]", "a", "cat", "sat", ".", "[SEP]"]  # built from vocab.txt
@@ -197,9 +202,9 @@ def test_export_through_a_run_directory_loads_in_transformers(tiny_bert, tmp_pat
     _perturb(model)
     run_dir = _write_run(tmp_path / "run", model, cfg, tokenizer, ["neg", "pos"])
 
-    out = export_bert_folder(run_dir, tmp_path / "bert")
+    out = export_bert_folder(run_dir, tmp_path / "bert", encoder_only=True)
     exported = json.loads((out / "config.json").read_text())
-    assert exported["model_type"] == "bert"
+    assert (exported["model_type"], exported["architectures"]) == ("bert", ["BertModel"])
     assert (exported["hidden_dropout_prob"], exported["attention_probs_dropout_prob"]) == (0.1, 0.1)
     assert (out / "vocab.txt").read_text(encoding="utf-8").splitlines() == _tiny_vocab()
     hf = transformers.BertModel.from_pretrained(out, add_pooling_layer=False).eval()
@@ -227,7 +232,8 @@ def test_exported_minilm_loads_in_transformers(minilm, tmp_path):
 
 def test_export_refuses_a_model_that_is_not_bert_shaped(tiny_bert, tmp_path):
     _, _, tokenizer = load_bert_classifier(tiny_bert[0], n_classes=2)
-    cfg = ClassifierConfig(vocab_size=100, d_model=32, n_heads=4, d_ff=64, n_layers=1, n_classes=2)  # the paper's encoder
+    # the paper's encoder
+    cfg = ClassifierConfig(vocab_size=100, d_model=32, n_heads=4, d_ff=64, n_layers=1, n_classes=2)
     run_dir = _write_run(tmp_path / "run", build_classifier(cfg), cfg, tokenizer, ["neg", "pos"])
     with pytest.raises(InputError, match=r"only BERT-shaped encoders.*positional='sinusoidal'"):
         export_bert_folder(run_dir, tmp_path / "bert")
@@ -235,11 +241,92 @@ def test_export_refuses_a_model_that_is_not_bert_shaped(tiny_bert, tmp_path):
 
 
 def test_export_refuses_to_overwrite_a_run_directory(tiny_bert, tmp_path):
-    model, cfg, tokenizer = load_bert_classifier(tiny_bert[0], n_classes=2)
+    model, cfg, tokenizer = load_bert_classifier(tiny_bert[0], n_classes=2, pooling="cls")
     run_dir = _write_run(tmp_path / "run", model, cfg, tokenizer, ["neg", "pos"])
     with pytest.raises(InputError, match="is an attnkit run directory"):
         export_bert_folder(run_dir, run_dir)
     checkpoint.check_run_dir(run_dir)  # untouched: still matches its manifest
+
+
+def _hf_probabilities(folder: Path, texts: list[str]) -> torch.Tensor:
+    """Softmax of AutoModelForSequenceClassification on ``folder``, tokenized by AutoTokenizer, padded batch."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    assert type(hf).__name__ == "BertForSequenceClassification"
+    inputs = tokenizer(texts, padding=True, return_tensors="pt")
+    assert (inputs["attention_mask"] == 0).any(), "the batch should contain padding"
+    with torch.no_grad():
+        return hf(**inputs).logits.softmax(dim=-1)  # (N, C)
+
+
+def _classifier_run(tiny_bert, tmp_path, n_classes: int, labels: list[str], head_scale: float = 1.0) -> Path:
+    model, cfg, tokenizer = load_bert_classifier(tiny_bert[0], n_classes=n_classes, pooling="cls")
+    _perturb(model)
+    with torch.no_grad():
+        model.head.weight.mul_(head_scale)  # confident heads: logits of several units, where tanh is far from linear
+    return _write_run(tmp_path / "run", model, cfg, tokenizer, labels)
+
+
+@pytest.mark.parametrize(("n_classes", "labels", "head_scale"), [
+    (3, ["anger", "joy", "fear"], 1.0),
+    (3, ["anger", "joy", "fear"], 8.0),
+    (1, ["neg", "pos"], 8.0),  # a single sigmoid logit becomes two softmax logits
+])
+def test_classifier_exports_as_bert_for_sequence_classification(tiny_bert, tmp_path, n_classes, labels, head_scale):
+    run_dir = _classifier_run(tiny_bert, tmp_path, n_classes, labels, head_scale)
+    run = ClassifierRun(run_dir)
+    out = export_bert_folder(run_dir, tmp_path / "hf")
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    assert config["num_labels"] == len(labels)
+    assert config["id2label"] == {str(i): label for i, label in enumerate(labels)}
+    assert config["label2id"] == {label: i for i, label in enumerate(labels)}
+
+    ours = torch.tensor([[p.probs[label] for label in labels] for p in run.predict(SENTENCES)])  # (N, C)
+    theirs = _hf_probabilities(out, SENTENCES)  # (N, C)
+    logits = run.logits(SENTENCES)
+    print(f"largest |logit| {logits.abs().max():.2f}, "
+          f"largest |p_attnkit - p_transformers| {(ours - theirs).abs().max():.2e}")
+    if head_scale > 1:
+        assert logits.abs().max() > 1.0, "the confident head should give logits far from 0"
+    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
+    hf_config = transformers.AutoConfig.from_pretrained(out)
+    assert [hf_config.id2label[i] for i in theirs.argmax(dim=-1).tolist()] == [p.label for p in run.predict(SENTENCES)]
+
+
+def test_exported_pooler_is_not_linear_by_accident(tiny_bert, tmp_path):
+    """The check above can fail: without the scale (tanh of the raw logits) the probabilities differ."""
+    run_dir = _classifier_run(tiny_bert, tmp_path, 3, ["a", "b", "c"], head_scale=8.0)
+    out = export_bert_folder(run_dir, tmp_path / "hf")
+    state = load_file(str(out / "model.safetensors"))
+    state["bert.pooler.dense.weight"] /= POOLER_SCALE
+    state["bert.pooler.dense.bias"] /= POOLER_SCALE
+    state["classifier.weight"] *= POOLER_SCALE
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    ours = torch.tensor([[p.probs[c] for c in "abc"] for p in ClassifierRun(run_dir).predict(SENTENCES)])
+    assert (_hf_probabilities(out, SENTENCES) - ours).abs().max() > 1e-2
+
+
+def test_mean_pooling_classifier_is_refused_with_what_works(tiny_bert, tmp_path):
+    model, cfg, tokenizer = load_bert_classifier(tiny_bert[0], n_classes=2)  # pooling="mean", --init-from's default
+    run_dir = _write_run(tmp_path / "run", model, cfg, tokenizer, ["neg", "pos"])
+    with pytest.raises(InputError, match=r"pooling='mean'.*BertForSequenceClassification.*--encoder-only.*export onnx"):
+        export_bert_folder(run_dir, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+    out = export_bert_folder(run_dir, tmp_path / "hf", encoder_only=True)
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertModel"]
+
+
+def test_cli_export_hf_exit_codes(tiny_bert, tmp_path, capsys):
+    from attnkit.cli import main
+
+    model, cfg, tokenizer = load_bert_classifier(tiny_bert[0], n_classes=2)
+    run_dir = _write_run(tmp_path / "run", model, cfg, tokenizer, ["neg", "pos"])
+    assert main(["export", "hf", "--model", str(run_dir), "--out", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "--encoder-only" in err[0]
+    assert main(["export", "hf", "--model", str(run_dir), "--out", str(tmp_path / "hf"), "--encoder-only"]) == 0
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == ["BertModel"]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -71,7 +71,7 @@ def test_mean_pooling_ignores_padding(norm):
 def test_seed000_parameter_count():
     # 10,000 x 128 embeddings + 2 x (4 x (128^2 + 128) attention + 128 x 512 + 512 + 512 x 128 + 128 FFN
     # + 2 x 256 LayerNorm) + 128 x 2 + 2 head = 1,280,000 + 396,544 + 258; sinusoids add nothing.
-    model = build_classifier(ClassifierConfig(**preset(CLASSIFIER_PRESETS, "seed000")))
+    model = build_classifier(ClassifierConfig(**preset(CLASSIFIER_PRESETS, "vocab10k")))
     assert sum(p.numel() for p in model.parameters()) == 1_676_802
 
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import cast
 
-from torch import nn
+from torch import Tensor, nn
 
 from attnkit.config import ClassifierConfig, TransformerConfig, TranslatorConfig
 from attnkit.model.attention import MultiHeadAttention
@@ -89,7 +90,7 @@ def _linear(d_in: int, d_out: int, bias: bool, a: str, b: str) -> tuple[str, int
 def _describe(path: str, module: nn.Module) -> tuple[str, str, int, dict[str, int]] | None:
     """(kind, formula, formula_value, dims) if ``module`` is a leaf concept, else None (look at its children)."""
     if isinstance(module, SinusoidalPositionalEncoding):
-        max_len, d = module.table.shape
+        max_len, d = cast(Tensor, module.table).shape  # a registered buffer (typed Tensor | Module)
         return "positional (sinusoidal)", "0 (buffer max_len*d)", 0, {"max_len": max_len, "d": d}
     if isinstance(module, LearnedPositionalEmbedding):
         max_len, d = module.embedding.num_embeddings, module.embedding.embedding_dim
@@ -162,11 +163,11 @@ def parameter_table(model: nn.Module) -> ParamReport:
             shared = sorted({owner[id(p)] for p in params if id(p) in owner})
             raise ValueError(f"{path} shares some but not all of its parameters with {', '.join(shared)}")
         owner.update((id(p), path) for p in params)
-        buffers = [b for b in module.buffers() if id(b) not in seen_buffers]
-        seen_buffers.update(id(b) for b in buffers)
-        trainable = bool(params) and all(p.requires_grad for p in params)
-        rows.append(Row(path, kind, sum(p.numel() for p in params), sum(b.numel() for b in buffers), formula, value,
-                        trainable, dims))
+        new_buffers = [b for b in module.buffers() if id(b) not in seen_buffers]
+        seen_buffers.update(id(b) for b in new_buffers)
+        all_trainable = bool(params) and all(p.requires_grad for p in params)
+        rows.append(Row(path, kind, sum(p.numel() for p in params), sum(b.numel() for b in new_buffers), formula,
+                        value, all_trainable, dims))
     if isinstance(model, Transformer) and model.output_proj is None:
         # §3.4: the pre-softmax projection is F.linear(x, embeddings.token.weight); it owns no tensor of its own.
         weight = model.embeddings.token.weight

@@ -37,7 +37,7 @@ from attnkit.config import CLASSIFIER_PRESETS, ClassifierConfig
 from attnkit.model.build import build_classifier
 from attnkit.training.losses import autocast, native_bf16
 
-CONFIGS: dict[str, ClassifierConfig] = {"seed000": ClassifierConfig(**CLASSIFIER_PRESETS["seed000"])}
+CONFIGS: dict[str, ClassifierConfig] = {"seed000": ClassifierConfig(**CLASSIFIER_PRESETS["vocab10k"])}
 IMPLS = ("attnkit", "torch.nn", "transformers")
 MIN_PADDED_LENGTH = 8
 

@@ -48,7 +48,8 @@ def apply_length_policy(
             f"tokens); raise max_len or use max_len_policy=truncate"
         )
     if over:
-        seqs = [s if len(s) <= limit else (s[: limit - keep_last] + s[-keep_last:] if keep_last else s[:limit]) for s in seqs]
+        cut = (lambda s: s[: limit - keep_last] + s[-keep_last:]) if keep_last else (lambda s: s[:limit])
+        seqs = [s if len(s) <= limit else cut(s) for s in seqs]
     return seqs, Truncation(len(over), len(seqs), longest, limit)
 
 
@@ -61,13 +62,16 @@ def pad(seqs: list[list[int]], pad_id: int) -> Tensor:
     return out
 
 
-def bucketed_batches(lengths: list[int], batch_size: int, generator: torch.Generator | None, bucket_factor: int = 50) -> list[list[int]]:
+def bucketed_batches(
+    lengths: list[int], batch_size: int, generator: torch.Generator | None, bucket_factor: int = 50
+) -> list[list[int]]:
     """Indices grouped into batches of similar length.
 
     Shuffle (if a generator is given), cut into pools of ``bucket_factor * batch_size``, sort each pool by length,
     cut the pools into batches, shuffle the batches. Without a generator the order is deterministic (evaluation).
     """
-    order = torch.randperm(len(lengths), generator=generator).tolist() if generator is not None else list(range(len(lengths)))
+    n = len(lengths)
+    order = torch.randperm(n, generator=generator).tolist() if generator is not None else list(range(n))
     pool_size = batch_size * bucket_factor
     batches: list[list[int]] = []
     for start in range(0, len(order), pool_size):

@@ -199,7 +199,8 @@ def _jsonl_rows(path: Path, text: str, *, with_label: bool) -> list[tuple[str, s
         except json.JSONDecodeError as err:
             raise InputError(f"{path}:{number}: invalid JSON: {err.msg} (column {err.colno})") from None
         except (ValueError, RecursionError) as err:  # json also refuses huge integers and deep nesting this way
-            raise InputError(f"{path}:{number}: JSON that cannot be read ({type(err).__name__}: {str(err)[:80]})") from None
+            reason = f"{type(err).__name__}: {str(err)[:80]}"
+            raise InputError(f"{path}:{number}: JSON that cannot be read ({reason})") from None
         if not isinstance(record, dict):
             raise InputError(f"{path}:{number}: expected a JSON object, found {_json_type(record)}")
         if "text" not in record:
@@ -253,7 +254,11 @@ def read_labeled(path: str | Path) -> list[Example]:
     """Read labeled examples from a ``.tsv``, ``.csv`` or ``.jsonl`` file, in file order."""
     path = Path(path)
     suffix = _suffix(path, _LABELED_SUFFIXES)
-    return [Example(text, label, line) for text, label, line in _read_rows(path, suffix, with_label=True)]
+    examples = []
+    for text, label, line in _read_rows(path, suffix, with_label=True):
+        assert label is not None  # with_label=True: a row without a label was refused with its line
+        examples.append(Example(text, label, line))
+    return examples
 
 
 def read_texts(path: str | Path) -> list[tuple[str, int]]:

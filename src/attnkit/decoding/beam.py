@@ -40,10 +40,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnkit.decoding.limits import output_limits
+
 # Aliased: ``length_penalty`` is also the name of the public argument that chooses the kind.
 from attnkit.decoding.penalty import check_length_penalty
 from attnkit.decoding.penalty import length_penalty as penalty
-from attnkit.decoding.limits import output_limits
 from attnkit.model.layers import DecoderLayerCache
 from attnkit.model.transformer import Transformer
 
@@ -156,7 +157,7 @@ def _beam_search(
 
     sentence = list(range(B))
     limit = limits  # (A,)
-    max_lp = penalty(limit.float(), kind=kind, alpha=alpha)  # (A,)
+    max_lp = torch.as_tensor(penalty(limit.float(), kind=kind, alpha=alpha))  # (A,)
     # Only beam 0 is live at first: K copies of BOS would fill the beam with K copies of each extension.
     scores = torch.full((B, K), float("-inf"), device=device)  # (A, K)
     scores[:, 0] = 0.0
@@ -173,7 +174,9 @@ def _beam_search(
 
     for t in range(int(limits.max())):
         A = scores.size(0)
-        logits, _, cache = model.decode(last, memory, src_mask, cache=cache, offset=t)  # (R, 1, V)
+        logits, _, extended = model.decode(last, memory, src_mask, cache=cache, offset=t)  # (R, 1, V)
+        assert extended is not None  # a cache passed in comes back holding position t
+        cache = extended
         log_probs = logits[:, -1].float().log_softmax(dim=-1).index_fill(1, banned, float("-inf"))  # (R, V)
         V = log_probs.size(-1)
         candidates = (scores[:, :, None] + log_probs.view(A, K, V)).view(A, K * V)  # (A, K * V)
@@ -239,7 +242,10 @@ def _reorder_beams(
     The beams of one sentence share its cross-attention K/V, so a reorder within sentences leaves them as they are;
     ``DecoderLayerCache.select`` would copy the (R, H, S, Dh) cross-attention tensors of every layer at every step.
     """
-    spare = spare or [None] * len(cache)
-    new = [DecoderLayerCache(layer.self_kv.select(index, buffers), layer.cross_kv)
-           for layer, buffers in zip(cache, spare)]
-    return new, [(layer.self_kv.k_buf, layer.self_kv.v_buf) for layer in cache]
+    buffers_of: list[tuple[Tensor, Tensor] | None] = list(spare) if spare else [None] * len(cache)
+    new, old = [], []
+    for layer, buffers in zip(cache, buffers_of):
+        assert layer.self_kv is not None  # the decoder has run at least one step
+        new.append(DecoderLayerCache(layer.self_kv.select(index, buffers), layer.cross_kv))
+        old.append((layer.self_kv.k_buf, layer.self_kv.v_buf))
+    return new, old

@@ -79,7 +79,9 @@ def _greedy(
     lengths = limits.clone()  # (B,)
 
     for t in range(steps):
-        logits, _, cache = model.decode(last, memory, src_mask, cache=cache, offset=t)  # (A, 1, V)
+        logits, _, extended = model.decode(last, memory, src_mask, cache=cache, offset=t)  # (A, 1, V)
+        assert extended is not None  # a cache passed in comes back holding position t
+        cache = extended
         logits = logits[:, -1].index_fill(1, banned, float("-inf"))  # (A, V)
         last = logits.argmax(dim=-1, keepdim=True)  # (A, 1)
         out[rows, t] = last[:, 0]

@@ -19,6 +19,10 @@ Where each attnkit tensor lives in BERT (``bert.`` prefixes are accepted, pooler
     encoder.layers.{i}.norm2              encoder.layer.{i}.output.LayerNorm
 
 Both use ``nn.Linear``'s (out, in) layout, so every tensor is copied unchanged.
+
+An export is a ``BertForSequenceClassification`` folder (``bert.`` prefix, the head as ``bert.pooler.dense`` and
+``classifier``, ``id2label`` / ``label2id``) when the classifier pools the first token; a mean-pooling head has no
+counterpart in that class, so it exports as the encoder alone (``BertModel``) on request only.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -38,9 +43,9 @@ from tokenizers import Tokenizer as Backend
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 from torch import Tensor
 
+from attnkit.atomic import atomic_directory
 from attnkit.config import ClassifierConfig
 from attnkit.data.batching import apply_length_policy, pad
-from attnkit.atomic import atomic_directory
 from attnkit.errors import InputError
 from attnkit.model.build import build_classifier
 from attnkit.model.classifier import POOLINGS, TransformerClassifier
@@ -67,7 +72,9 @@ _LAYER_NAMES = {  # module under attnkit's encoder.layers.{i} -> module under BE
     "norm2": "output.LayerNorm",
 }
 # The traits that make an attnkit classifier config a BERT encoder (besides token types and d_head = D / H).
-BERT_TRAITS = {"positional": "learned", "scale_embeddings": False, "embedding_norm": True, "norm": "post", "activation": "gelu"}
+BERT_TRAITS: dict[str, Any] = {
+    "positional": "learned", "scale_embeddings": False, "embedding_norm": True, "norm": "post", "activation": "gelu",
+}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -130,7 +137,9 @@ def _bert_key(name: str) -> str:
     return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
 
 
-def bert_state_dict_to_attnkit(hf_state: dict[str, Tensor], n_layers: int, *, source: str = "state dict") -> dict[str, Tensor]:
+def bert_state_dict_to_attnkit(
+    hf_state: dict[str, Tensor], n_layers: int, *, source: str = "state dict"
+) -> dict[str, Tensor]:
     """BERT tensor names -> attnkit's. Pooler, task heads and the ``position_ids`` buffer are ignored; a missing
     encoder tensor, or an encoder tensor with no attnkit counterpart, is an InputError naming it."""
     state = {_bert_key(name): tensor for name, tensor in hf_state.items()}
@@ -139,10 +148,12 @@ def bert_state_dict_to_attnkit(hf_state: dict[str, Tensor], n_layers: int, *, so
     pairs = name_pairs(n_layers)
     missing = [f"{ours} (BERT: {theirs})" for ours, theirs in pairs if theirs not in encoder]
     if missing:
-        raise InputError(f"{source}: missing {len(missing)} tensor(s): {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}")
+        more = " ..." if len(missing) > 6 else ""
+        raise InputError(f"{source}: missing {len(missing)} tensor(s): {', '.join(missing[:6])}{more}")
     unexpected = sorted(set(encoder) - {theirs for _, theirs in pairs})
     if unexpected:
-        raise InputError(f"{source}: tensor(s) with no place in a {n_layers}-layer attnkit encoder: {', '.join(unexpected[:6])}")
+        raise InputError(f"{source}: tensor(s) with no place in a {n_layers}-layer attnkit encoder: "
+                         f"{', '.join(unexpected[:6])}")
     return {ours: encoder[theirs] for ours, theirs in pairs}
 
 
@@ -150,7 +161,8 @@ def attnkit_to_bert_state_dict(state: dict[str, Tensor], n_layers: int) -> dict[
     """attnkit encoder tensors -> BERT names (``BertModel`` layout, no prefix); the classifier head is dropped."""
     missing = [ours for ours, _ in name_pairs(n_layers) if ours not in state]
     if missing:
-        raise InputError(f"attnkit state dict lacks {', '.join(missing[:6])}: not a BERT-shaped {n_layers}-layer encoder")
+        raise InputError(f"attnkit state dict lacks {', '.join(missing[:6])}: "
+                         f"not a BERT-shaped {n_layers}-layer encoder")
     return {theirs: state[ours].detach().contiguous() for ours, theirs in name_pairs(n_layers)}
 
 
@@ -167,8 +179,9 @@ def read_bert_weights(folder: str | Path) -> dict[str, Tensor]:
         files = [folder / name for name in shards]
     elif (folder / "pytorch_model.bin").is_file() or (folder / "pytorch_model.bin.index.json").is_file():
         raise InputError(
-            f"{folder}: has pytorch_model.bin but no model.safetensors; attnkit does not unpickle weights (a pickle can "
-            "run code when loaded). Convert it to safetensors where you trust it, e.g. BertModel.from_pretrained(folder)"
+            f"{folder}: has pytorch_model.bin but no model.safetensors; attnkit does not unpickle weights (a pickle "
+            "can run code when loaded). Convert it to safetensors where you trust it, e.g. "
+            "BertModel.from_pretrained(folder)"
             ".save_pretrained(folder, safe_serialization=True) with transformers"
         )
     else:
@@ -194,7 +207,8 @@ def load_encoder_weights(model: TransformerClassifier, state: dict[str, Tensor],
     result = model.load_state_dict(state, strict=False)
     not_loaded = [name for name in result.missing_keys if not name.startswith("head.")]
     if not_loaded or result.unexpected_keys:
-        raise InputError(f"{source}: weights do not fit the encoder (not loaded: {not_loaded}, unexpected: {result.unexpected_keys})")
+        raise InputError(f"{source}: weights do not fit the encoder (not loaded: {not_loaded}, "
+                         f"unexpected: {result.unexpected_keys})")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -230,13 +244,15 @@ def wordpiece_from_vocab(vocab_path: Path, *, lowercase: bool, names: dict[str, 
         if names[role] not in vocab:
             raise InputError(f"{vocab_path}: no {names[role]} token")
     backend = Backend(models.WordPiece(vocab, unk_token=names["unk"], max_input_chars_per_word=100))
-    backend.add_special_tokens([t for t in (names["pad"], names["unk"], names["cls"], names["sep"], "[MASK]") if t in vocab])
+    specials = (names["pad"], names["unk"], names["cls"], names["sep"], "[MASK]")
+    backend.add_special_tokens([t for t in specials if t in vocab])
     backend.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=chinese_chars,
                                                     strip_accents=strip_accents, lowercase=lowercase)
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     cls, sep = names["cls"], names["sep"]
     backend.post_processor = processors.TemplateProcessing(
-        single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1", special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])]
+        single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])],
     )
     backend.decoder = decoders.WordPiece(prefix="##")
     return backend
@@ -252,7 +268,8 @@ def load_bert_tokenizer(folder: str | Path) -> Tokenizer:
         except Exception as err:  # the Rust side raises plain Exceptions on malformed files
             raise InputError(f"{folder / 'tokenizer.json'}: not a valid tokenizer file ({err})") from None
     elif (folder / "vocab.txt").is_file():
-        settings = checkpoint.read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+        config_path = folder / "tokenizer_config.json"
+        settings = checkpoint.read_json(config_path) if config_path.is_file() else {}
         backend = wordpiece_from_vocab(folder / "vocab.txt", lowercase=settings.get("do_lower_case", True), names=names,
                                        strip_accents=settings.get("strip_accents"),
                                        chinese_chars=settings.get("tokenize_chinese_chars", True))
@@ -262,7 +279,8 @@ def load_bert_tokenizer(folder: str | Path) -> Tokenizer:
     backend.no_padding()
     backend.no_truncation()
     try:
-        return Tokenizer(backend, "wordpiece", SpecialTokens(pad=names["pad"], unk=names["unk"], cls=names["cls"], bos=None, eos=None))
+        roles = SpecialTokens(pad=names["pad"], unk=names["unk"], cls=names["cls"], bos=None, eos=None)
+        return Tokenizer(backend, "wordpiece", roles)
     except InputError as err:
         raise InputError(f"{folder}: {err}") from None
 
@@ -283,13 +301,16 @@ def resolve_bert_folder(spec: str | Path) -> Path:
     return folder
 
 
-def load_bert_classifier(folder: str | Path, *, n_classes: int, pooling: str = "mean") -> tuple[TransformerClassifier, ClassifierConfig, Tokenizer]:
+def load_bert_classifier(
+    folder: str | Path, *, n_classes: int, pooling: str = "mean"
+) -> tuple[TransformerClassifier, ClassifierConfig, Tokenizer]:
     """attnkit's classifier with the folder's pretrained encoder, a freshly initialised head, and its tokenizer."""
     folder = Path(folder)
     cfg = bert_config(folder, n_classes=n_classes, pooling=pooling)
     tokenizer = load_bert_tokenizer(folder)
     if tokenizer.vocab_size > cfg.vocab_size:
-        raise InputError(f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but config.json vocab_size is {cfg.vocab_size}")
+        raise InputError(f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but config.json vocab_size is "
+                         f"{cfg.vocab_size}")
     state = bert_state_dict_to_attnkit(read_bert_weights(folder), cfg.n_layers, source=str(folder))
     model = build_classifier(cfg, pad_id=tokenizer.pad_id)
     load_encoder_weights(model, state, source=str(folder))
@@ -358,14 +379,16 @@ def embed(model_spec: str | Path, texts: Iterable[str], *, pool: str = "mean", n
 
 def check_bert_shaped(cfg: ClassifierConfig) -> None:
     """InputError listing what keeps ``cfg`` from being a BERT encoder (only those can be written as BERT folders)."""
-    problems = [f"{key}={getattr(cfg, key)!r} (BERT: {value!r})" for key, value in BERT_TRAITS.items() if getattr(cfg, key) != value]
+    problems = [f"{key}={getattr(cfg, key)!r} (BERT: {value!r})"
+                for key, value in BERT_TRAITS.items() if getattr(cfg, key) != value]
     if cfg.n_token_types < 1:
         problems.append("n_token_types=0 (BERT: at least 1)")
     if cfg.d_head is not None and cfg.d_head * cfg.n_heads != cfg.d_model:
         problems.append(f"d_head={cfg.d_head} (BERT: d_model / n_heads = {cfg.d_model / cfg.n_heads:g})")
     if problems:
         raise InputError("only BERT-shaped encoders can be exported as BERT folders; this model has "
-                         + ", ".join(problems) + ". Train with these keys set as BERT has them, or start from --init-from")
+                         + ", ".join(problems)
+                         + ". Train with these keys set as BERT has them, or start from --init-from")
 
 
 def bert_config_dict(cfg: ClassifierConfig, pad_id: int) -> dict:
@@ -379,6 +402,55 @@ def bert_config_dict(cfg: ClassifierConfig, pad_id: int) -> dict:
         "layer_norm_eps": cfg.layer_norm_eps, "pad_token_id": pad_id, "position_embedding_type": "absolute",
         "use_cache": False,
     }
+
+
+# BertForSequenceClassification computes logits = W_c tanh(W_p h_[CLS] + b_p) + b_c (BERT's pooler, then a linear
+# layer); attnkit's "cls" head is logits = W h_[CLS] + b. The pooler is written so that it carries the (centred)
+# logits scaled by POOLER_SCALE, where tanh is linear to float32 precision, and the classifier scales them back:
+# tanh(s z) / s = z (1 - (s z)^2 / 3 + ...), a relative change below 4e-9 for |z| < 1 with s = 1e-4, 4e-7 at |z| = 10.
+# Centring (softmax is shift-invariant) keeps |z| small; the labels never change, as tanh is monotone.
+POOLER_SCALE = 1e-4
+
+
+def classification_head_tensors(head_weight: Tensor, head_bias: Tensor, d_model: int) -> dict[str, Tensor]:
+    """BERT's pooler and classifier tensors that reproduce attnkit's "cls" head (W (C, D), b (C,)).
+
+    A single binary logit z (sigmoid) becomes the two logits (-z/2, z/2), whose softmax is (1 - sigmoid(z),
+    sigmoid(z)); C > 1 logits are centred (the mean logit subtracted, softmax unchanged). Returns tensors for
+    ``bert.pooler.dense`` (D, D) and ``classifier`` (C', D), C' = max(C, 2).
+    """
+    weight, bias = head_weight.detach().double(), head_bias.detach().double()
+    if weight.size(0) == 1:
+        weight, bias = torch.cat([-weight / 2, weight / 2]), torch.cat([-bias / 2, bias / 2])  # (2, D), (2,)
+    else:
+        weight, bias = weight - weight.mean(dim=0), bias - bias.mean()  # (C, D), (C,)
+    n_labels = weight.size(0)
+    pooler_weight = torch.zeros(d_model, d_model, dtype=torch.float64)  # (D, D): rows past C' give tanh(0) = 0
+    pooler_bias = torch.zeros(d_model, dtype=torch.float64)
+    pooler_weight[:n_labels], pooler_bias[:n_labels] = POOLER_SCALE * weight, POOLER_SCALE * bias
+    classifier_weight = torch.zeros(n_labels, d_model, dtype=torch.float64)  # (C', D)
+    classifier_weight[:, :n_labels] = torch.eye(n_labels, dtype=torch.float64) / POOLER_SCALE
+    dtype = head_weight.dtype
+    return {
+        "bert.pooler.dense.weight": pooler_weight.to(dtype), "bert.pooler.dense.bias": pooler_bias.to(dtype),
+        "classifier.weight": classifier_weight.to(dtype), "classifier.bias": torch.zeros(n_labels, dtype=dtype),
+    }
+
+
+def check_exportable_head(cfg: ClassifierConfig, labels: list[str]) -> None:
+    """InputError saying why BertForSequenceClassification cannot reproduce this classifier, and what works."""
+    if cfg.pooling != "cls":
+        raise InputError(
+            f"pooling={cfg.pooling!r}: BertForSequenceClassification classifies from the first token ([CLS]) only and "
+            "cannot average over the tokens, so its predictions would differ from this model's. What works: "
+            "`attnkit export hf --encoder-only` (the fine-tuned encoder as a BertModel; average its last hidden states "
+            "over the attention mask and apply the head yourself), `attnkit export onnx` (the whole classifier), or "
+            "training with --set pooling=cls, which exports as BertForSequenceClassification")
+    n_labels = max(cfg.n_classes or 2, 2)
+    if len(labels) != n_labels:
+        raise InputError(f"the run has {len(labels)} labels but its head has {n_labels} classes")
+    if n_labels > cfg.d_model:
+        raise InputError(f"{n_labels} classes exceed d_model={cfg.d_model}: BERT's pooler cannot carry them")
 
 
 def _vocab_txt(tokenizer: Tokenizer) -> str | None:
@@ -404,19 +476,34 @@ def _prepare_out(out_dir: Path) -> None:
         raise InputError(f"{out_dir}: is an attnkit run directory; choose a new --out")
 
 
-def write_bert_folder(model: TransformerClassifier, cfg: ClassifierConfig, tokenizer: Tokenizer, out_dir: str | Path) -> Path:
-    """Write ``model``'s encoder as a BERT folder: config.json, model.safetensors, tokenizer.json,
-    tokenizer_config.json and, for WordPiece vocabularies, vocab.txt. The head is not part of a ``BertModel``.
+def write_bert_folder(model: TransformerClassifier, cfg: ClassifierConfig, tokenizer: Tokenizer, out_dir: str | Path,
+                      *, labels: list[str] | None = None) -> Path:
+    """Write ``model`` as a BERT folder: config.json, model.safetensors, tokenizer.json, tokenizer_config.json and,
+    for WordPiece vocabularies, vocab.txt.
+
+    Without ``labels`` the folder is the encoder alone (``BertModel``; the head is dropped). With ``labels`` (the
+    run's class names, in class order) it is a ``BertForSequenceClassification`` with ``id2label`` / ``label2id``
+    whose probabilities equal the model's; only "cls" pooling can be written so (``check_exportable_head``).
 
     The folder is built under a temporary name beside ``out_dir`` and renamed into place, so readers never see a
     config of one export with the weights of another; an earlier BERT folder at ``out_dir`` is replaced.
     """
     check_bert_shaped(cfg)
+    if labels is not None:
+        check_exportable_head(cfg, labels)
     out_dir = Path(out_dir)
     _prepare_out(out_dir)
+    config = bert_config_dict(cfg, tokenizer.pad_id)
+    weights = attnkit_to_bert_state_dict(model.state_dict(), cfg.n_layers)
+    if labels is not None:
+        config.update(architectures=["BertForSequenceClassification"], num_labels=len(labels),
+                      id2label={str(i): label for i, label in enumerate(labels)},
+                      label2id={label: i for i, label in enumerate(labels)},
+                      problem_type="single_label_classification")
+        weights = {f"bert.{name}": tensor for name, tensor in weights.items()}
+        weights.update(classification_head_tensors(model.head.weight, model.head.bias, cfg.d_model))
     with atomic_directory(out_dir) as work:
-        checkpoint.atomic_write_json(work / "config.json", bert_config_dict(cfg, tokenizer.pad_id))
-        weights = attnkit_to_bert_state_dict(model.state_dict(), cfg.n_layers)
+        checkpoint.atomic_write_json(work / "config.json", config)
         checkpoint.atomic_write_bytes(work / "model.safetensors", safetensors_bytes(weights, metadata={"format": "pt"}))
         checkpoint.atomic_write_bytes(work / "tokenizer.json", tokenizer.backend.to_str(pretty=True).encode("utf-8"))
         roles = {f"{role}_token": token for role, token in dataclasses.asdict(tokenizer.specials).items() if token}
@@ -428,13 +515,17 @@ def write_bert_folder(model: TransformerClassifier, cfg: ClassifierConfig, token
     return out_dir
 
 
-def export_bert_folder(run_dir: str | Path, out_dir: str | Path) -> Path:
-    """The encoder of the attnkit classifier run at ``run_dir`` as a BERT folder at ``out_dir``."""
+def export_bert_folder(run_dir: str | Path, out_dir: str | Path, *, encoder_only: bool = False) -> Path:
+    """The attnkit classifier run at ``run_dir`` as a BERT folder at ``out_dir``: a BertForSequenceClassification
+    (head and label map) or, with ``encoder_only``, the encoder as a BertModel."""
     from attnkit.classify import ClassifierRun
 
     run = ClassifierRun(run_dir)  # checks the files against the manifest and that the run is a classifier
     try:
         check_bert_shaped(run.model_cfg)
+        if not encoder_only:
+            check_exportable_head(run.model_cfg, run.labels)
     except InputError as err:
         raise InputError(f"{run.run_dir}: {err}") from None
-    return write_bert_folder(run.model, run.model_cfg, run.tokenizer, out_dir)
+    return write_bert_folder(run.model, run.model_cfg, run.tokenizer, out_dir,
+                             labels=None if encoder_only else run.labels)

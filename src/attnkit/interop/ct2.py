@@ -53,6 +53,7 @@ Decoding with CTranslate2 as ``attnkit translate`` decodes (``CT2Translator``):
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -62,7 +63,7 @@ from attnkit.decoding.penalty import check_length_penalty
 from attnkit.decoding.penalty import length_penalty as penalty
 from attnkit.errors import InputError
 from attnkit.model.attention import MultiHeadAttention
-from attnkit.model.layers import PositionwiseFeedForward
+from attnkit.model.layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward
 from attnkit.model.positional import LearnedPositionalEmbedding
 from attnkit.model.transformer import Embeddings, Transformer
 from attnkit.tokenization.tokenizer import SPECIAL_TOKENS, Tokenizer
@@ -95,8 +96,9 @@ def default_tokens(vocab_size: int) -> list[str]:
 
 def tokenizer_tokens(tokenizer: Tokenizer) -> list[str]:
     """The token string of every id, in id order: the vocabulary CTranslate2 gets, so its strings map 1:1 to ids."""
-    tokens = [tokenizer.backend.id_to_token(i) for i in range(tokenizer.vocab_size)]
-    if None in tokens or len(set(tokens)) != len(tokens):
+    found = [tokenizer.backend.id_to_token(i) for i in range(tokenizer.vocab_size)]
+    tokens = [token for token in found if token is not None]
+    if len(tokens) != len(found) or len(set(tokens)) != len(tokens):
         raise InputError("the tokenizer's ids are not one distinct token each, so CTranslate2's strings would not "
                          "map back to ids")
     return tokens
@@ -139,7 +141,10 @@ def attnkit_to_ct2(
         if token not in tokens:
             raise ValueError(f"{name} token {token!r} is not in the vocabulary")
 
-    first = model.encoder.layers[0]
+    # nn.ModuleList items are typed as Module; the stacks hold attnkit's layers.
+    encoder_layers = cast("list[EncoderLayer]", model.encoder.layers)
+    decoder_layers = cast("list[DecoderLayer]", model.decoder.layers)
+    first = encoder_layers[0]
     attn = first.self_attn
     d_model = attn.q_proj.in_features
     if attn.n_heads * attn.d_head != d_model:
@@ -148,7 +153,7 @@ def attnkit_to_ct2(
     activations = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}  # GELU = the erf form
 
     spec = transformer_spec.TransformerSpec.from_config(
-        (len(model.encoder.layers), len(model.decoder.layers)),
+        (len(encoder_layers), len(decoder_layers)),
         attn.n_heads,
         pre_norm=first.pre_norm,
         activation=activations[first.ffn.activation],
@@ -158,18 +163,18 @@ def attnkit_to_ct2(
     weights = _Weights()
     weights.embeddings(spec.encoder, spec.encoder.embeddings[0], model.embeddings)  # a list: one per source feature
     weights.embeddings(spec.decoder, spec.decoder.embeddings, model.embeddings)
-    for layer_spec, layer in zip(spec.encoder.layer, model.encoder.layers):
+    for layer_spec, layer in zip(spec.encoder.layer, encoder_layers):
         weights.attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
         weights.norm(layer_spec.self_attention.layer_norm, layer.norm1)
         weights.ffn(layer_spec.ffn, layer.ffn)
         weights.norm(layer_spec.ffn.layer_norm, layer.norm2)
-    for layer_spec, layer in zip(spec.decoder.layer, model.decoder.layers):
-        weights.attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
-        weights.norm(layer_spec.self_attention.layer_norm, layer.norm1)
-        weights.attention(layer_spec.attention, layer.cross_attn, self_attention=False)
-        weights.norm(layer_spec.attention.layer_norm, layer.norm2)
-        weights.ffn(layer_spec.ffn, layer.ffn)
-        weights.norm(layer_spec.ffn.layer_norm, layer.norm3)
+    for layer_spec, dec_layer in zip(spec.decoder.layer, decoder_layers):
+        weights.attention(layer_spec.self_attention, dec_layer.self_attn, self_attention=True)
+        weights.norm(layer_spec.self_attention.layer_norm, dec_layer.norm1)
+        weights.attention(layer_spec.attention, dec_layer.cross_attn, self_attention=False)
+        weights.norm(layer_spec.attention.layer_norm, dec_layer.norm2)
+        weights.ffn(layer_spec.ffn, dec_layer.ffn)
+        weights.norm(layer_spec.ffn.layer_norm, dec_layer.norm3)
     for stack_spec, stack in ((spec.encoder, model.encoder), (spec.decoder, model.decoder)):
         if stack.final_norm is not None:
             weights.norm(stack_spec.layer_norm, stack.final_norm)
@@ -205,7 +210,10 @@ class _Weights:
         embeddings_spec.weight = self.array(embeddings.token.weight)  # (V, D)
         stack_spec.scale_embeddings = float(embeddings.scale)
         position = embeddings.position
-        table = position.embedding.weight if isinstance(position, LearnedPositionalEmbedding) else position.table
+        if isinstance(position, LearnedPositionalEmbedding):
+            table = position.embedding.weight  # (max_len, D)
+        else:
+            table = cast(torch.Tensor, position.table)  # the sinusoidal buffer (typed Tensor | Module)
         stack_spec.position_encodings.encodings = self.array(table)  # (max_len, D)
 
     def linear(self, linear_spec, *linears: torch.nn.Linear) -> None:

@@ -121,6 +121,8 @@ def export_onnx(run_dir: str | Path, out_path: str | Path, *, opset: int | None 
     with _quiet_exporter(), torch.no_grad():
         program = torch.onnx.export(run.model, (example,), input_names=[INPUT], output_names=[OUTPUT], dynamo=True,
                                     dynamic_shapes=dynamic, opset_version=opset, verbose=False)
+    if program is None:  # torch returns None only for the legacy (dynamo=False) exporter
+        raise RuntimeError("torch.onnx.export(dynamo=True) returned no program")
     proto = program.model_proto
     written = next(op.version for op in proto.opset_import if op.domain in ("", "ai.onnx"))
     if opset is not None and written != opset:

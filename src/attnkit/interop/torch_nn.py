@@ -8,8 +8,8 @@ Where each attnkit parameter lives in ``torch.nn`` (D = d_model):
     EncoderLayer.self_attn, ffn.linear1, ffn.linear2, norm1, norm2
                                                  ->  TransformerEncoderLayer.self_attn, linear1, linear2, norm1, norm2
     DecoderLayer.self_attn, cross_attn, ffn.linear1, ffn.linear2, norm1, norm2, norm3
-                                                 ->  TransformerDecoderLayer.self_attn, multihead_attn, linear1, linear2,
-                                                     norm1, norm2, norm3
+                                                 ->  TransformerDecoderLayer.self_attn, multihead_attn, linear1,
+                                                     linear2, norm1, norm2, norm3
     Encoder.final_norm, Decoder.final_norm (pre-LN only)
                                                  ->  TransformerEncoder.norm, TransformerDecoder.norm
 
@@ -26,6 +26,9 @@ differs in structure would silently give a different model.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -115,7 +118,7 @@ def _copy(pairs: Pairs, to_torch: bool) -> None:
             (ref if to_torch else ours).copy_(ours if to_torch else ref)
 
 
-def _linear_pairs(ours: nn.Linear, ref: nn.Linear) -> Pairs:
+def _linear_pairs(ours: nn.Linear | nn.LayerNorm, ref: nn.Linear | nn.LayerNorm) -> Pairs:
     if (ours.bias is None) != (ref.bias is None):
         raise ValueError(f"bias mismatch: attnkit bias={ours.bias is not None}, torch.nn bias={ref.bias is not None}")
     pairs = [(ours.weight, ref.weight)]
@@ -158,7 +161,9 @@ def _activation_name(fn: object) -> str | None:
     return None
 
 
-def _check_layer(ours: EncoderLayer | DecoderLayer, ref: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer) -> None:
+def _check_layer(
+    ours: EncoderLayer | DecoderLayer, ref: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer
+) -> None:
     if ours.pre_norm != ref.norm_first:
         raise ValueError(f"norm mismatch: attnkit pre-LN={ours.pre_norm}, torch.nn norm_first={ref.norm_first}")
     if ours.ffn.activation != _activation_name(ref.activation):
@@ -196,7 +201,9 @@ def _stack_pairs(ours: Encoder | Decoder, ref: nn.TransformerEncoder | nn.Transf
             f"{'none' if ref.norm is None else 'one'} (set the torch.nn stack's .norm = None for a post-LN model)"
         )
     pairs = [p for mine, theirs in zip(ours.layers, ref.layers) for p in layer_pairs(mine, theirs)]
-    return pairs + (_norm_pairs(ours.final_norm, ref.norm) if ours.final_norm is not None else [])
+    if ours.final_norm is None:
+        return pairs
+    return pairs + _norm_pairs(ours.final_norm, cast(nn.LayerNorm, ref.norm))  # present in both, checked above
 
 
 def _transformer_pairs(ours: Transformer, ref: nn.Transformer) -> Pairs:
@@ -288,7 +295,7 @@ def reference_encoder(ours: Encoder, *, enable_nested_tensor: bool = False) -> n
     ``enable_nested_tensor`` is off by default: PyTorch's nested-tensor fast path (eval, no grad, post-LN) returns
     zeros at padded positions where attnkit computes them; benchmarks may turn it on to time that path.
     """
-    kwargs = _layer_kwargs(ours.layers[0])
+    kwargs = _layer_kwargs(cast(EncoderLayer, ours.layers[0]))  # nn.ModuleList items are typed as Module
     ref = nn.TransformerEncoder(
         nn.TransformerEncoderLayer(**kwargs), len(ours.layers), norm=_final_norm(ours),
         enable_nested_tensor=enable_nested_tensor,
@@ -304,7 +311,7 @@ def reference_transformer(ours: Transformer, *, enable_nested_tensor: bool = Fal
     with one while ``nn.Transformer`` always appends another. Pre-LN: ``ours``'s final norms are copied.
     See ``reference_encoder`` for ``enable_nested_tensor``.
     """
-    kwargs = _layer_kwargs(ours.encoder.layers[0])
+    kwargs = _layer_kwargs(cast(EncoderLayer, ours.encoder.layers[0]))  # nn.ModuleList items are typed as Module
     encoder = nn.TransformerEncoder(
         nn.TransformerEncoderLayer(**kwargs), len(ours.encoder.layers), norm=_final_norm(ours.encoder),
         enable_nested_tensor=enable_nested_tensor,
@@ -321,7 +328,10 @@ def reference_transformer(ours: Transformer, *, enable_nested_tensor: bool = Fal
     return _finish(ours, ref, lambda: transformer_to_torch(ours, ref))
 
 
-def _finish(ours: nn.Module, ref: nn.Module, copy_weights) -> nn.Module:
+_Reference = TypeVar("_Reference", bound=nn.Module)
+
+
+def _finish(ours: nn.Module, ref: _Reference, copy_weights: Callable[[], object]) -> _Reference:
     """Same device, dtype and train/eval mode as ``ours``, then the weights."""
     param = next(ours.parameters())
     ref.to(device=param.device, dtype=param.dtype)

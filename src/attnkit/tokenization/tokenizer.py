@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer as Backend
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -104,7 +105,7 @@ class Tokenizer:
         atomic_write_bytes(path, self.backend.to_str(pretty=True).encode("utf-8"))
 
     @classmethod
-    def load(cls, path: str | Path, meta: dict) -> "Tokenizer":
+    def load(cls, path: str | Path, meta: dict) -> Tokenizer:
         """Restore from ``tokenizer.json`` and the ``meta`` dict; a changed file fails the fingerprint check."""
         path = Path(path)
         try:
@@ -114,7 +115,8 @@ class Tokenizer:
         tokenizer = cls(backend, meta["kind"], SpecialTokens(**meta["specials"]))
         expected = meta.get("fingerprint")
         if expected and tokenizer.fingerprint() != expected:
-            raise InputError(f"{path}: tokenizer differs from the one the model was trained with (fingerprint mismatch)")
+            raise InputError(f"{path}: tokenizer differs from the one the model was trained with "
+                             "(fingerprint mismatch)")
         return tokenizer
 
 
@@ -138,13 +140,16 @@ def train_tokenizer(
     if kind not in KINDS:
         raise InputError(f"tokenizer kind {kind!r}; expected one of {', '.join(KINDS)}")
     if vocab_size <= len(SPECIAL_TOKENS):
-        raise InputError(f"config key vocab_size={vocab_size} leaves no room beyond the {len(SPECIAL_TOKENS)} special tokens")
+        raise InputError(f"config key vocab_size={vocab_size} leaves no room beyond the "
+                         f"{len(SPECIAL_TOKENS)} special tokens")
     if lowercase is None:
         lowercase = kind != "bpe"
     specials = list(SPECIAL_TOKENS)
     steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
     # No progress bars: the Rust trainers draw them on stdout, which belongs to the CLI (library code never prints).
-    trainer_args = dict(vocab_size=vocab_size, min_frequency=min_freq, special_tokens=specials, show_progress=False)
+    trainer_args: dict[str, Any] = dict(vocab_size=vocab_size, min_frequency=min_freq, special_tokens=specials,
+                                        show_progress=False)
+    trainer: trainers.Trainer
 
     if kind == "word":
         backend = Backend(models.WordLevel(unk_token="<unk>"))

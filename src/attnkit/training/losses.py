@@ -54,5 +54,5 @@ def native_bf16() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
-SLOW_BF16_NOTE = ("this CPU has no native bfloat16 arithmetic (AMX or AVX512-BF16): bf16 matrix multiplications "
-                  "are emulated and run about 100x slower than float32 here; use fp32")
+SLOW_BF16_NOTE = ("your CPU has no native bfloat16 arithmetic (AMX or AVX512-BF16): bf16 matrix multiplications "
+                  "are emulated on it and run about 100x slower than float32; use fp32")
