@@ -32,8 +32,8 @@ from torch import Tensor
 from attnkit.bench import decode
 from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
 from attnkit.bench.train import CONFIGS, batch_loss, make_batch
-from attnkit.model.attention import MultiHeadAttention
 from attnkit.config import TransformerConfig
+from attnkit.model.attention import MultiHeadAttention
 from attnkit.model.build import build_translator, encoder_layer, prepare_for_inference
 
 

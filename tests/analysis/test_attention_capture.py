@@ -18,7 +18,8 @@ from attnkit.model.masking import padding_mask
 
 
 def tiny_classifier(norm: str = "post") -> TransformerClassifier:
-    cfg = ClassifierConfig(vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_layers=3, max_len=64, n_classes=3, norm=norm)
+    cfg = ClassifierConfig(vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_layers=3, max_len=64, n_classes=3,
+                           norm=norm)
     return build_classifier(cfg).eval()
 
 
@@ -84,7 +85,7 @@ def test_translator_cross_attention_is_captured_without_changing_logits():
 # `plot attention` on a translator whose greedy output runs to the length limit (no EOS): the decoder rows are
 # the output tokens, one per position it has; BOS + the whole output would need one position more.
 
-SYMBOLS = "a b c d e f g h".split()
+SYMBOLS = ["a", "b", "c", "d", "e", "f", "g", "h"]
 LONG_TEXT = " ".join(SYMBOLS * 3)  # 24 tokens, longer than max_len=16
 
 

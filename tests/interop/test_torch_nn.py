@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from attnkit.config import TranslatorConfig
 from attnkit.interop.torch_nn import (
     from_torch_attn_mask,
     from_torch_key_padding_mask,
@@ -15,9 +16,8 @@ from attnkit.interop.torch_nn import (
     to_torch_key_padding_mask,
     transformer_from_torch,
 )
-from attnkit.model.masking import causal_mask, padding_mask
-from attnkit.config import TranslatorConfig
 from attnkit.model.build import build_translator
+from attnkit.model.masking import causal_mask, padding_mask
 from attnkit.model.transformer import Transformer
 
 V, D, H, FF, N, MAX_LEN, PAD = 40, 16, 2, 32, 2, 32, 0

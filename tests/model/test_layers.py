@@ -5,13 +5,13 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
+from attnkit.config import TransformerConfig
 from attnkit.interop.torch_nn import (
     decoder_layer_to_torch,
     encoder_layer_to_torch,
     to_torch_attn_mask,
     to_torch_key_padding_mask,
 )
-from attnkit.config import TransformerConfig
 from attnkit.model.build import decoder_layer, encoder_layer
 from attnkit.model.masking import causal_mask, lengths_to_padding_mask
 

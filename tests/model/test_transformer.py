@@ -7,11 +7,11 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from attnkit.config import TranslatorConfig
 from attnkit.interop.torch_nn import reference_transformer, to_torch_attn_mask, to_torch_key_padding_mask
+from attnkit.model.build import build_translator
 from attnkit.model.masking import causal_mask, padding_mask
 from attnkit.model.positional import sinusoidal_table
-from attnkit.config import TranslatorConfig
-from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
 
 V, D, H, FF, N, MAX_LEN, PAD = 40, 16, 2, 32, 2, 32, 0

@@ -89,8 +89,8 @@ def _run_child(job: dict) -> dict:
 
 
 def _layer(impl: str, dropout: float, layer: dict) -> torch.nn.Module:
-    from attnkit.interop.torch_nn import encoder_layer_to_torch
     from attnkit.config import TransformerConfig
+    from attnkit.interop.torch_nn import encoder_layer_to_torch
     from attnkit.model.build import encoder_layer
 
     ours = encoder_layer(TransformerConfig(d_model=layer["d_model"], n_heads=layer["n_heads"], d_ff=layer["d_ff"],

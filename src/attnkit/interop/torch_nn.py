@@ -160,8 +160,9 @@ def _activation_name(fn: object) -> str | None:
 
 
 def _check_layer(ours: EncoderLayer | DecoderLayer, ref: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer) -> None:
-    if ours.residual.pre_norm != ref.norm_first:
-        raise ValueError(f"norm mismatch: attnkit pre-LN={ours.residual.pre_norm}, torch.nn norm_first={ref.norm_first}")
+    pre_norm = ours.residual.pre_norm
+    if pre_norm != ref.norm_first:
+        raise ValueError(f"norm mismatch: attnkit pre-LN={pre_norm}, torch.nn norm_first={ref.norm_first}")
     if ours.ffn.activation != _activation_name(ref.activation):
         raise ValueError(f"activation mismatch: attnkit {ours.ffn.activation!r} vs torch.nn {ref.activation!r}")
     if not ref.self_attn.batch_first:

@@ -109,14 +109,13 @@ class AttentionMaps:
     decoder_self: dict[int, Tensor] = field(default_factory=dict)  # (B, H, T, T), causal
     cross: dict[int, Tensor] = field(default_factory=dict)  # (B, H, T, S): target queries, encoder-output keys
 
-    def __or__(self, other: "AttentionMaps") -> "AttentionMaps":
-        """The maps of both (an encoder's and a decoder's), later ones winning for the same layer and kind."""
-        return AttentionMaps({**self.encoder_self, **other.encoder_self}, {**self.decoder_self, **other.decoder_self},
-                             {**self.cross, **other.cross})
-
 
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2) with separate ``q_proj``, ``k_proj``, ``v_proj`` and ``out_proj``.
+
+    §3.2.3 uses it three ways: encoder self-attention (keys masked where the source is padding), decoder
+    self-attention (causal and padding mask), and encoder-decoder attention, whose queries come from the decoder
+    while its keys and values come from the encoder output (``key_value``), masked where the source is padding.
 
     ``d_head`` defaults to d_model / n_heads as in the paper; Table 3 row (B) varies it independently, so the
     projections map D -> H * Dh and back. ``dropout`` drops attention weights in training (BERT does; the paper's
@@ -178,7 +177,7 @@ class MultiHeadAttention(nn.Module):
     def is_fused(self) -> bool:
         return self._fused is not None
 
-    def train(self, mode: bool = True) -> "MultiHeadAttention":
+    def train(self, mode: bool = True) -> MultiHeadAttention:
         if mode:
             self.unfuse_qkv()  # training changes the weights; never let it see a stale copy
         return super().train(mode)

@@ -19,7 +19,9 @@ from attnkit.model.transformer import Decoder, Embeddings, Encoder, Transformer
 
 
 def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
-    return MultiHeadAttention(d_model=cfg.d_model, n_heads=cfg.n_heads, d_head=cfg.d_head, dropout=cfg.attention_dropout)
+    return MultiHeadAttention(
+        d_model=cfg.d_model, n_heads=cfg.n_heads, d_head=cfg.d_head, dropout=cfg.attention_dropout
+    )
 
 
 def _ffn(cfg: TransformerConfig) -> PositionwiseFeedForward:

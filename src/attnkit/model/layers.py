@@ -50,9 +50,9 @@ class Residual(nn.Module):
     it is added to the sub-layer input and normalized". Pre-LN, which later work found easier to train deep, moves
     the LayerNorm onto the sub-layer's input and leaves the residual path untouched.
 
-    A sub-layer call is ``x = residual(x, norm, sublayer_out)`` with ``sublayer_out = sublayer(residual.input(x,
-    norm))``. The LayerNorm is passed in rather than owned, so that it stays where checkpoints name it (the layer's
-    ``norm1``, ``norm2``, ``norm3``); this module holds only the dropout and the order.
+    A sub-layer is applied as ``x = residual(x, norm, sublayer(residual.sublayer_input(x, norm)))``. The LayerNorm
+    is passed in rather than owned, so that it stays where checkpoints name it (the layer's ``norm1``, ``norm2``,
+    ``norm3``); this module holds only the dropout and the order.
     """
 
     def __init__(self, *, dropout: float, norm: str = "post"):
@@ -62,7 +62,7 @@ class Residual(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.pre_norm = norm == "pre"
 
-    def input(self, x: Tensor, norm: nn.LayerNorm) -> Tensor:
+    def sublayer_input(self, x: Tensor, norm: nn.LayerNorm) -> Tensor:
         """What the sub-layer sees: LayerNorm(x) for pre-LN, x itself for post-LN. (B, L, D) -> (B, L, D)."""
         return norm(x) if self.pre_norm else x
 
@@ -92,14 +92,18 @@ class EncoderLayer(nn.Module):
         self.norm2 = norm2
         self.residual = residual
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, *, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, *, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
         """x (B, S, D), mask True = may attend, broadcastable to (B, H, S, S).
 
         Returns the layer output (B, S, D) and, if asked, the self-attention weights (B, H, S, S).
         """
-        attn_out, attn_weights, _ = self.self_attn(self.residual.input(x, self.norm1), mask=mask, need_weights=need_weights)
+        h = self.residual.sublayer_input(x, self.norm1)
+        attn_out, attn_weights, _ = self.self_attn(h, mask=mask, need_weights=need_weights)
         x = self.residual(x, self.norm1, attn_out)  # (B, S, D)
-        x = self.residual(x, self.norm2, self.ffn(self.residual.input(x, self.norm2)))  # (B, S, D)
+
+        x = self.residual(x, self.norm2, self.ffn(self.residual.sublayer_input(x, self.norm2)))  # (B, S, D)
         return x, attn_weights  # (B, S, D), (B, H, S, S) or None
 
 
@@ -167,15 +171,15 @@ class DecoderLayer(nn.Module):
             self_kv = KVCache.empty(x.size(0), self.self_attn.n_heads, self.self_attn.d_head, x.size(1), like=x)
         cross_kv = cache.cross_kv if cache is not None else None
 
-        h = self.residual.input(x, self.norm1)
+        h = self.residual.sublayer_input(x, self.norm1)
         attn_out, self_w, self_kv = self.self_attn(h, mask=self_mask, need_weights=need_weights, cache=self_kv)
         x = self.residual(x, self.norm1, attn_out)  # (B, T, D)
 
-        h = self.residual.input(x, self.norm2)
+        h = self.residual.sublayer_input(x, self.norm2)
         attn_out, cross_w, _ = self.cross_attn(h, memory, mask=cross_mask, need_weights=need_weights, cache=cross_kv)
         x = self.residual(x, self.norm2, attn_out)  # (B, T, D)
 
-        x = self.residual(x, self.norm3, self.ffn(self.residual.input(x, self.norm3)))  # (B, T, D)
+        x = self.residual(x, self.norm3, self.ffn(self.residual.sublayer_input(x, self.norm3)))  # (B, T, D)
 
         new_cache = DecoderLayerCache(self_kv, cross_kv) if cache is not None else None
         return x, (self_w, cross_w), new_cache  # (B, T, D)

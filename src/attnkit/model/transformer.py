@@ -66,7 +66,9 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.final_norm = final_norm
 
-    def forward(self, x: Tensor, mask: Tensor | None, attn_layers: tuple[int, ...] = ()) -> tuple[Tensor, AttentionMaps]:
+    def forward(
+        self, x: Tensor, mask: Tensor | None, attn_layers: tuple[int, ...] = ()
+    ) -> tuple[Tensor, AttentionMaps]:
         """x (B, S, D), mask True = may attend (B, 1, 1, S).
 
         Returns the encoder output (B, S, D) and the self-attention weights (B, H, S, S) of the layers listed in
