@@ -81,6 +81,23 @@ def test_translator_cross_attention_is_captured_without_changing_logits():
     assert (self_attn.triu(diagonal=1) == 0).all()
 
 
+def test_only_the_layers_asked_for_leave_the_fused_kernel(monkeypatch):
+    """The explicit softmax path runs in the requested layers alone: once in encoder layer 1, twice (self and
+    cross) in decoder layer 1; every other attention call stays on the fused kernel."""
+    from attnkit.model import attention
+
+    explicit = attention.scaled_dot_product_attention
+    calls = []
+    monkeypatch.setattr(attention, "scaled_dot_product_attention", lambda *a: calls.append(1) or explicit(*a))
+    tiny_classifier().forward_with_attention(batch(), (1,))
+    assert len(calls) == 1
+    calls.clear()
+    model = build_translator(TranslatorConfig(vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_layers=3, max_len=64))
+    src, tgt = torch.randint(5, 40, (2, 9)), torch.randint(5, 40, (2, 6))
+    memory, src_mask, _ = model.eval().encode(src)
+    _, maps, _ = model.decode(tgt, memory, src_mask, attn_layers=(1,))
+    assert len(calls) == 2 and set(maps.cross) == {1}
+
 # ---------------------------------------------------------------------------------------------------------------
 # `plot attention` on a translator whose greedy output runs to the length limit (no EOS): the decoder rows are
 # the output tokens, one per position it has; BOS + the whole output would need one position more.
