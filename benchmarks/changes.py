@@ -32,13 +32,13 @@ from torch import Tensor
 from attnkit.bench import decode
 from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
 from attnkit.bench.train import CONFIGS, batch_loss, make_batch
+from attnkit.config import TransformerConfig
 from attnkit.model.attention import MultiHeadAttention
-from attnkit.model.build import build_translator
-from attnkit.model.layers import EncoderLayer
+from attnkit.model.build import build_translator, encoder_layer, prepare_for_inference
 
 
 def separate_qkv(self: MultiHeadAttention, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Q, K, V by three GEMMs: a drop-in for ``MultiHeadAttention._fused_qkv``."""
+    """Q, K, V by three GEMMs: a drop-in for ``MultiHeadAttention._project_qkv``."""
     return tuple(self._split_heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
 
 
@@ -50,7 +50,7 @@ def explicit_attention(name: str, module: MultiHeadAttention) -> None:
 
 def three_gemms(name: str, module: MultiHeadAttention) -> None:
     """Project Q, K and V of every attention module by three GEMMs."""
-    module._fused_qkv = separate_qkv.__get__(module)
+    module._project_qkv = separate_qkv.__get__(module)
 
 
 def cross_kv_every_step(name: str, module: MultiHeadAttention) -> None:
@@ -103,7 +103,8 @@ def cases():
         yield (f"train small L={length}", lambda: build_translator(cfg, pad_id=PAD_ID),
                lambda m, s=src, ti=tgt_in, to=tgt_out: batch_loss(m(s, ti), to))
     x = torch.randn(1, 4096, 256)  # (1, L, D)
-    yield ("encoder layer L=4096", lambda: EncoderLayer(d_model=256, n_heads=4, d_ff=1024, dropout=0.1),
+    layer_cfg = TransformerConfig(d_model=256, n_heads=4, d_ff=1024, dropout=0.1)
+    yield ("encoder layer L=4096", lambda: encoder_layer(layer_cfg),
            lambda m: m(x)[0].square().mean())
 
 
@@ -113,7 +114,7 @@ def decode_cases():
     src = decode.make_sources(cfg, 32, 32, seed=0)  # (B, S)
     for search, beam in decode.SEARCHES.items():
         yield (f"decode small {search}", lambda: build_translator(cfg, pad_id=PAD_ID),
-               lambda m, b=beam: decode._attnkit(m.eval(), src, b, 32, cfg.max_len))
+               lambda m, b=beam: decode._attnkit(prepare_for_inference(m), src, b, 32, cfg.max_len))
 
 
 def emit(case: str, variants: dict, timings: list, threads: int) -> None:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from attnkit.bench.classify import CONFIGS, make_batch
 from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
 from attnkit.model.attention import MultiHeadAttention
-from attnkit.model.build import build_classifier
+from attnkit.model.build import build_classifier, prepare_for_inference
 from changes import separate_qkv  # benchmarks/changes.py (this script's directory is on sys.path)
 
 
@@ -75,8 +75,12 @@ def main() -> int:
         # torch.compile, inference then training (separate models: compiled graphs differ by mode).
         for mode in ("infer", "train"):
             torch.manual_seed(0)
-            model = build_classifier(cfg, pad_id=PAD_ID).train(mode == "train")
-            eager.train(mode == "train")
+            model = build_classifier(cfg, pad_id=PAD_ID)
+            for m in (model, eager):
+                if mode == "infer":
+                    prepare_for_inference(m)  # as ClassifierRun runs it: eval, W^Q, W^K, W^V fused once
+                else:
+                    m.train()
             compiled = torch.compile(model)
             make = (lambda m: inference(m, ids)) if mode == "infer" else (lambda m: training(m, ids, labels))
             first = timed(make(compiled))
@@ -89,13 +93,13 @@ def main() -> int:
         except ImportError:
             print("torchao not installed: int8 dynamic quantization skipped", file=sys.stderr)
             return 0
-        eager.eval()
+        prepare_for_inference(eager)
         torch.manual_seed(0)
         model = build_classifier(cfg, pad_id=PAD_ID).eval()
         model.load_state_dict(eager.state_dict())
         for module in model.modules():
             if isinstance(module, MultiHeadAttention):
-                module._fused_qkv = separate_qkv.__get__(module)
+                module._project_qkv = separate_qkv.__get__(module)
         quantize_(model, Int8DynamicActivationInt8WeightConfig())
         with torch.inference_mode():
             diff = (model(ids) - eager(ids)).abs().max().item()

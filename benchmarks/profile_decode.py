@@ -17,7 +17,7 @@ from torch.profiler import profile
 
 from attnkit.bench.common import PAD_ID, fixed_threads
 from attnkit.bench.decode import CONFIGS, SEARCHES, _attnkit, make_sources
-from attnkit.model.build import build_translator
+from attnkit.model.build import build_translator, prepare_for_inference
 
 
 def main() -> int:
@@ -29,7 +29,7 @@ def main() -> int:
     cfg = CONFIGS["small"]
     with fixed_threads(args.threads):
         torch.manual_seed(0)
-        model = build_translator(cfg, pad_id=PAD_ID).eval()
+        model = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))
         call = _attnkit(model, make_sources(cfg, 32, 32, seed=0), SEARCHES[args.search], 32, cfg.max_len)
         call()
         with profile() as prof:

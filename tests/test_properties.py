@@ -17,10 +17,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from torch.testing import assert_close
 
+from attnkit.config import ClassifierConfig, TranslatorConfig
 from attnkit.data.readers import read_labeled, read_parallel_tsv, read_texts
 from attnkit.decoding import greedy_decode
 from attnkit.errors import InputError
 from attnkit.model.attention import MultiHeadAttention, scaled_dot_product_attention
+from attnkit.model.build import build_classifier, build_translator
 from attnkit.model.classifier import TransformerClassifier
 from attnkit.model.transformer import Transformer
 from attnkit.tokenization import train_tokenizer
@@ -201,8 +203,9 @@ def _pad(sentences: list[torch.Tensor]) -> torch.Tensor:
 def _classifier(pooling: str, norm: str) -> TransformerClassifier:
     with torch.random.fork_rng():
         torch.manual_seed(1)
-        return TransformerClassifier(vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=MAX_LEN,
-                                     n_classes=3, pooling=pooling, norm=norm, pad_id=PAD).eval()
+        cfg = ClassifierConfig(vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=MAX_LEN, n_classes=3,
+                               pooling=pooling, norm=norm)
+        return build_classifier(cfg, pad_id=PAD).eval()
 
 
 CLASSIFIERS = {(pooling, norm): _classifier(pooling, norm) for pooling in ("mean", "cls") for norm in ("post", "pre")}
@@ -230,8 +233,9 @@ def _translator(norm: str) -> Transformer:
     further so that some outputs end with EOS before their length limit and others run to it."""
     with torch.random.fork_rng():
         torch.manual_seed(2)
-        model = Transformer(vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=64, norm=norm,
-                            tie_embeddings=False, pad_id=PAD).eval()
+        cfg = TranslatorConfig(vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=64, norm=norm,
+                               tie_embeddings=False)
+        model = build_translator(cfg, pad_id=PAD).eval()
         with torch.no_grad():
             model.output_proj.weight.mul_(3.0)
             model.output_proj.weight[EOS].mul_(2.0)

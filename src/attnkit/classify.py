@@ -11,7 +11,7 @@ from attnkit.config import ClassifierConfig
 from attnkit.data.readers import Example
 from attnkit.errors import InputError
 from attnkit.evaluation.metrics import accuracy, macro_f1
-from attnkit.model.build import build_classifier
+from attnkit.model.build import build_classifier, prepare_for_inference
 from attnkit.tokenization import Tokenizer
 from attnkit.training import checkpoint
 from attnkit.training.classify import encode_examples, predict_ids, predicted_classes
@@ -47,7 +47,7 @@ class ClassifierRun:
         self.labels: list[str] = checkpoint.read_json(run_dir / checkpoint.LABELS)
         self.model = build_classifier(self.model_cfg, pad_id=self.tokenizer.pad_id)
         checkpoint.load_weights(self.model, run_dir / checkpoint.WEIGHTS)
-        self.model.eval()
+        prepare_for_inference(self.model)  # eval mode, W^Q W^K W^V fused once the weights are loaded
         self.run_dir = run_dir
 
     def logits(self, texts: list[str]) -> torch.Tensor:

@@ -11,7 +11,7 @@ from attnkit.data.batching import apply_length_policy, bucketed_batches, pad
 from attnkit.data.readers import Pair
 from attnkit.errors import InputError
 from attnkit.evaluation.bleu import corpus_scores
-from attnkit.model.build import build_translator
+from attnkit.model.build import build_translator, prepare_for_inference
 from attnkit.model.transformer import Transformer
 from attnkit.tokenization import Tokenizer
 from attnkit.training import checkpoint
@@ -75,7 +75,7 @@ class TranslatorRun:
         self.tokenizer = Tokenizer.load(run_dir / checkpoint.TOKENIZER, tokenizer_meta)
         self.model = build_translator(self.model_cfg, pad_id=self.tokenizer.pad_id)
         checkpoint.load_weights(self.model, run_dir / checkpoint.WEIGHTS)
-        self.model.eval()
+        prepare_for_inference(self.model)  # eval mode, W^Q W^K W^V fused once the weights are loaded
         self.run_dir = run_dir
 
     def encode_sources(self, texts: list[str]) -> tuple[list[list[int]], int]:

@@ -6,7 +6,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from attnkit.config import TranslatorConfig
 from attnkit.decoding import Hypothesis, beam_search, beam_search_nbest, greedy_decode, length_penalty
+from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
 
 V, D, H, FF, N, MAX_LEN = 24, 32, 4, 64, 2, 128
@@ -30,10 +32,9 @@ def _model(norm: str = "post") -> Transformer:
     Untied: with tied embeddings a random model copies its input token forever (BOS, BOS, ...). The output
     projection is scaled up so that the distributions are peaked and near ties between candidates are rare.
     """
-    model = Transformer(
-        vocab_size=V, d_model=D, n_heads=H, d_ff=FF, n_layers=N, max_len=MAX_LEN, norm=norm, tie_embeddings=False,
-        pad_id=PAD,
-    ).eval()
+    cfg = TranslatorConfig(vocab_size=V, d_model=D, n_heads=H, d_ff=FF, n_layers=N, max_len=MAX_LEN, norm=norm,
+                           tie_embeddings=False)
+    model = build_translator(cfg, pad_id=PAD).eval()
     with torch.no_grad():
         model.output_proj.weight.mul_(3.0)
     return model

@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from attnkit.config import TranslatorConfig
 from attnkit.interop.torch_nn import (
     from_torch_attn_mask,
     from_torch_key_padding_mask,
@@ -15,6 +16,7 @@ from attnkit.interop.torch_nn import (
     to_torch_key_padding_mask,
     transformer_from_torch,
 )
+from attnkit.model.build import build_translator
 from attnkit.model.masking import causal_mask, padding_mask
 from attnkit.model.transformer import Transformer
 
@@ -22,8 +24,8 @@ V, D, H, FF, N, MAX_LEN, PAD = 40, 16, 2, 32, 2, 32, 0
 
 
 def _model(**overrides) -> Transformer:
-    kwargs = dict(vocab_size=V, d_model=D, n_heads=H, d_ff=FF, n_layers=N, max_len=MAX_LEN, pad_id=PAD)
-    return Transformer(**{**kwargs, **overrides}).eval()
+    kwargs = dict(vocab_size=V, d_model=D, n_heads=H, d_ff=FF, n_layers=N, max_len=MAX_LEN)
+    return build_translator(TranslatorConfig(**{**kwargs, **overrides}), pad_id=PAD).eval()
 
 
 def _ids(lengths: list[int], width: int) -> torch.Tensor:

@@ -141,8 +141,9 @@ def test_kv_cache_appends_in_place_grows_and_selects_filled_positions():
 
 
 def test_stacked_qkv_follows_weight_updates_and_keeps_gradients():
-    """Without autograd the stacked W^Q, W^K, W^V are kept between calls; an optimizer step or a loaded state
-    must show in the next output, and with autograd every projection gets its gradient."""
+    """Unfused (no ``fuse_qkv``), W^Q, W^K, W^V are stacked afresh at every call, with or without autograd: an
+    optimizer step or a loaded state must show in the next output, and with autograd every projection gets its
+    gradient."""
     torch.manual_seed(0)
     mha = MultiHeadAttention(d_model=8, n_heads=2)
     x = torch.randn(2, 3, 8)

@@ -14,8 +14,8 @@ NORMS = pytest.mark.parametrize("norm", ["post", "pre"])
 
 
 def _model(**overrides) -> TransformerClassifier:
-    kwargs = dict(vocab_size=V, d_model=D, n_heads=H, d_ff=FF, n_layers=N, max_len=MAX_LEN, n_classes=3, pad_id=PAD)
-    return TransformerClassifier(**{**kwargs, **overrides}).eval()
+    kwargs = dict(vocab_size=V, d_model=D, n_heads=H, d_ff=FF, n_layers=N, max_len=MAX_LEN, n_classes=3)
+    return build_classifier(ClassifierConfig(**{**kwargs, **overrides}), pad_id=PAD).eval()
 
 
 def _pad(sentences: list[torch.Tensor]) -> torch.Tensor:
@@ -48,7 +48,8 @@ def test_fully_padded_row_is_finite(pooling, norm):
         logits_explicit, maps = model.forward_with_attention(ids, attn_layers=tuple(range(N)))
     assert hidden.isfinite().all()  # includes the padded positions of rows 1 and 2
     assert logits.isfinite().all() and logits_explicit.isfinite().all()
-    assert all(m.isfinite().all() for m in maps.values())
+    assert set(maps.encoder_self) == set(range(N)) and not maps.decoder_self and not maps.cross
+    assert all(m.isfinite().all() for m in maps.encoder_self.values())
     assert_close(logits_explicit, logits, atol=1e-6, rtol=0)
 
 

@@ -7,7 +7,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from attnkit.config import TranslatorConfig
 from attnkit.interop.torch_nn import reference_transformer, to_torch_attn_mask, to_torch_key_padding_mask
+from attnkit.model.build import build_translator
 from attnkit.model.masking import causal_mask, padding_mask
 from attnkit.model.positional import sinusoidal_table
 from attnkit.model.transformer import Transformer
@@ -17,8 +19,8 @@ NORMS = pytest.mark.parametrize("norm", ["post", "pre"])
 
 
 def _model(**overrides) -> Transformer:
-    kwargs = dict(vocab_size=V, d_model=D, n_heads=H, d_ff=FF, n_layers=N, max_len=MAX_LEN, pad_id=PAD)
-    return Transformer(**{**kwargs, **overrides}).eval()
+    kwargs = dict(vocab_size=V, d_model=D, n_heads=H, d_ff=FF, n_layers=N, max_len=MAX_LEN)
+    return build_translator(TranslatorConfig(**{**kwargs, **overrides}), pad_id=PAD).eval()
 
 
 def _ids(lengths: list[int], width: int) -> torch.Tensor:

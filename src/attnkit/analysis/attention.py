@@ -22,7 +22,9 @@ from attnkit.training import checkpoint
 
 
 @dataclass
-class AttentionMaps:
+class CapturedAttention:
+    """What ``plot attention`` draws: one kind of map for one text, with the tokens that label its axes."""
+
     kind: str  # what attends to what, e.g. "encoder self-attention"
     maps: dict[int, Tensor]  # layer -> (H, T, S) weights; each row sums to 1 over the keys
     query_tokens: list[str]  # T labels
@@ -30,16 +32,15 @@ class AttentionMaps:
     note: str = ""
 
 
-def _fit_positions(embeddings, length: int) -> str:
-    """Make ``embeddings`` cover ``length`` positions; returns a note when the input must be cut instead."""
+def _fit_positions(embeddings, length: int, what: str) -> str:
+    """Make sinusoidal ``embeddings`` cover ``length`` positions (``what`` needs them); returns the note to show.
+    Learned positions cannot be extended: the caller truncates instead."""
     position = embeddings.position
-    if length <= position.max_len:
+    if length <= position.max_len or not isinstance(position, SinusoidalPositionalEncoding):
         return ""
-    if isinstance(position, SinusoidalPositionalEncoding):
-        d_model = position.table.size(1)
-        embeddings.position = SinusoidalPositionalEncoding(max_len=length, d_model=d_model)
-        return f"input of {length} tokens is longer than the model's max_len={position.max_len}; sinusoids extended"
-    return ""
+    d_model = position.table.size(1)
+    embeddings.position = SinusoidalPositionalEncoding(max_len=length, d_model=d_model)
+    return f"{what} is longer than the model's max_len={position.max_len}; sinusoids extended"
 
 
 def _check_layers(layers: list[int] | None, n_layers: int) -> tuple[int, ...]:
@@ -51,44 +52,58 @@ def _check_layers(layers: list[int] | None, n_layers: int) -> tuple[int, ...]:
 
 
 @torch.inference_mode()
-def classifier_attention(run, text: str, layers: list[int] | None = None) -> AttentionMaps:
+def classifier_attention(run, text: str, layers: list[int] | None = None) -> CapturedAttention:
     """Encoder self-attention of a classifier run (``attnkit.classify.ClassifierRun``) on ``text``."""
     model, tokenizer = run.model, run.tokenizer
     ids = tokenizer.encode(text)
     tokens = tokenizer.tokens(text)
-    note = _fit_positions(model.embeddings, len(ids))
+    note = _fit_positions(model.embeddings, len(ids), f"input of {len(ids)} tokens")
     if len(ids) > model.embeddings.position.max_len:
         limit = model.embeddings.position.max_len
         note = f"input of {len(ids)} tokens truncated to the model's max_len={limit} (learned positions)"
         ids, tokens = ids[:limit], tokens[:limit]
     chosen = _check_layers(layers, len(model.encoder.layers))
     _, maps = model.forward_with_attention(torch.tensor([ids]), chosen)
-    return AttentionMaps("encoder self-attention", {i: m[0] for i, m in maps.items()}, tokens, tokens, note)
+    weights = {i: m[0] for i, m in maps.encoder_self.items()}  # layer -> (H, S, S)
+    return CapturedAttention("encoder self-attention", weights, tokens, tokens, note)
 
 
 @torch.inference_mode()
-def translator_attention(run, text: str, layers: list[int] | None = None) -> AttentionMaps:
+def translator_attention(run, text: str, layers: list[int] | None = None) -> CapturedAttention:
     """Cross-attention (the alignment of output to source, §3.2.3) of a translator run on ``text``, for the
     greedy translation the model produces."""
     from attnkit.decoding import greedy_decode
+    from attnkit.decoding.limits import output_limits
 
     model, tokenizer = run.model, run.tokenizer
     src_ids = tokenizer.encode(text) + [tokenizer.eos_id]
     src_tokens = tokenizer.tokens(text) + ["</s>"]
-    note = _fit_positions(model.embeddings, len(src_ids) + 50)
-    src = torch.tensor([src_ids[: model.embeddings.position.max_len]])
-    out = greedy_decode(model, src, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
-                        max_positions=model.embeddings.position.max_len)[0]
+    # The decoder needs as many positions as the output may have tokens: input length + 50 (§6.1).
+    note = _fit_positions(model.embeddings, len(src_ids) + 50,
+                          f"input of {len(src_ids)} tokens with up to {len(src_ids) + 50} output tokens")
+    max_positions = model.embeddings.position.max_len
+    if len(src_ids) > max_positions:
+        note = f"input of {len(src_ids)} tokens truncated to the model's max_len={max_positions} (learned positions)"
+    src = torch.tensor([src_ids[:max_positions]])  # (1, S)
+    out = greedy_decode(model, src, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_positions=max_positions)[0]
+    limit = int(output_limits(src, pad_id=model.pad_id, max_extra=50, max_positions=max_positions, fixed_len=None)[0])
+    # Decoder position t (BOS at 0) predicted output token t. When decoding stopped at EOS, the rows are the output
+    # tokens and EOS: positions 0 .. len(out). When it ran to the length limit no EOS was emitted, and the rows are
+    # the output tokens alone: positions 0 .. len(out) - 1 (position len(out) predicted nothing, and may be past the
+    # model's max_len).
+    out_tokens = [tokenizer.backend.id_to_token(i) for i in out]
+    if len(out) < limit:
+        out_tokens.append("</s>")
+    tgt_in = torch.tensor([[tokenizer.bos_id] + out[: len(out_tokens) - 1]])  # (1, T), T = len(out_tokens)
     chosen = _check_layers(layers, len(model.decoder.layers))
-    memory, src_mask, _ = model.encode(src)
-    tgt_in = torch.tensor([[tokenizer.bos_id] + out])  # (1, T)
+    memory, src_mask, _ = model.encode(src)  # (1, S, D), (1, 1, 1, S)
     _, maps, _ = model.decode(tgt_in, memory, src_mask, attn_layers=chosen)
-    out_tokens = [tokenizer.backend.id_to_token(i) for i in out] + ["</s>"]
-    return AttentionMaps("cross-attention (output rows, source columns)", {i: m.cross_attn[0] for i, m in maps.items()},
-                         out_tokens, src_tokens[: src.size(1)], note)
+    weights = {i: m[0] for i, m in maps.cross.items()}  # layer -> (H, T, S)
+    return CapturedAttention("cross-attention (output rows, source columns)", weights, out_tokens,
+                             src_tokens[: src.size(1)], note)
 
 
-def attention_for_text(run_dir: str | Path, text: str, layers: list[int] | None = None) -> AttentionMaps:
+def attention_for_text(run_dir: str | Path, text: str, layers: list[int] | None = None) -> CapturedAttention:
     """The maps a ``plot attention`` shows: encoder self-attention (classifier) or cross-attention (translator)."""
     config = checkpoint.read_json(checkpoint.check_run_dir(run_dir) / checkpoint.CONFIG)
     if not text.strip():

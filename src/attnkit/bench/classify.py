@@ -34,7 +34,7 @@ from attnkit.bench.common import (
     training_flops,
 )
 from attnkit.config import CLASSIFIER_PRESETS, ClassifierConfig
-from attnkit.model.build import build_classifier
+from attnkit.model.build import build_classifier, prepare_for_inference
 from attnkit.training.losses import autocast, native_bf16
 
 CONFIGS: dict[str, ClassifierConfig] = {"seed000": ClassifierConfig(**CLASSIFIER_PRESETS["vocab10k"])}
@@ -88,8 +88,9 @@ def inference_call(
     model: nn.Module, forward: Callable, ids: Tensor, precision: str = "fp32", fastpath: bool = True
 ) -> Callable[[], Tensor]:
     """A closure classifying ``ids`` in eval mode; ``precision="bf16"`` under bfloat16 autocast; ``fastpath=False``
-    switches off PyTorch's ``nn.TransformerEncoderLayer`` inference fast path for the call."""
-    model.eval()
+    switches off PyTorch's ``nn.TransformerEncoderLayer`` inference fast path for the call. attnkit's attention is
+    prepared as ``ClassifierRun`` prepares it (W^Q, W^K, W^V fused once)."""
+    prepare_for_inference(model)
 
     def call() -> Tensor:
         with torch.inference_mode(), autocast(precision), mha_fastpath(fastpath), warnings.catch_warnings():

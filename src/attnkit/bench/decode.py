@@ -37,7 +37,7 @@ from attnkit.bench.common import (
 )
 from attnkit.config import TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
-from attnkit.model.build import build_translator
+from attnkit.model.build import build_translator, prepare_for_inference
 
 CONFIGS: dict[str, TranslatorConfig] = {"small": TranslatorConfig()}
 SEARCHES = {"greedy": 1, "beam4": 4}
@@ -116,7 +116,7 @@ def iter_results(
     with fixed_threads(threads), tempfile.TemporaryDirectory(prefix="attnkit-bench-") as tmp:
         for name, cfg in configs.items():
             torch.manual_seed(seed)
-            ours = build_translator(cfg, pad_id=PAD_ID).eval()
+            ours = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))  # as TranslatorRun does
             src = make_sources(cfg, batch, src_len, seed)
             calls = list(_calls(impls, searches, ours, cfg, src, steps, Path(tmp, name), threads, seed))
             for search in searches:  # the implementations of one search are timed in turns

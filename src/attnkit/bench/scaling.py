@@ -89,10 +89,12 @@ def _run_child(job: dict) -> dict:
 
 
 def _layer(impl: str, dropout: float, layer: dict) -> torch.nn.Module:
+    from attnkit.config import TransformerConfig
     from attnkit.interop.torch_nn import encoder_layer_to_torch
-    from attnkit.model.layers import EncoderLayer
+    from attnkit.model.build import encoder_layer
 
-    ours = EncoderLayer(d_model=layer["d_model"], n_heads=layer["n_heads"], d_ff=layer["d_ff"], dropout=dropout)
+    ours = encoder_layer(TransformerConfig(d_model=layer["d_model"], n_heads=layer["n_heads"], d_ff=layer["d_ff"],
+                                           dropout=dropout))
     if impl == "attnkit":
         return ours
     if impl == "torch.nn":
@@ -116,7 +118,9 @@ def _measure(job: dict) -> dict:
         return out[0] if is_attnkit else out  # attnkit layers return (output, attention weights or None)
 
     if job["mode"] == "infer":
-        module.eval()
+        from attnkit.model.build import prepare_for_inference
+
+        prepare_for_inference(module)  # eval mode; attnkit's W^Q, W^K, W^V fused once, as inference runs do
 
         def call():
             with torch.inference_mode():

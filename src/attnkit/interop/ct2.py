@@ -155,7 +155,7 @@ def attnkit_to_ct2(
     spec = transformer_spec.TransformerSpec.from_config(
         (len(encoder_layers), len(decoder_layers)),
         attn.n_heads,
-        pre_norm=first.pre_norm,
+        pre_norm=first.residual.pre_norm,
         activation=activations[first.ffn.activation],
     )
     spec.config.layer_norm_epsilon = first.norm1.eps

@@ -22,7 +22,8 @@ Masks: attnkit's are boolean with True = may attend, broadcastable to (B, H, T, 
 
 Every converter checks that the two modules compute the same function (heads, widths, pre/post-LN, activation,
 LayerNorm epsilon) and raises ``ValueError`` naming the mismatch, since copying weights into a module that
-differs in structure would silently give a different model.
+differs in structure would silently give a different model. "The same function" holds in eval mode, with dropout
+off: in training each side draws its own dropout masks, so outputs differ even with equal weights.
 """
 
 from __future__ import annotations
@@ -164,8 +165,9 @@ def _activation_name(fn: object) -> str | None:
 def _check_layer(
     ours: EncoderLayer | DecoderLayer, ref: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer
 ) -> None:
-    if ours.pre_norm != ref.norm_first:
-        raise ValueError(f"norm mismatch: attnkit pre-LN={ours.pre_norm}, torch.nn norm_first={ref.norm_first}")
+    pre_norm = ours.residual.pre_norm
+    if pre_norm != ref.norm_first:
+        raise ValueError(f"norm mismatch: attnkit pre-LN={pre_norm}, torch.nn norm_first={ref.norm_first}")
     if ours.ffn.activation != _activation_name(ref.activation):
         raise ValueError(f"activation mismatch: attnkit {ours.ffn.activation!r} vs torch.nn {ref.activation!r}")
     if not ref.self_attn.batch_first:
@@ -279,8 +281,9 @@ def _layer_kwargs(layer: EncoderLayer) -> dict:
             "torch.nn.MultiheadAttention requires d_model = n_heads * d_head"
         )
     return dict(
-        d_model=d_model, nhead=attn.n_heads, dim_feedforward=layer.ffn.linear1.out_features, dropout=layer.dropout.p,
-        activation=layer.ffn.activation, layer_norm_eps=layer.norm1.eps, batch_first=True, norm_first=layer.pre_norm,
+        d_model=d_model, nhead=attn.n_heads, dim_feedforward=layer.ffn.linear1.out_features,
+        dropout=layer.residual.dropout.p, activation=layer.ffn.activation, layer_norm_eps=layer.norm1.eps,
+        batch_first=True, norm_first=layer.residual.pre_norm,
     )
 
 
@@ -290,7 +293,8 @@ def _final_norm(ours: Encoder | Decoder) -> nn.LayerNorm | None:
 
 
 def reference_encoder(ours: Encoder, *, enable_nested_tensor: bool = False) -> nn.TransformerEncoder:
-    """An ``nn.TransformerEncoder`` (batch_first) with the structure and weights of ``ours``.
+    """An ``nn.TransformerEncoder`` (batch_first) with the structure and weights of ``ours``: equal outputs in eval
+    mode (dropout off; in training the two draw different dropout masks).
 
     ``enable_nested_tensor`` is off by default: PyTorch's nested-tensor fast path (eval, no grad, post-LN) returns
     zeros at padded positions where attnkit computes them; benchmarks may turn it on to time that path.
@@ -305,7 +309,7 @@ def reference_encoder(ours: Encoder, *, enable_nested_tensor: bool = False) -> n
 
 def reference_transformer(ours: Transformer, *, enable_nested_tensor: bool = False) -> nn.Transformer:
     """An ``nn.Transformer`` (batch_first) with the dimensions, norm order, activation, epsilon, dropout and weights of
-    ``ours``.
+    ``ours``: equal outputs in eval mode (dropout off; in training the two draw different dropout masks).
 
     Post-LN (the paper's order): the encoder and decoder get no final LayerNorm, since a post-LN stack already ends
     with one while ``nn.Transformer`` always appends another. Pre-LN: ``ours``'s final norms are copied.

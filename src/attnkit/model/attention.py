@@ -11,7 +11,7 @@ keys are all masked.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -97,8 +97,25 @@ class KVCache:
         return KVCache(k_buf, v_buf, self.length, self.static)
 
 
+@dataclass
+class AttentionMaps:
+    """Attention weights returned on request, as data (never stored on modules): layer index -> weights.
+
+    Only the layers asked for (``attn_layers``) run the explicit path of eq. 1 and appear here; every other layer
+    stays on the fused kernel. Each row of a map sums to 1 over the keys it may attend to.
+    """
+
+    encoder_self: dict[int, Tensor] = field(default_factory=dict)  # (B, H, S, S)
+    decoder_self: dict[int, Tensor] = field(default_factory=dict)  # (B, H, T, T), causal
+    cross: dict[int, Tensor] = field(default_factory=dict)  # (B, H, T, S): target queries, encoder-output keys
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2) with separate ``q_proj``, ``k_proj``, ``v_proj`` and ``out_proj``.
+
+    §3.2.3 uses it three ways: encoder self-attention (keys masked where the source is padding), decoder
+    self-attention (causal and padding mask), and encoder-decoder attention, whose queries come from the decoder
+    while its keys and values come from the encoder output (``key_value``), masked where the source is padding.
 
     ``d_head`` defaults to d_model / n_heads as in the paper; Table 3 row (B) varies it independently, so the
     projections map D -> H * Dh and back. ``dropout`` drops attention weights in training (BERT does; the paper's
@@ -121,37 +138,60 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, inner, bias=bias)
         self.v_proj = nn.Linear(d_model, inner, bias=bias)
         self.out_proj = nn.Linear(inner, d_model, bias=bias)
+        self._fused: tuple[Tensor, Tensor | None] | None = None  # stacked W^Q, W^K, W^V for inference (fuse_qkv)
 
     def _split_heads(self, x: Tensor) -> Tensor:
         B, L, _ = x.shape
         return x.view(B, L, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, L, Dh)
 
-    def _fused_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q_proj(x), k_proj(x), v_proj(x) in one matrix multiplication: (B, L, D) -> 3 x (B, H, L, Dh)."""
-        weight, bias = self._stacked_qkv()  # (3 H Dh, D), (3 H Dh,) or None
+        weight, bias = self._fused if self._fused is not None else self._concat_qkv()  # (3 H Dh, D), (3 H Dh,)
         qkv = F.linear(x, weight, bias)  # (B, L, 3 H Dh)
         return tuple(self._split_heads(t) for t in qkv.chunk(3, dim=-1))  # 3 x (B, H, L, Dh)
 
-    def _stacked_qkv(self) -> tuple[Tensor, Tensor | None]:
-        """W^Q, W^K, W^V (and biases) stacked. With autograd on they are concatenated at every call, so gradients
-        reach the three parameters; with it off (inference, decoding) the stacked copy is kept until a parameter
-        changes: ``_version`` counts in-place writes (optimizer steps, ``load_state_dict``, ``copy_``), and
-        ``.to()`` moves the data. It is a cache of the weights, not state: it is not saved, and never holds
-        activations."""
-        projections = (self.q_proj, self.k_proj, self.v_proj)
-        params = [p for proj in projections for p in (proj.weight, proj.bias) if p is not None]
-        if torch.is_grad_enabled():
-            return self._concat_qkv()
-        key = tuple((p.data_ptr(), p._version, p.dtype) for p in params)
-        if getattr(self, "_stacked_key", None) != key:
-            with torch.no_grad():
-                self._stacked, self._stacked_key = self._concat_qkv(), key
-        return self._stacked
-
     def _concat_qkv(self) -> tuple[Tensor, Tensor | None]:
+        """W^Q, W^K, W^V (and biases) stacked; a new tensor at every call, so gradients reach the three parameters."""
         weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])  # (3 H Dh, D)
         bias = None if self.q_proj.bias is None else torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
         return weight, bias
+
+    # Fusion for inference. Stacking W^Q, W^K, W^V costs a copy of 3 D x H Dh weights at every call, which
+    # incremental decoding pays per step and layer; ``fuse_qkv`` makes the copy once. The copy is a snapshot of the
+    # weights, so everything that may change them drops it: ``train()``, ``load_state_dict`` and any forward pass
+    # with autograd on (the only kind whose gradients an optimizer can step with). It is not saved (no state-dict
+    # key) and ``.to()`` moves or casts it with the parameters.
+
+    def fuse_qkv(self) -> None:
+        """Stack W^Q, W^K, W^V once for inference: later self-attention calls under ``torch.no_grad`` or
+        ``torch.inference_mode`` use the stacked copy instead of concatenating the weights again."""
+        with torch.no_grad():
+            weight, bias = self._concat_qkv()
+        self._fused = (weight, bias)
+
+    def unfuse_qkv(self) -> None:
+        """Drop the stacked copy (after changing the weights in place by hand, for example)."""
+        self._fused = None
+
+    @property
+    def is_fused(self) -> bool:
+        return self._fused is not None
+
+    def train(self, mode: bool = True) -> MultiHeadAttention:
+        if mode:
+            self.unfuse_qkv()  # training changes the weights; never let it see a stale copy
+        return super().train(mode)
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        self.unfuse_qkv()  # new weights: the stacked copy is stale
+        super()._load_from_state_dict(*args, **kwargs)
+
+    def _apply(self, fn, recurse: bool = True):
+        super()._apply(fn, recurse)
+        if self._fused is not None:  # .to(device / dtype), .half(), ...: the copy follows the parameters
+            weight, bias = self._fused
+            self._fused = (fn(weight), None if bias is None else fn(bias))
+        return self
 
     def project_kv(self, memory: Tensor) -> KVCache:
         """Keys and values of ``memory`` (B, S, D), for cross-attention reused across decoding steps."""
@@ -178,10 +218,12 @@ class MultiHeadAttention(nn.Module):
             output (B, T, D), attention weights or None, and the updated cache (None if none was given).
         """
         B, T, _ = query.shape
+        if self._fused is not None and torch.is_grad_enabled():
+            self.unfuse_qkv()  # autograd on: the weights may be trained from here, so the snapshot would go stale
         if key_value is None:
             # Self-attention: Q, K and V come from the same input, so the three projections run as one matrix
             # multiplication with their weights stacked (fewer, larger GEMMs; the parameters stay separate).
-            q, k, v = self._fused_qkv(query)  # 3 x (B, H, T, Dh)
+            q, k, v = self._project_qkv(query)  # 3 x (B, H, T, Dh)
         else:
             q = self._split_heads(self.q_proj(query))  # (B, H, T, Dh)
             if cache is not None and cache.static:

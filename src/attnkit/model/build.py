@@ -1,28 +1,109 @@
-"""The only place where a config becomes modules."""
+"""The only place where a config becomes modules, and where a model is made ready for inference.
+
+The containers (``Encoder``, ``Decoder``, ``Transformer``, ``TransformerClassifier``) and the layers receive their
+sub-modules built; only the functions below know every dimension. Modules are created in the order the
+containers register them, so a fixed seed gives the same initial weights as long as this order is kept.
+
+After loading weights, inference code calls ``prepare_for_inference(model)`` once.
+"""
 
 from __future__ import annotations
 
+from torch import nn
+
 from attnkit.config import ClassifierConfig, TransformerConfig, TranslatorConfig
+from attnkit.model.attention import MultiHeadAttention
 from attnkit.model.classifier import TransformerClassifier
-from attnkit.model.transformer import Transformer
+from attnkit.model.layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward, Residual
+from attnkit.model.transformer import Decoder, Embeddings, Encoder, Transformer
 
 
-def _common(cfg: TransformerConfig) -> dict:
-    return dict(
-        vocab_size=cfg.vocab_size, d_model=cfg.d_model, n_heads=cfg.n_heads, d_head=cfg.d_head, d_ff=cfg.d_ff,
-        n_layers=cfg.n_layers, max_len=cfg.max_len, dropout=cfg.dropout, attention_dropout=cfg.attention_dropout,
-        activation=cfg.activation, norm=cfg.norm,
-        positional=cfg.positional, scale_embeddings=cfg.scale_embeddings, layer_norm_eps=cfg.layer_norm_eps,
+def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        d_model=cfg.d_model, n_heads=cfg.n_heads, d_head=cfg.d_head, dropout=cfg.attention_dropout
+    )
+
+
+def _ffn(cfg: TransformerConfig) -> PositionwiseFeedForward:
+    return PositionwiseFeedForward(d_model=cfg.d_model, d_ff=cfg.d_ff, activation=cfg.activation)
+
+
+def _layer_norm(cfg: TransformerConfig) -> nn.LayerNorm:
+    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+
+
+def _final_norm(cfg: TransformerConfig) -> nn.LayerNorm | None:
+    # A pre-LN stack leaves its residual path unnormalised and ends with a LayerNorm; a post-LN one already ends with
+    # one (§3.1).
+    return _layer_norm(cfg) if cfg.norm == "pre" else None
+
+
+def encoder_layer(cfg: TransformerConfig) -> EncoderLayer:
+    """Self-attention and the FFN (§3.1), each inside a residual sub-layer of ``cfg.norm`` order."""
+    return EncoderLayer(
+        self_attn=_attention(cfg), ffn=_ffn(cfg), norm1=_layer_norm(cfg), norm2=_layer_norm(cfg),
+        residual=Residual(dropout=cfg.dropout, norm=cfg.norm),
+    )
+
+
+def decoder_layer(cfg: TransformerConfig) -> DecoderLayer:
+    """Masked self-attention, encoder-decoder attention and the FFN (§3.1), each inside a residual sub-layer."""
+    return DecoderLayer(
+        self_attn=_attention(cfg), cross_attn=_attention(cfg), ffn=_ffn(cfg),
+        norm1=_layer_norm(cfg), norm2=_layer_norm(cfg), norm3=_layer_norm(cfg),
+        residual=Residual(dropout=cfg.dropout, norm=cfg.norm),
+    )
+
+
+def encoder(cfg: TransformerConfig) -> Encoder:
+    """N = ``cfg.n_layers`` encoder layers (§3.1)."""
+    return Encoder(layers=[encoder_layer(cfg) for _ in range(cfg.n_layers)], final_norm=_final_norm(cfg))
+
+
+def decoder(cfg: TransformerConfig) -> Decoder:
+    """N = ``cfg.n_layers`` decoder layers (§3.1)."""
+    return Decoder(layers=[decoder_layer(cfg) for _ in range(cfg.n_layers)], final_norm=_final_norm(cfg))
+
+
+def embeddings(cfg: TransformerConfig, *, n_token_types: int = 0, embedding_norm: bool = False) -> Embeddings:
+    """Token embeddings and positional encodings (§3.4, §3.5); BERT's token types and LayerNorm on request."""
+    return Embeddings(
+        vocab_size=cfg.vocab_size, d_model=cfg.d_model, max_len=cfg.max_len, positional=cfg.positional,
+        scale_embeddings=cfg.scale_embeddings, dropout=cfg.dropout, n_token_types=n_token_types,
+        embedding_norm=embedding_norm, layer_norm_eps=cfg.layer_norm_eps,
     )
 
 
 def build_classifier(cfg: ClassifierConfig, pad_id: int = 0) -> TransformerClassifier:
     """A classifier; ``n_classes=0`` (decided by the training labels) builds a 2-class head, for inspection."""
     return TransformerClassifier(
-        **_common(cfg), n_classes=cfg.n_classes or 2, pooling=cfg.pooling, pad_id=pad_id,
-        n_token_types=cfg.n_token_types, embedding_norm=cfg.embedding_norm,
+        embeddings=embeddings(cfg, n_token_types=cfg.n_token_types, embedding_norm=cfg.embedding_norm),
+        encoder=encoder(cfg),
+        head=nn.Linear(cfg.d_model, cfg.n_classes or 2),  # D -> C
+        pooling=cfg.pooling,
+        pad_id=pad_id,
     )
 
 
 def build_translator(cfg: TranslatorConfig, pad_id: int = 0) -> Transformer:
-    return Transformer(**_common(cfg), tie_embeddings=cfg.tie_embeddings, pad_id=pad_id)
+    """The encoder-decoder of Figure 1; with ``tie_embeddings`` the pre-softmax projection reuses the token
+    embedding matrix (§3.4), else it is a separate D -> V map without bias, so that tied and untied differ only
+    in sharing."""
+    return Transformer(
+        embeddings=embeddings(cfg),
+        encoder=encoder(cfg),
+        decoder=decoder(cfg),
+        output_proj=None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False),  # D -> V
+        pad_id=pad_id,
+    )
+
+
+def prepare_for_inference(model: nn.Module) -> nn.Module:
+    """Put ``model`` in eval mode (no dropout, §5.4 applies it in training only) and fuse the W^Q, W^K, W^V of every
+    attention module (``MultiHeadAttention.fuse_qkv``). Call it once, after the weights are loaded; ``model.train()``
+    or loading a state dict drops the fused copies again. Returns ``model``."""
+    model.eval()
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.fuse_qkv()
+    return model

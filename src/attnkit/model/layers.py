@@ -1,15 +1,11 @@
 """The position-wise feed-forward network (§3.3) and the encoder and decoder layers (§3.1).
 
-Each sub-layer is wrapped in a residual connection and layer normalisation. The paper's order (post-LN) is
+Each sub-layer is wrapped in a residual connection and layer normalisation (``Residual``). Dropout is applied
+where §5.4 specifies it: to the output of each sub-layer, before the residual sum (and, in ``transformer``, to the
+sums of the embeddings and positional encodings). Attention dropout (on the attention
+weights, as BERT does) is a separate option of ``MultiHeadAttention``, off by default.
 
-    x = LayerNorm(x + Dropout(Sublayer(x)))                              (§3.1, §5.4)
-
-and the pre-LN order that later work found easier to train deep is
-
-    x = x + Dropout(Sublayer(LayerNorm(x)))
-
-Dropout is applied where §5.4 puts it: to the output of each sub-layer before the residual sum (and, in
-``transformer``, to the sums of embeddings and positional encodings). Nowhere else.
+The layers receive their sub-modules already built (``build`` does the wiring); they only say how data flows.
 """
 
 from __future__ import annotations
@@ -40,44 +36,74 @@ class PositionwiseFeedForward(nn.Module):
         return self.linear2(ACTIVATIONS[self.activation](self.linear1(x)))  # (B, L, F) -> (B, L, D)
 
 
+NORMS = ("post", "pre")
+
+
+class Residual(nn.Module):
+    """The residual connection around one sub-layer (§3.1), in either order:
+
+        post-LN (the paper):  x = LayerNorm(x + Dropout(Sublayer(x)))
+        pre-LN:               x = x + Dropout(Sublayer(LayerNorm(x)))
+
+    "The output of each sub-layer is LayerNorm(x + Sublayer(x)), where Sublayer(x) is the function implemented by
+    the sub-layer itself" (§3.1); §5.4 adds the dropout: "We apply dropout to the output of each sub-layer, before
+    it is added to the sub-layer input and normalized". Pre-LN, which later work found easier to train deep, moves
+    the LayerNorm onto the sub-layer's input and leaves the residual path untouched.
+
+    A sub-layer is applied as ``x = residual(x, norm, sublayer(residual.sublayer_input(x, norm)))``. The LayerNorm
+    is passed in rather than owned, so that it stays where checkpoints name it (the layer's ``norm1``, ``norm2``,
+    ``norm3``); this module holds only the dropout and the order.
+    """
+
+    def __init__(self, *, dropout: float, norm: str = "post"):
+        super().__init__()
+        if norm not in NORMS:
+            raise ValueError(f"norm={norm!r}; expected 'post' or 'pre'")
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = norm == "pre"
+
+    def sublayer_input(self, x: Tensor, norm: nn.LayerNorm) -> Tensor:
+        """What the sub-layer sees: LayerNorm(x) for pre-LN, x itself for post-LN. (B, L, D) -> (B, L, D)."""
+        return norm(x) if self.pre_norm else x
+
+    def forward(self, x: Tensor, norm: nn.LayerNorm, sublayer_out: Tensor) -> Tensor:
+        """x (B, L, D) the sub-layer input, sublayer_out (B, L, D) its output -> (B, L, D)."""
+        if self.pre_norm:
+            return x + self.dropout(sublayer_out)
+        return norm(x + self.dropout(sublayer_out))
+
+
 class EncoderLayer(nn.Module):
-    """Self-attention, then the FFN, each with residual + LayerNorm (§3.1, left half of Figure 1)."""
+    """Self-attention, then the FFN, each inside a ``Residual`` (§3.1, left half of Figure 1)."""
 
     def __init__(
         self,
         *,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        d_head: int | None = None,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation: str = "relu",
-        norm: str = "post",
-        layer_norm_eps: float = 1e-5,
+        self_attn: MultiHeadAttention,
+        ffn: PositionwiseFeedForward,
+        norm1: nn.LayerNorm,
+        norm2: nn.LayerNorm,
+        residual: Residual,
     ):
         super().__init__()
-        if norm not in ("post", "pre"):
-            raise ValueError(f"norm={norm!r}; expected 'post' or 'pre'")
-        self.self_attn = MultiHeadAttention(d_model=d_model, n_heads=n_heads, d_head=d_head, dropout=attention_dropout)
-        self.ffn = PositionwiseFeedForward(d_model=d_model, d_ff=d_ff, activation=activation)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.dropout = nn.Dropout(dropout)
-        self.pre_norm = norm == "pre"
+        self.self_attn = self_attn
+        self.ffn = ffn
+        self.norm1 = norm1
+        self.norm2 = norm2
+        self.residual = residual
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, *, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, *, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
         """x (B, S, D), mask True = may attend, broadcastable to (B, H, S, S).
 
         Returns the layer output (B, S, D) and, if asked, the self-attention weights (B, H, S, S).
         """
-        h = self.norm1(x) if self.pre_norm else x
+        h = self.residual.sublayer_input(x, self.norm1)
         attn_out, attn_weights, _ = self.self_attn(h, mask=mask, need_weights=need_weights)
-        x = x + self.dropout(attn_out) if self.pre_norm else self.norm1(x + self.dropout(attn_out))
+        x = self.residual(x, self.norm1, attn_out)  # (B, S, D)
 
-        h = self.norm2(x) if self.pre_norm else x
-        ffn_out = self.ffn(h)
-        x = x + self.dropout(ffn_out) if self.pre_norm else self.norm2(x + self.dropout(ffn_out))
+        x = self.residual(x, self.norm2, self.ffn(self.residual.sublayer_input(x, self.norm2)))  # (B, S, D)
         return x, attn_weights  # (B, S, D), (B, H, S, S) or None
 
 
@@ -95,41 +121,29 @@ class DecoderLayerCache:
         return DecoderLayerCache(self_kv, self.cross_kv.select(index))
 
 
-@dataclass
-class DecoderAttention:
-    """Attention weights of one decoder layer, when asked for."""
-
-    self_attn: Tensor | None  # (B, H, T, T)
-    cross_attn: Tensor | None  # (B, H, T, S)
-
-
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention, then the FFN (§3.1, right half of Figure 1)."""
+    """Masked self-attention, encoder-decoder attention, then the FFN, each inside a ``Residual`` (§3.1, right half
+    of Figure 1)."""
 
     def __init__(
         self,
         *,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        d_head: int | None = None,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation: str = "relu",
-        norm: str = "post",
-        layer_norm_eps: float = 1e-5,
+        self_attn: MultiHeadAttention,
+        cross_attn: MultiHeadAttention,
+        ffn: PositionwiseFeedForward,
+        norm1: nn.LayerNorm,
+        norm2: nn.LayerNorm,
+        norm3: nn.LayerNorm,
+        residual: Residual,
     ):
         super().__init__()
-        if norm not in ("post", "pre"):
-            raise ValueError(f"norm={norm!r}; expected 'post' or 'pre'")
-        self.self_attn = MultiHeadAttention(d_model=d_model, n_heads=n_heads, d_head=d_head, dropout=attention_dropout)
-        self.cross_attn = MultiHeadAttention(d_model=d_model, n_heads=n_heads, d_head=d_head, dropout=attention_dropout)
-        self.ffn = PositionwiseFeedForward(d_model=d_model, d_ff=d_ff, activation=activation)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.dropout = nn.Dropout(dropout)
-        self.pre_norm = norm == "pre"
+        self.self_attn = self_attn
+        self.cross_attn = cross_attn
+        self.ffn = ffn
+        self.norm1 = norm1
+        self.norm2 = norm2
+        self.norm3 = norm3
+        self.residual = residual
 
     def forward(
         self,
@@ -140,7 +154,7 @@ class DecoderLayer(nn.Module):
         *,
         cache: DecoderLayerCache | None = None,
         need_weights: bool = False,
-    ) -> tuple[Tensor, DecoderAttention, DecoderLayerCache | None]:
+    ) -> tuple[Tensor, tuple[Tensor | None, Tensor | None], DecoderLayerCache | None]:
         """x (B, T, D) target side, memory (B, S, D) encoder output.
 
         Args:
@@ -148,7 +162,8 @@ class DecoderLayer(nn.Module):
             cross_mask: True = may attend, broadcastable to (B, H, T, S).
             cache: keys and values from earlier steps; when given, ``x`` holds only the new positions.
         Returns:
-            output (B, T, D), the attention weights if asked for, and the updated cache.
+            output (B, T, D); the self- and cross-attention weights, (B, H, T, L) and (B, H, T, S), if asked for
+            (else None, None); and the updated cache.
         """
         self_kv = cache.self_kv if cache is not None else None
         if cache is not None and self_kv is None:
@@ -156,17 +171,15 @@ class DecoderLayer(nn.Module):
             self_kv = KVCache.empty(x.size(0), self.self_attn.n_heads, self.self_attn.d_head, x.size(1), like=x)
         cross_kv = cache.cross_kv if cache is not None else None
 
-        h = self.norm1(x) if self.pre_norm else x
+        h = self.residual.sublayer_input(x, self.norm1)
         attn_out, self_w, self_kv = self.self_attn(h, mask=self_mask, need_weights=need_weights, cache=self_kv)
-        x = x + self.dropout(attn_out) if self.pre_norm else self.norm1(x + self.dropout(attn_out))
+        x = self.residual(x, self.norm1, attn_out)  # (B, T, D)
 
-        h = self.norm2(x) if self.pre_norm else x
+        h = self.residual.sublayer_input(x, self.norm2)
         attn_out, cross_w, _ = self.cross_attn(h, memory, mask=cross_mask, need_weights=need_weights, cache=cross_kv)
-        x = x + self.dropout(attn_out) if self.pre_norm else self.norm2(x + self.dropout(attn_out))
+        x = self.residual(x, self.norm2, attn_out)  # (B, T, D)
 
-        h = self.norm3(x) if self.pre_norm else x
-        ffn_out = self.ffn(h)
-        x = x + self.dropout(ffn_out) if self.pre_norm else self.norm3(x + self.dropout(ffn_out))
+        x = self.residual(x, self.norm3, self.ffn(self.residual.sublayer_input(x, self.norm3)))  # (B, T, D)
 
         new_cache = DecoderLayerCache(self_kv, cross_kv) if cache is not None else None
-        return x, DecoderAttention(self_w, cross_w), new_cache  # (B, T, D)
+        return x, (self_w, cross_w), new_cache  # (B, T, D)
