@@ -27,11 +27,12 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Top-level folders of the repository: a backticked path that starts with one of these must exist.
 REPO_DIRS = ("src/", "tests/", "docs/", "benchmarks/", "examples/", ".ci/")
 
-FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
+FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"(?<!`)`([^`\n]+(?:\n[^`\n]+)*)`(?!`)")  # an inline span may run over a line break
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 CODE_REF = re.compile(r"`([\w./-]+\.py)::([\w.]+)`")
-PATH = re.compile(r"`((?:%s)[\w./-]*)`" % "|".join(re.escape(d) for d in REPO_DIRS))
+DIR_ALTERNATIVES = "|".join(re.escape(d) for d in REPO_DIRS)
+PATH = re.compile(rf"`((?:{DIR_ALTERNATIVES})[\w./-]*)`")
 
 
 def doc_id(path: Path) -> str:
@@ -106,8 +107,7 @@ def documented_commands() -> list[tuple[str, list[str], bool]]:
         for block in FENCE.findall(text):
             for line in join_continuations(block):
                 line = line.strip()
-                if line.startswith("$ "):
-                    line = line[2:]
+                line = line.removeprefix("$ ")
                 commands += [(f"{doc_id(path)}: {line}", argv, True) for argv in attnkit_argvs(line)]
         # Spans in running text, except templates with [optional] parts, a|b alternatives or an ellipsis.
         for span in INLINE.findall(prose(text)):
@@ -198,7 +198,7 @@ def referenced_paths() -> list[tuple[str, Path]]:
             refs.append((f"{doc_id(path)}: ({target})", (path.parent / target.split("#")[0]).resolve()))
         for target in PATH.findall(prose(text)):
             refs.append((f"{doc_id(path)}: `{target}`", ROOT / target))
-        for script in re.findall(r"python ((?:%s)[\w./-]+\.py)" % "|".join(map(re.escape, REPO_DIRS)), text):
+        for script in re.findall(rf"python ((?:{DIR_ALTERNATIVES})[\w./-]+\.py)", text):
             refs.append((f"{doc_id(path)}: python {script}", ROOT / script))
     return refs
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import io
 import math
+import textwrap
 from pathlib import Path
 
 import torch
@@ -154,18 +155,18 @@ def curves_figure(metrics: list[dict], title: str = "training curves", config: d
         floor = smoothed_loss_floor(epsilon, n_outputs) if n_outputs else 0.0
         if floor:
             train_ax.axhline(floor, color="k", linestyle="--", linewidth=1,
-                             label=f"floor H(q) = {floor:.2f} (ε={epsilon:g}, {n_outputs:,} outputs)")
-            train_ax.legend(fontsize=MIN_FONT, loc="upper right")
-        train_ax.set_title(f"training loss, label-smoothed (ε_ls={epsilon:g})", fontsize=9)
+                             label=f"floor {floor:.2f} ({n_outputs:,} outputs)")
+            train_ax.legend(fontsize=MIN_FONT, loc="best")
+        train_ax.set_title(f"training loss\n(label-smoothed, ε_ls={epsilon:g})", fontsize=9)
     else:
-        train_ax.set_title("training loss (cross-entropy)", fontsize=9)
+        train_ax.set_title("training loss\n(cross-entropy)", fontsize=9)
     train_ax.set(xlabel="step", ylabel="nats per token" if model_cfg.get("vocab_size") and not model_cfg.get("n_classes")
                  else "nats")
     train_ax.set_ylim(bottom=0)
     if valid_loss_ax is not None:
         points = [(r["step"], r["valid_loss"]) for r in evals if "valid_loss" in r]
         valid_loss_ax.plot(*zip(*points), marker="o", color="C1")
-        valid_loss_ax.set_title("validation loss (no smoothing)", fontsize=9)
+        valid_loss_ax.set_title("validation loss\n(no smoothing)", fontsize=9)
         valid_loss_ax.set(xlabel="step", ylabel="nats per token")
         valid_loss_ax.set_ylim(bottom=0)
 
@@ -174,7 +175,7 @@ def curves_figure(metrics: list[dict], title: str = "training curves", config: d
         points = [(r["step"], r[key]) for r in evals if key in r]
         if points:
             score_ax.plot(*zip(*points), marker="o", label=label)
-    score_ax.set_title("validation", fontsize=9)
+    score_ax.set_title("validation\nscores", fontsize=9)
     score_ax.set(xlabel="step")
     if score_ax.lines:
         score_ax.legend(fontsize=MIN_FONT)
@@ -183,7 +184,7 @@ def curves_figure(metrics: list[dict], title: str = "training curves", config: d
     schedule = train_cfg.get("schedule")
     names = {"noam": "eq. 3 (noam)", "linear": "linear warmup + decay", "constant": "warmup, then constant"}
     optimizer = {"adam": "Adam", "adamw": "AdamW"}.get(train_cfg.get("optimizer", ""), "")
-    lr_title = "learning rate" + (f": {names.get(schedule, schedule)}" if schedule else "")
+    lr_title = "learning rate" + (f"\n{names.get(schedule, schedule)}" if schedule else "")
     lr_ax.set_title(lr_title + (f", {optimizer}" if optimizer else ""), fontsize=9)
     lr_ax.set(xlabel="step")
     lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
@@ -279,7 +280,8 @@ def attention_figure(maps: dict[int, Tensor], labels_q: list[str], labels_k: lis
     bar.set_label("attention weight (one scale for all panels)", fontsize=MIN_FONT)
     bar.ax.tick_params(labelsize=MIN_FONT)
     fig.supylabel(query_label, fontsize=9)
-    fig.supxlabel(key_label + ("\n" + caption if caption else ""), fontsize=9)
+    lines = [piece for line in caption.splitlines() for piece in textwrap.wrap(line, 110) or [""]]
+    fig.supxlabel("\n".join([key_label, *lines]), fontsize=9)
     fig.suptitle(title, fontsize=10)
     return fig
 
