@@ -156,3 +156,11 @@ def test_curves_without_config_say_nothing_they_do_not_know():
     titles = [ax.get_title() for ax in fig.axes]
     assert not any("smoothed" in t for t in titles if "validation" not in t)
     assert "learning rate" in titles
+
+
+def test_svg_is_the_same_bytes_every_time(tmp_path):
+    # Committed figures (docs/figures/*.svg) should change only when the figure does: no date, no random ids.
+    first, second = tmp_path / "a.svg", tmp_path / "b.svg"
+    plot_positional_encoding(8, 20, first)
+    plot_positional_encoding(8, 20, second)
+    assert first.read_bytes() == second.read_bytes()

@@ -53,17 +53,21 @@ def save_figure(fig, out: str | Path, title: str = "attnkit") -> Path:
     out = check_format(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     suffix = out.suffix.lower()
-    with open_atomic(out) as f:
+    import matplotlib
+
+    # The same figure gives the same bytes: no date in SVG metadata, fixed ids (committed figures diff cleanly).
+    metadata = {"Date": None} if suffix in (".svg", ".html") else None
+    with open_atomic(out) as f, matplotlib.rc_context({"svg.hashsalt": "attnkit"}):
         if suffix == ".html":
             buffer = io.StringIO()
-            fig.savefig(buffer, format="svg")
+            fig.savefig(buffer, format="svg", metadata=metadata)
             svg = buffer.getvalue()
             svg = svg[svg.index("<svg"):]  # drop the XML prolog: the SVG is inline
             page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title></head>"
                     f"<body style=\"margin:0\">\n{svg}\n</body></html>\n")
             f.write(page.encode("utf-8"))
         else:
-            fig.savefig(f, format=suffix[1:], dpi=DPI)
+            fig.savefig(f, format=suffix[1:], dpi=DPI, metadata=metadata)
     return out
 
 
