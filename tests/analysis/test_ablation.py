@@ -61,3 +61,20 @@ def test_report_only_without_results_is_an_error(tmp_path, capsys):
                  "--grid", "n_heads=1", "--out", str(tmp_path), "--report-only"])
     assert code == 2
     assert "ablation.json" in capsys.readouterr().err
+
+
+def test_bar_chart_starts_at_zero_and_shows_the_values(tmp_path, monkeypatch):
+    # A y-axis cut just below the lowest bar (it was cut at 0.725) magnifies differences within the noise.
+    from attnkit.analysis import plots
+    from attnkit.analysis.ablation import Variant, plot_ablation
+
+    figures = []
+    save = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, out, title="": figures.append(fig) or save(fig, out, title))
+    variants = [Variant("base", {}, valid=0.775), Variant("n_heads=1", {"n_heads": "1"}, valid=0.765),
+                Variant("dropout=0.0", {"dropout": "0.0"}, valid=0.781)]
+    plot_ablation(variants, "classify", tmp_path / "a.png", n_valid=1057)
+    (ax,) = figures[0].axes
+    assert ax.get_ylim()[0] == 0
+    assert ax.get_ylim()[1] > 0.781
+    assert {t.get_text() for t in ax.texts} >= {"0.775", "0.765", "0.781"}

@@ -93,20 +93,28 @@ def markdown_table(variants: list[Variant], task: str, budget: str, n_valid: int
 
 
 def plot_ablation(variants: list[Variant], task: str, out: Path, n_valid: int = 0) -> Path:
-    from attnkit.analysis.plots import new_figure, save_figure
+    """Bars of the validation figure per variant, from zero (a cut axis would magnify noise), the base's value as a
+    dashed line, each bar labelled with its value; one standard error for accuracies."""
+    from attnkit.analysis import plots
 
-    fig = new_figure(1.1 * len(variants) + 3, 4)
+    fig = plots.new_figure(plots.DOC_WIDTH_PX / plots.DPI, 4)
     ax = fig.subplots()
     values = [v.valid for v in variants]
     errors = [standard_error(x, n_valid) for x in values] if task == "classify" and n_valid else None
-    ax.bar(range(len(variants)), values, yerr=errors, capsize=3, color=["#888"] + ["#3a7"] * (len(variants) - 1))
-    ax.set_xticks(range(len(variants)), [v.name for v in variants], rotation=30, ha="right")
-    ax.set_ylabel("validation accuracy" if task == "classify" else "validation perplexity")
-    finite = [x for x in values if math.isfinite(x)]
-    if finite and task == "classify":
-        ax.set_ylim(min(finite) - 0.04, max(finite) + 0.03)
-    ax.set_title("Variations on the base model (cf. Table 3)")
-    return save_figure(fig, out, "ablation")
+    bars = ax.bar(range(len(variants)), values, yerr=errors, capsize=3, color=["#888"] + ["#3a7"] * (len(variants) - 1))
+    ax.bar_label(bars, fmt="%.3f" if task == "classify" else "%.1f", fontsize=plots.MIN_FONT, padding=2,
+                 bbox=dict(facecolor="white", edgecolor="none", pad=0.5))
+    if variants and math.isfinite(values[0]):
+        ax.axhline(values[0], color="k", linestyle="--", linewidth=0.8, label=f"base ({values[0]:.3g})", zorder=0)
+        ax.legend(fontsize=plots.MIN_FONT, loc="lower right")
+    ax.set_xticks(range(len(variants)), [v.name for v in variants], rotation=35, ha="right", fontsize=plots.MIN_FONT)
+    ax.tick_params(axis="y", labelsize=plots.MIN_FONT)
+    finite = [x + (e if errors else 0.0) for x, e in zip(values, errors or [0.0] * len(values)) if math.isfinite(x)]
+    ax.set_ylim(0, 1.12 * max(finite) if finite else None)  # bars start at zero; room above for the labels
+    ax.set_ylabel("validation accuracy" + (" (± 1 s.e.)" if errors else "") if task == "classify"
+                  else "validation perplexity (lower is better)", fontsize=9)
+    ax.set_title("Variations on the base model (cf. Table 3), one run each", fontsize=10)
+    return plots.save_figure(fig, out, "ablation")
 
 
 def write_report(variants: list[Variant], task: str, budget: str, out_dir: Path, n_valid: int = 0) -> tuple[Path, Path]:

@@ -2,14 +2,20 @@
 matplotlib is imported inside each function, on its own Agg canvas (no pyplot state), never at import.
 
 §3.5 chooses sinusoids because "for any fixed offset k, PE_{pos+k} can be represented as a linear function of
-PE_pos". One visible consequence: PE(pos) . PE(pos + k) = sum_i cos(w_i k), with w_i = 10000^(-2i/d_model), depends
-on the offset k and not on pos. ``plot_positional_encoding`` draws the table and that dot product.
+PE_pos" (a rotation of each (sin, cos) pair by the angle w_i k). The figure cannot draw that reason directly; it
+draws one consequence of it: PE(pos) . PE(pos + k) = sum_i cos(w_i k), with w_i = 10000^(-2i/d_model), depends on the
+offset k and not on pos. ``plot_positional_encoding`` draws the table and that dot product.
+
+Figures meant to be read at the width a Markdown page shows them (``DOC_WIDTH_PX``, about GitHub's column) are no
+wider than that at ``DPI``, so they are not scaled down, and their text is at least ``MIN_FONT`` points.
 """
 
 from __future__ import annotations
 
 import html
 import io
+import math
+import textwrap
 from pathlib import Path
 
 import torch
@@ -19,8 +25,10 @@ from attnkit.atomic import open_atomic
 from attnkit.errors import InputError
 from attnkit.model.positional import sinusoidal_table
 
-
 FORMATS = (".png", ".svg", ".html")
+DPI = 100
+DOC_WIDTH_PX = 920  # the width GitHub's README column shows an image at; wider figures are scaled down
+MIN_FONT = 8.0  # points: 11 px at DPI 100, the smallest text a figure shows
 
 
 def check_format(out: str | Path) -> Path:
@@ -45,17 +53,21 @@ def save_figure(fig, out: str | Path, title: str = "attnkit") -> Path:
     out = check_format(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     suffix = out.suffix.lower()
-    with open_atomic(out) as f:
+    import matplotlib
+
+    # The same figure gives the same bytes: no date in SVG metadata, fixed ids (committed figures diff cleanly).
+    metadata = {"Date": None} if suffix in (".svg", ".html") else None
+    with open_atomic(out) as f, matplotlib.rc_context({"svg.hashsalt": "attnkit"}):
         if suffix == ".html":
             buffer = io.StringIO()
-            fig.savefig(buffer, format="svg")
+            fig.savefig(buffer, format="svg", metadata=metadata)
             svg = buffer.getvalue()
             svg = svg[svg.index("<svg"):]  # drop the XML prolog: the SVG is inline
             page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title></head>"
                     f"<body style=\"margin:0\">\n{svg}\n</body></html>\n")
             f.write(page.encode("utf-8"))
         else:
-            fig.savefig(f, format=suffix[1:], dpi=100)
+            fig.savefig(f, format=suffix[1:], dpi=DPI, metadata=metadata)
     return out
 
 
@@ -80,55 +92,119 @@ def plot_positional_encoding(d_model: int, max_len: int, out: Path) -> Path:
     max_offset = max_len - 1 - positions[-1]
     similarity = offset_similarity(table, positions, max_offset)  # (P, K + 1)
 
-    fig = new_figure(12, 4.5)
-    heat_ax, dot_ax = fig.subplots(1, 2, width_ratios=(3, 2))
+    fig = new_figure(DOC_WIDTH_PX / DPI, 3.8)
+    heat_ax, dot_ax = fig.subplots(1, 2, width_ratios=(5, 4))
 
     limit = float(table.abs().max())
     mesh = heat_ax.pcolormesh(table.T.numpy(), cmap="RdBu", vmin=-limit, vmax=limit)  # (D, max_len): dims on y
-    fig.colorbar(mesh, ax=heat_ax)
-    heat_ax.set_xlabel("Token position")
-    heat_ax.set_ylabel("Dimension")
-    heat_ax.set_title(f"Sinusoidal positional encoding (§3.5), d_model={d_model}, max_len={max_len}")
+    bar = fig.colorbar(mesh, ax=heat_ax)
+    bar.set_label("PE value", fontsize=MIN_FONT)
+    heat_ax.set_xlabel("token position pos", fontsize=9)
+    heat_ax.set_ylabel("dimension (2i: sin, 2i+1: cos)", fontsize=9)
+    heat_ax.set_title(f"PE table (§3.5), d_model={d_model}", fontsize=9)
 
     offsets = range(max_offset + 1)
     # The curves coincide; different dashes keep each one visible on top of the others.
     for (pos, row), style, width in zip(zip(positions, similarity), ("-", "--", ":"), (3.0, 2.0, 1.5)):
         dot_ax.plot(offsets, row.numpy(), linestyle=style, linewidth=width, label=f"pos = {pos}")
-    dot_ax.set_xlabel("Offset k")
-    dot_ax.set_ylabel("PE(pos) · PE(pos + k)")
-    dot_ax.set_title("Similarity depends on the offset k only (§3.5)")
-    dot_ax.legend()
+    dot_ax.set_xlabel("offset k", fontsize=9)
+    dot_ax.set_ylabel("PE(pos) · PE(pos + k)", fontsize=9)
+    # A consequence of §3.5's reason (PE(pos + k) is a linear function of PE(pos)), not the reason itself.
+    dot_ax.set_title("PE(pos)·PE(pos+k): a function of k alone\n(a consequence of §3.5's reason)",
+                     fontsize=9)
+    dot_ax.legend(fontsize=MIN_FONT)
+    for ax in (heat_ax, dot_ax, bar.ax):
+        ax.tick_params(labelsize=MIN_FONT)
 
     save_figure(fig, out)
     return out
 
 
-def plot_curves(metrics: list[dict], out: str | Path, title: str = "training curves") -> Path:
-    """Loss, accuracy or BLEU, and learning rate against step, from a run's metrics log rows."""
+def smoothed_loss_floor(epsilon: float, n_outputs: int) -> float:
+    """The lowest label-smoothed cross-entropy a model can reach: the entropy of the smoothed target.
+
+    ``F.cross_entropy(label_smoothing=epsilon)`` trains towards q = (1 - epsilon) on the true class plus epsilon / V
+    on every class (§5.4's epsilon_ls), so the loss it reports is at least H(q) > 0, whereas an unsmoothed
+    validation loss can approach 0. With epsilon 0.1 and V = 8,000 the floor is about 1.22 nats.
+    """
+    if not 0.0 < epsilon < 1.0 or n_outputs < 2:
+        return 0.0
+    other = epsilon / n_outputs
+    true = 1.0 - epsilon + other
+    return -(true * math.log(true) + (n_outputs - 1) * other * math.log(other))
+
+
+def curves_figure(metrics: list[dict], title: str = "training curves", config: dict | None = None):
+    """The figure of ``plot_curves`` (a matplotlib Figure), for tests and scripts that add to it."""
     steps = [r for r in metrics if "loss" in r and "lr" in r]
     evals = [r for r in metrics if any(k in r for k in ("valid_accuracy", "valid_loss", "valid_bleu"))]
     if not steps:
         raise InputError("the metrics log has no training steps to plot")
-    fig = new_figure(13, 3.8)
-    loss_ax, score_ax, lr_ax = fig.subplots(1, 3)
-    loss_ax.plot([r["step"] for r in steps], [r["loss"] for r in steps], linewidth=0.6, alpha=0.6, label="train (per step)")
-    if any("valid_loss" in r for r in evals):
-        loss_ax.plot([r["step"] for r in evals if "valid_loss" in r], [r["valid_loss"] for r in evals if "valid_loss" in r],
-                     marker="o", label="valid")
-    loss_ax.set(xlabel="step", ylabel="loss", title="loss")
-    loss_ax.legend()
+    train_cfg = (config or {}).get("train", {})
+    model_cfg = (config or {}).get("model", {})
+    epsilon = float(train_cfg.get("label_smoothing", 0.0) or 0.0)
+    n_outputs = int(model_cfg.get("n_classes") or model_cfg.get("vocab_size") or 0)
+    has_valid_loss = any("valid_loss" in r for r in evals)
+
+    fig = new_figure(DOC_WIDTH_PX / DPI, 3.4 if not has_valid_loss else 3.6)
+    axes = list(fig.subplots(1, 4 if has_valid_loss else 3))
+    train_ax = axes.pop(0)
+    valid_loss_ax = axes.pop(0) if has_valid_loss else None
+    score_ax, lr_ax = axes
+
+    # The training loss is what the optimiser minimised: label-smoothed when epsilon_ls > 0 (§5.4), so it has a
+    # floor above zero and is not comparable with an unsmoothed validation loss; they get separate panels.
+    train_ax.plot([r["step"] for r in steps], [r["loss"] for r in steps], linewidth=0.6, alpha=0.7)
+    if epsilon:
+        floor = smoothed_loss_floor(epsilon, n_outputs) if n_outputs else 0.0
+        if floor:
+            train_ax.axhline(floor, color="k", linestyle="--", linewidth=1,
+                             label=f"floor {floor:.2f} ({n_outputs:,} outputs)")
+            train_ax.legend(fontsize=MIN_FONT, loc="best")
+        train_ax.set_title(f"training loss\n(label-smoothed, ε_ls={epsilon:g})", fontsize=9)
+    else:
+        train_ax.set_title("training loss\n(cross-entropy)", fontsize=9)
+    train_ax.set(xlabel="step", ylabel="nats per token" if model_cfg.get("vocab_size") and not model_cfg.get("n_classes")
+                 else "nats")
+    train_ax.set_ylim(bottom=0)
+    if valid_loss_ax is not None:
+        points = [(r["step"], r["valid_loss"]) for r in evals if "valid_loss" in r]
+        valid_loss_ax.plot(*zip(*points), marker="o", color="C1")
+        valid_loss_ax.set_title("validation loss\n(no smoothing)", fontsize=9)
+        valid_loss_ax.set(xlabel="step", ylabel="nats per token")
+        valid_loss_ax.set_ylim(bottom=0)
+
     for key, label in (("valid_accuracy", "valid accuracy"), ("train_accuracy", "train accuracy"),
                        ("valid_bleu", "valid BLEU (greedy)"), ("valid_chrf", "valid chrF")):
         points = [(r["step"], r[key]) for r in evals if key in r]
         if points:
             score_ax.plot(*zip(*points), marker="o", label=label)
-    score_ax.set(xlabel="step", title="validation")
+    score_ax.set_title("validation\nscores", fontsize=9)
+    score_ax.set(xlabel="step")
     if score_ax.lines:
-        score_ax.legend()
+        score_ax.legend(fontsize=MIN_FONT)
+
     lr_ax.plot([r["step"] for r in steps], [r["lr"] for r in steps])
-    lr_ax.set(xlabel="step", ylabel="learning rate", title="schedule")
-    fig.suptitle(title)
-    return save_figure(fig, out, title)
+    schedule = train_cfg.get("schedule")
+    names = {"noam": "eq. 3 (noam)", "linear": "linear warmup + decay", "constant": "warmup, then constant"}
+    optimizer = {"adam": "Adam", "adamw": "AdamW"}.get(train_cfg.get("optimizer", ""), "")
+    lr_title = "learning rate" + (f"\n{names.get(schedule, schedule)}" if schedule else "")
+    lr_ax.set_title(lr_title + (f", {optimizer}" if optimizer else ""), fontsize=9)
+    lr_ax.set(xlabel="step")
+    lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    for ax in fig.axes:
+        ax.tick_params(labelsize=MIN_FONT)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def plot_curves(metrics: list[dict], out: str | Path, title: str = "training curves", config: dict | None = None) -> Path:
+    """Training loss, validation loss (translator), accuracy or BLEU, and learning rate against step.
+
+    ``metrics`` are the rows of a run's metrics log; ``config`` is the run's ``config.json`` (optional): with it
+    the figure names the schedule and optimizer and draws the floor of a label-smoothed training loss.
+    """
+    return save_figure(curves_figure(metrics, title, config), out, title)
 
 
 MAX_CELLS = 160  # longest side of an attention map as drawn; longer inputs are average-pooled down to it
@@ -156,23 +232,72 @@ def downsample(weights: Tensor, labels_q: list[str], labels_k: list[str]) -> tup
     return pooled, thin(labels_q, q_bin, t), thin(labels_k, k_bin, s)
 
 
-def plot_attention_grid(maps: dict[int, Tensor], labels_q: list[str], labels_k: list[str], out: str | Path,
-                        *, heads: list[int] | None = None, title: str = "attention") -> Path:
-    """A grid of layers (rows) x heads (columns); each panel one (T, S) map with token labels on both axes."""
+MAX_COLUMNS = 4  # panels per row of an attention grid; more heads wrap onto further rows
+LABEL_PITCH = 0.16  # inches per token label on an attention map's axes: 11.5 points for 8-point text
+
+
+def attention_figure(maps: dict[int, Tensor], labels_q: list[str], labels_k: list[str], *,
+                     heads: list[int] | None = None, title: str = "attention", caption: str = "",
+                     query_label: str = "query (row): the position that attends",
+                     key_label: str = "key (column): the position attended to"):
+    """The figure of ``plot_attention_grid``: one panel per (layer, head), all on one colour scale.
+
+    Panels share the scale 0 .. the largest weight shown, so that a bright cell means the same weight in every
+    panel (one colour bar for all); rows are queries and columns keys, and each row sums to 1 over the keys
+    (softmax, eq. 1). Token labels are drawn on the outer panels only, at ``MIN_FONT`` points, and the figure is
+    ``DOC_WIDTH_PX`` wide so a Markdown page shows it unscaled.
+    """
     layers = sorted(maps)
     n_heads = next(iter(maps.values())).size(0)
     heads = heads if heads is not None else list(range(n_heads))
-    size = 3.2 if max(len(labels_q), len(labels_k)) <= 40 else 4.2
-    fig = new_figure(size * len(heads) + 1, size * len(layers) + 0.6)
-    axes = fig.subplots(len(layers), len(heads), squeeze=False)
-    for row, layer in enumerate(layers):
-        for col, head in enumerate(heads):
+    panels = []
+    for layer in layers:
+        for head in heads:
             weights, q, k = downsample(maps[layer][head].float(), labels_q, labels_k)
-            ax = axes[row][col]
-            ax.imshow(weights.numpy(), cmap="viridis", vmin=0.0, aspect="auto", interpolation="nearest")
-            ax.set_title(f"layer {layer} head {head}", fontsize=9)
-            ax.set_xticks(range(len(k)), k, rotation=90, fontsize=6)
-            ax.set_yticks(range(len(q)), q, fontsize=6)
-            ax.tick_params(length=0)
-    fig.suptitle(title)
+            panels.append((layer, head, weights, q, k))
+    vmax = max(float(w.max()) for _, _, w, _, _ in panels) or 1.0
+    # Each labelled token needs LABEL_PITCH inches of its axis; as many panels per row as then fit the width.
+    width = DOC_WIDTH_PX / DPI
+    labelled_q = sum(1 for t in panels[0][3] if t)
+    labelled_k = sum(1 for t in panels[0][4] if t)
+    room = width - 1.5 - 0.07 * max((len(t) for t in labels_q), default=1)  # after labels and the colour bar
+    columns = max(1, min(MAX_COLUMNS, len(panels), int(room // max(1.5, labelled_k * LABEL_PITCH))))
+    rows = -(-len(panels) // columns)
+    panel_height = max(room / columns * 0.8, labelled_q * LABEL_PITCH)
+    height = rows * (panel_height + 0.3) + 0.6 + 0.07 * max((len(t) for t in labels_k), default=1) + (
+        0.18 * (caption.count("\n") + 1) if caption else 0)
+
+    fig = new_figure(width, height)
+    axes = fig.subplots(rows, columns, squeeze=False, sharex=True, sharey=True)
+    image = None
+    for index, (layer, head, weights, q, k) in enumerate(panels):
+        ax = axes[index // columns][index % columns]
+        image = ax.imshow(weights.numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto",
+                          interpolation="nearest")
+        ax.set_title(f"layer {layer}, head {head}", fontsize=9)
+        ax.set_xticks(range(len(k)), k, rotation=90, fontsize=MIN_FONT)
+        ax.set_yticks(range(len(q)), q, fontsize=MIN_FONT)
+        ax.tick_params(length=0)
+    for index in range(len(panels), rows * columns):
+        axes[index // columns][index % columns].set_visible(False)
+    bar = fig.colorbar(image, ax=axes, shrink=0.9, pad=0.02)
+    bar.set_label("attention weight (one scale for all panels)", fontsize=MIN_FONT)
+    bar.ax.tick_params(labelsize=MIN_FONT)
+    fig.supylabel(query_label, fontsize=9)
+    lines = [piece for line in caption.splitlines() for piece in textwrap.wrap(line, 110) or [""]]
+    fig.supxlabel("\n".join([key_label, *lines]), fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def plot_attention_grid(maps: dict[int, Tensor], labels_q: list[str], labels_k: list[str], out: str | Path,
+                        *, heads: list[int] | None = None, title: str = "attention", caption: str = "",
+                        query_label: str = "query (row): the position that attends",
+                        key_label: str = "key (column): the position attended to") -> Path:
+    """A grid of layers x heads; each panel one (T, S) map with token labels, one colour scale for all panels.
+
+    ``caption`` is printed under the grid: the place to say what the model produced and whether it is right.
+    """
+    fig = attention_figure(maps, labels_q, labels_k, heads=heads, title=title, caption=caption,
+                           query_label=query_label, key_label=key_label)
     return save_figure(fig, out, title)
