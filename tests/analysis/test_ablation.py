@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from attnkit.analysis.ablation import parse_grid
 from attnkit.cli import main
 
@@ -61,3 +63,17 @@ def test_report_only_without_results_is_an_error(tmp_path, capsys):
                  "--grid", "n_heads=1", "--out", str(tmp_path), "--report-only"])
     assert code == 2
     assert "ablation.json" in capsys.readouterr().err
+
+
+def test_variant_configs_start_from_the_task_preset_and_apply_the_overrides():
+    from attnkit.analysis.ablation import variant_configs
+    from attnkit.config import ClassifierConfig, TranslatorConfig
+    from attnkit.errors import InputError
+
+    model_cfg, _ = variant_configs("classify", None, {"n_heads": "2", "d_model": "16"})
+    assert isinstance(model_cfg, ClassifierConfig) and (model_cfg.n_heads, model_cfg.d_model) == (2, 16)
+    model_cfg, _ = variant_configs("translate", None, {})
+    small, _ = variant_configs("translate", "small", {})
+    assert isinstance(model_cfg, TranslatorConfig) and model_cfg == small
+    with pytest.raises(InputError, match="n_heads=3"):
+        variant_configs("classify", None, {"d_model": "16", "n_heads": "3"})
