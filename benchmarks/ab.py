@@ -42,7 +42,8 @@ def export_source(rev: str, into: Path) -> Path:
 def run_suite(src: Path, suite_args: list[str]) -> list[dict]:
     """The suite's JSON results, run with ``src`` first on the import path."""
     env = {**os.environ, "PYTHONPATH": str(src)}
-    code = "import sys; from attnkit.bench import main; sys.exit(main(sys.argv[1:]))"
+    # attnkit.cli.main(["bench", ...]) exists at every revision that has `attnkit bench`
+    code = "import sys; from attnkit.cli import main; sys.exit(main(['bench', *sys.argv[1:]]))"
     out = subprocess.run([sys.executable, "-c", code, *suite_args, "--json"], env=env, check=True,
                          capture_output=True, text=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]

@@ -5,7 +5,7 @@ The same as ``attnkit bench SUITE ...``; the suites live in ``attnkit.bench`` (s
 
 import sys
 
-from attnkit.bench import main
+from attnkit.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(["bench", *sys.argv[1:]]))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from attnkit.analysis.ablation import parse_grid
 from attnkit.cli import main
 
@@ -78,3 +80,17 @@ def test_bar_chart_starts_at_zero_and_shows_the_values(tmp_path, monkeypatch):
     assert ax.get_ylim()[0] == 0
     assert ax.get_ylim()[1] > 0.781
     assert {t.get_text() for t in ax.texts} >= {"0.775", "0.765", "0.781"}
+
+
+def test_variant_configs_start_from_the_task_preset_and_apply_the_overrides():
+    from attnkit.analysis.ablation import variant_configs
+    from attnkit.config import ClassifierConfig, TranslatorConfig
+    from attnkit.errors import InputError
+
+    model_cfg, _ = variant_configs("classify", None, {"n_heads": "2", "d_model": "16"})
+    assert isinstance(model_cfg, ClassifierConfig) and (model_cfg.n_heads, model_cfg.d_model) == (2, 16)
+    model_cfg, _ = variant_configs("translate", None, {})
+    small, _ = variant_configs("translate", "small", {})
+    assert isinstance(model_cfg, TranslatorConfig) and model_cfg == small
+    with pytest.raises(InputError, match="n_heads=3"):
+        variant_configs("classify", None, {"d_model": "16", "n_heads": "3"})

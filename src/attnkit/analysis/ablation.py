@@ -56,6 +56,44 @@ def parse_grid(grid: list[str]) -> list[Variant]:
     return variants
 
 
+def variant_configs(task: str, preset_name: str | None, overrides: dict) -> tuple:
+    """(model config, train config) of one variant: the task's preset (classify: ``default``, translate: ``small``,
+    unless ``preset_name``) with ``overrides``, checked as for any training run."""
+    from attnkit.config import (CLASSIFIER_PRESETS, TRANSLATE_TRAIN_DEFAULTS, TRANSLATOR_PRESETS, ClassifierConfig,
+                                TranslatorConfig, build_configs, preset)
+
+    if task == "classify":
+        return build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, preset_name or "default"), {}, overrides)
+    return build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, preset_name or "small"), TRANSLATE_TRAIN_DEFAULTS,
+                         overrides)
+
+
+def train_variant(task: str, preset_name: str | None, overrides: dict, train: list, valid: list,
+                  out_dir: Path) -> tuple[int, float, float | None]:
+    """Train one variant into ``out_dir``; return (parameters, validation metric, BLEU or None).
+
+    The metric is accuracy for ``classify`` and perplexity exp(loss) for ``translate`` (Table 3 reports PPL)."""
+    from attnkit.analysis.params import parameter_table
+    from attnkit.config import ClassifierConfig, TranslatorConfig
+    from attnkit.model.build import build_classifier, build_translator
+    from attnkit.training import checkpoint
+
+    model_cfg, train_cfg = variant_configs(task, preset_name, overrides)
+    if task == "classify":
+        from attnkit.training.classify import train_classifier
+
+        summary = train_classifier(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir)
+        saved = checkpoint.read_json(out_dir / checkpoint.CONFIG)
+        params = parameter_table(build_classifier(ClassifierConfig(**saved["model"]))).total
+        return params, summary.best_valid_accuracy, None
+    from attnkit.training.translate import train_translator
+
+    summary = train_translator(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir)
+    saved = checkpoint.read_json(out_dir / checkpoint.CONFIG)
+    params = parameter_table(build_translator(TranslatorConfig(**saved["model"]))).total
+    return params, math.exp(min(summary.valid_loss, 50.0)), summary.valid_bleu
+
+
 def run_ablation(
     variants: list[Variant],
     train_one: Callable[[Variant, Path], tuple[int, float, float | None]],

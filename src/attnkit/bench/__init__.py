@@ -9,16 +9,20 @@ Suites (each a module with ``run(*, quick=False, threads=2, ...) -> list[Result]
     scaling    one encoder layer at lengths 128 .. 8,192, time and peak memory, inference and training
 
 Peers (``peers``): ``torch.nn`` always; Hugging Face ``transformers`` and CTranslate2 when installed (the ``bench``
-extra). ``common`` holds timing, peak memory, the matmul ceiling and the FLOP formulas; ``cli_entry`` is the
-command line (``attnkit bench SUITE``). The CTranslate2 peer runs attnkit's weights converted by
-``attnkit.interop.ct2``.
+extra). ``common`` holds timing, peak memory, the matmul ceiling and the FLOP formulas. ``iter_suite`` runs one
+suite; the command line (``attnkit bench SUITE``, in ``attnkit.cli.bench``) prints what it yields. The CTranslate2
+peer runs attnkit's weights converted by ``attnkit.interop.ct2``.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator, Sequence
+
+from attnkit.errors import InputError
 
 SUITES = ("train", "classify", "decode", "scaling")
+IMPL_CHOICES = ("attnkit", "torch.nn", "transformers", "ctranslate2")  # every suite's IMPLS is a subset
 
 
 def suite_module(name: str):
@@ -28,8 +32,18 @@ def suite_module(name: str):
     return importlib.import_module(f"attnkit.bench.{name}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``attnkit bench SUITE [--json] [--quick] [--threads N]`` as a stand-alone entry point."""
-    from attnkit.bench.cli_entry import main as cli_main
+def iter_suite(name: str, *, quick: bool = False, threads: int = 2, impls: Sequence[str] | None = None) -> Iterator:
+    """The results of suite ``name`` as they are measured (``Result`` objects of ``attnkit.bench.common``).
 
-    return cli_main(argv)
+    ``impls`` keeps only those of the suite's implementations (default: all installed); naming none that the suite
+    runs is an ``InputError``, as is ``threads < 1``. Both are checked here, before the first measurement."""
+    if threads < 1:
+        raise InputError(f"bench: --threads={threads} must be >= 1")
+    module = suite_module(name)
+    kwargs: dict = {"quick": quick, "threads": threads}
+    if impls:
+        chosen = tuple(i for i in impls if i in module.IMPLS)
+        if not chosen:
+            raise InputError(f"bench: suite {name} runs {', '.join(module.IMPLS)}; --impl chose none of them")
+        kwargs["impls"] = chosen
+    return module.iter_results(**kwargs)

@@ -126,6 +126,22 @@ def prepare_run_dir(out_dir: str | Path, resume: bool) -> Path:
     return out_dir
 
 
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The rows of a run's metrics.jsonl, in order (blank lines skipped); ``InputError`` naming file:line for a line
+    that is not JSON, or naming the directory when it has no metrics.jsonl."""
+    path = Path(run_dir) / METRICS
+    if not path.is_file():
+        raise InputError(f"{run_dir}: no {METRICS} (not a training run directory)")
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise InputError(f"{path}:{number}: not JSON ({err.msg})") from None
+    return rows
+
+
 class MetricsLog:
     """Append-only JSONL log, one object per line, flushed per line so a killed run keeps what it logged.
 

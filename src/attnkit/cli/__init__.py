@@ -1,0 +1,62 @@
+"""The ``attnkit`` command: argument parsing only. Each command group is one module here (``classify``,
+``translate``, ``runs`` for average and convert, ``ablate``, ``params``, ``plot``, ``data``, ``embed``, ``bench``,
+``export``; ``common`` holds what they share); each command parses, validates, calls one library function and prints
+its result. The library does the work and never prints. Library imports happen inside the ``cmd_`` functions, so
+that parsing arguments (and ``--help``) does not import torch.
+
+Exit codes: 0 success; 2 bad usage or bad input, with one ``error:`` line on stderr naming the file and line or
+the key at fault; 1 anything unexpected (a bug: the traceback is shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from attnkit.cli import ablate, bench, classify, data, embed, export, params, plot, runs, translate
+from attnkit.cli.common import Parser
+from attnkit.errors import InputError, NonFiniteError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="attnkit", description="The Transformer of 'Attention Is All You Need', from scratch.")
+    parser.add_argument("--version", action="version", version=f"attnkit {__import__('attnkit').__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    # The order here is the order of `attnkit --help`.
+    classify.add_commands(commands)
+    translate.add_commands(commands)
+    runs.add_average_command(commands)
+    ablate.add_commands(commands)
+    runs.add_convert_command(commands)
+    params.add_commands(commands)
+    plot.add_commands(commands)
+    data.add_commands(commands)
+    embed.add_commands(commands)
+    bench.add_commands(commands)
+    export.add_commands(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        from attnkit.compat import check_torch
+
+        check_torch()  # before anything is loaded: older torch has known weights_only unpickler holes
+        args.func(args)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader went away (`attnkit ... | head`): nothing more to say
+        return 0
+    except OSError as err:  # a full disk, a read-only directory: the user's environment, not a bug
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
+    except NonFiniteError as err:  # training diverged: say where, without a traceback
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,41 @@
+"""``attnkit bench SUITE [--json] [--quick] [--threads N] [--impl NAME ...]``: the benchmarks of ``attnkit.bench``.
+
+Each result is printed as it arrives (a JSON line on stdout with ``--json``, else a progress line on stderr), then
+the table (on stdout, or on stderr with ``--json`` so that stdout stays JSON lines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    from attnkit.bench import iter_suite
+    from attnkit.bench.common import describe, format_table
+    from attnkit.training.losses import SLOW_BF16_NOTE, native_bf16
+
+    results_iter = iter_suite(args.suite, quick=args.quick, threads=args.threads, impls=args.impl)
+    if args.suite in ("train", "classify") and not native_bf16():
+        print(f"note: bfloat16 rows skipped: {SLOW_BF16_NOTE}", file=sys.stderr)
+    results = []
+    for result in results_iter:
+        results.append(result)
+        if args.json:
+            print(result.to_json(), flush=True)
+        else:
+            print(describe(result), file=sys.stderr, flush=True)
+    print(format_table(results), file=sys.stderr if args.json else sys.stdout)
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    from attnkit.bench import IMPL_CHOICES, SUITES  # cheap: no torch import
+
+    p = commands.add_parser("bench", help="time attnkit beside torch.nn, Hugging Face and CTranslate2 (benchmarks/README.md)")
+    p.add_argument("suite", choices=SUITES, help="train, classify, decode or scaling")
+    p.add_argument("--json", action="store_true", help="one JSON object per result on stdout (table on stderr)")
+    p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions: a smoke test")
+    p.add_argument("--threads", type=int, default=2, help="intra-op threads for every implementation (default 2)")
+    p.add_argument("--impl", action="append", choices=IMPL_CHOICES,
+                   help="only these implementations (repeatable; default: all installed)")
+    p.set_defaults(func=cmd_bench)

@@ -1,0 +1,123 @@
+"""``attnkit classify train | predict | eval``: text classifiers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from attnkit.cli.common import (Parser, add_config_args, check_init_from, check_resume, config_overrides,
+                                dataset_splits, eval_file, event_line, note_slow_bf16, print_json, texts_from)
+from attnkit.errors import InputError
+
+
+def cmd_classify_train(args: argparse.Namespace) -> None:
+    from tqdm import tqdm
+
+    from attnkit.config import CLASSIFIER_PRESETS, FINE_TUNE_TRAIN_DEFAULTS, ClassifierConfig, build_configs, preset
+    from attnkit.data.readers import read_labeled
+    from attnkit.training.classify import train_classifier
+
+    if bool(args.train) == bool(args.dataset):
+        raise InputError("classify train: give --train FILE or --dataset NAME (one of them)")
+    train_path, valid_path = (args.train, args.valid) if args.train else dataset_splits(args.dataset)
+    overrides = config_overrides(args)
+    check_resume(args, overrides)
+    for key in ("epochs", "seed"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    if args.init_from:
+        check_init_from(args, overrides)
+    train_base = dict(FINE_TUNE_TRAIN_DEFAULTS) if args.init_from else {}
+    model_cfg, train_cfg = build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset or "default"),
+                                         train_base, overrides)
+    note_slow_bf16(train_cfg.precision)
+    train = read_labeled(train_path)
+    valid = read_labeled(valid_path) if valid_path else None
+
+    bar = None
+
+    def on_event(event: dict) -> None:
+        nonlocal bar
+        if event["event"] == "info":
+            note = f", {event['truncated']} truncated to {event['max_len']} tokens" if event["truncated"] else ""
+            print(f"train {event['n_train']} / valid {event['n_valid']} ({event['valid_source']}), "
+                  f"vocabulary {event['vocab_size']}, labels {event['labels']}{note}", file=sys.stderr)
+        elif event["event"] in ("resume", "skipped"):
+            print(event_line(event), file=sys.stderr)
+        elif event["event"] == "step":
+            if bar is None:
+                bar = tqdm(total=event["steps_per_epoch"], desc=f"epoch {event['epoch']}", leave=False,
+                           disable=args.quiet, file=sys.stderr)
+            bar.update(1)
+            bar.set_postfix(loss=f"{event['running_loss']:.4f}", acc=f"{event['running_accuracy']:.3f}")
+        elif event["event"] == "epoch":
+            if bar is not None:
+                bar.close()
+                bar = None
+            if not args.quiet:
+                print(f"epoch {event['epoch']:3d}  loss {event['train_loss']:.4f}  train acc {event['train_accuracy']:.3f}  "
+                      f"valid acc {event['valid_accuracy']:.3f}{'  *' if event['best'] else ''}", file=sys.stderr)
+
+    summary = train_classifier(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=args.out,
+                               resume=args.resume, init_from=args.init_from, on_event=on_event)
+    print_json({"run_dir": str(summary.run_dir), "best_epoch": summary.best_epoch,
+                 "valid_accuracy": summary.best_valid_accuracy, "epochs": summary.epochs_run, "steps": summary.steps,
+                 "seconds": round(summary.seconds, 1), "truncated": summary.truncation.n_truncated})
+
+
+def cmd_classify_predict(args: argparse.Namespace) -> None:
+    from attnkit.classify import ClassifierRun
+
+    note_slow_bf16(args.precision)
+    run = ClassifierRun(args.model, precision=args.precision)
+    texts = texts_from(args.texts)
+    if not texts:
+        raise InputError("classify predict: no text given (pass TEXT arguments or lines on stdin)")
+    for pred in run.predict(texts):
+        print_json({"text": pred.text, "label": pred.label, "probs": {k: round(v, 6) for k, v in pred.probs.items()}})
+
+
+def cmd_classify_eval(args: argparse.Namespace) -> None:
+    from attnkit.classify import ClassifierRun
+    from attnkit.data.readers import read_labeled
+
+    note_slow_bf16(args.precision)
+    run = ClassifierRun(args.model, precision=args.precision)
+    data = eval_file(args)
+    print_json(run.evaluate(read_labeled(data), source=str(data)))
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    classify = commands.add_parser("classify", help="train, run and evaluate text classifiers")
+    classify_cmds = classify.add_subparsers(dest="subcommand", required=True, parser_class=Parser)
+    p = classify_cmds.add_parser("train", help="train a classifier on a TSV / CSV / JSONL file with text and label")
+    p.add_argument("--train", type=Path, help="training file (.tsv, .csv or .jsonl with text and label)")
+    p.add_argument("--valid", type=Path, help="validation file (default: 10%% of --train held out)")
+    p.add_argument("--dataset", help="a dataset recipe instead of files (e.g. rt-polarity; see `attnkit data list`)")
+    p.add_argument("--out", type=Path, required=True, help="run directory to write")
+    p.add_argument("--preset", help="model preset: default (the default), vocab10k, tiny-binary")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
+    p.add_argument("--resume", action="store_true", help="continue the killed run in --out from its last saved state")
+    p.add_argument("--init-from", metavar="DIR|minilm", help="fine-tune a pretrained BERT-format encoder (a Hugging "
+                   "Face folder, or minilm): its tokenizer and weights, a fresh head")
+    add_config_args(p)
+    p.set_defaults(func=cmd_classify_train)
+
+    p = classify_cmds.add_parser("predict", help="predict labels with probabilities, one JSON object per text")
+    p.add_argument("--model", type=Path, required=True, help="run directory")
+    p.add_argument("texts", nargs="*", metavar="TEXT", help="texts (default: one per stdin line)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: bfloat16 autocast (fast on CPUs with AMX or AVX512-BF16, and GPUs)")
+    p.set_defaults(func=cmd_classify_predict)
+
+    p = classify_cmds.add_parser("eval", help="accuracy and macro-F1 on a labelled file")
+    p.add_argument("--model", type=Path, required=True, help="run directory")
+    p.add_argument("--data", type=Path, help="labelled file (.tsv, .csv or .jsonl)")
+    p.add_argument("--dataset", help="a dataset recipe instead of --data (e.g. rt-polarity)")
+    p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: bfloat16 autocast (fast on CPUs with AMX or AVX512-BF16, and GPUs)")
+    p.set_defaults(func=cmd_classify_eval)

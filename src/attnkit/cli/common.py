@@ -1,0 +1,98 @@
+"""The pieces every command shares: the parser class, --set/--config, JSON output, texts from stdin, dataset paths,
+and the slow-bf16 note."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from attnkit.errors import InputError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one ``error:`` line and exit code 2, like every other bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(f"{self.prog}: {message}")
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="config overrides, e.g. --set d_model=64 n_heads=2 dropout=0.2")
+    p.add_argument("--config", type=Path, help="YAML file of config keys (applied before --set)")
+
+
+def config_overrides(args: argparse.Namespace) -> dict[str, object]:
+    from attnkit.config import load_yaml, parse_overrides
+
+    merged: dict[str, object] = load_yaml(args.config) if getattr(args, "config", None) else {}
+    merged.update(parse_overrides(args.overrides))
+    return merged
+
+
+def check_resume(args: argparse.Namespace, overrides: dict) -> None:
+    """A resumed run continues with the configuration it was started with: changing it would not be a resume."""
+    changed = [f"--{k.replace('_', '-')}" for k in ("preset", "epochs", "max_steps", "max_tokens", "seed", "init_from")
+               if getattr(args, k, None) is not None]
+    if args.resume and (overrides or changed):
+        what = ", ".join(changed + [f"--set {k}" for k in overrides])
+        raise InputError(f"--resume continues the run with its saved configuration; drop {what}")
+
+
+def check_init_from(args: argparse.Namespace, overrides: dict) -> None:
+    """A pretrained encoder fixes its architecture and tokenizer; only the head, pooling and training can be set."""
+    from attnkit.config import FINE_TUNE_SETTABLE_MODEL_KEYS, ClassifierConfig
+    from dataclasses import fields
+
+    model_keys = {f.name for f in fields(ClassifierConfig)} - set(FINE_TUNE_SETTABLE_MODEL_KEYS)
+    fixed = sorted(k for k in overrides if k in model_keys or k in ("tokenizer", "min_freq"))
+    if args.preset or fixed:
+        what = ", ".join((["--preset"] if args.preset else []) + [f"--set {k}" for k in fixed])
+        raise InputError(f"--init-from {args.init_from}: the pretrained encoder fixes the architecture and tokenizer; drop {what}")
+
+
+def event_line(event: dict) -> str:
+    if event["event"] == "resume":
+        return f"resuming at step {event['step']} (epoch {event['epoch']}) from the run's saved state"
+    return f"skipped a batch: {event['message']}"
+
+
+def print_json(obj: object) -> None:
+    print(json.dumps(obj, ensure_ascii=False))
+
+
+def texts_from(args_texts: list[str]) -> list[str]:
+    """TEXT arguments, or one text per stdin line when there are none (blank lines skipped)."""
+    if args_texts:
+        return args_texts
+    return [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
+
+
+def fetch_dataset(name: str, pair: str | None = None) -> Path:
+    from attnkit.data.recipes import fetch
+
+    return fetch(name, pair=pair)
+
+
+def dataset_splits(name: str) -> tuple[Path, Path]:
+    directory = fetch_dataset(name)
+    return directory / "train.tsv", directory / "valid.tsv"
+
+
+def note_slow_bf16(precision: str) -> None:
+    """bf16 runs everywhere, but without AMX or AVX512-BF16 it is much slower than fp32: say so, once."""
+    from attnkit.training.losses import SLOW_BF16_NOTE, native_bf16
+
+    if precision == "bf16" and not native_bf16():
+        print(f"note: precision=bf16: {SLOW_BF16_NOTE}", file=sys.stderr)
+
+
+def eval_file(args: argparse.Namespace) -> Path:
+    """--data FILE, or --dataset NAME --split SPLIT (a dataset recipe's split, fetched if needed)."""
+    if bool(args.data) == bool(args.dataset):
+        raise InputError("give --data FILE or --dataset NAME [--split test] (one of them)")
+    if args.data:
+        return args.data
+    return fetch_dataset(args.dataset, getattr(args, "pair", None)) / f"{args.split}.tsv"

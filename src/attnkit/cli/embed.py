@@ -1,0 +1,30 @@
+"""``attnkit embed``: sentence vectors."""
+
+from __future__ import annotations
+
+import argparse
+
+from attnkit.cli.common import print_json, texts_from
+from attnkit.errors import InputError
+
+
+def cmd_embed(args: argparse.Namespace) -> None:
+    from attnkit.interop.bert import embed
+
+    texts = texts_from(args.texts)
+    if not texts:
+        raise InputError("embed: no text given (pass TEXT arguments or lines on stdin)")
+    vectors = embed(args.model, texts, pool=args.pool, normalize=args.normalize)  # (N, D)
+    for text, vector in zip(texts, vectors.tolist()):
+        print_json({"text": text, "vector": [float(f"{x:.9g}") for x in vector]})  # 9 digits: float32 exactly
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("embed", help="sentence vectors, one JSON object per text")
+    p.add_argument("--model", required=True, metavar="DIR|minilm",
+                   help="a Hugging Face BERT folder, minilm (the cached recipe), or a classifier run directory")
+    p.add_argument("--pool", choices=("mean", "cls"), default="mean",
+                   help="mean over the real tokens (default) or the first ([CLS]) token")
+    p.add_argument("--normalize", action="store_true", help="unit-length vectors (cosine similarity = dot product)")
+    p.add_argument("texts", nargs="*", metavar="TEXT", help="texts (default: one per stdin line)")
+    p.set_defaults(func=cmd_embed)

@@ -1,0 +1,40 @@
+"""``attnkit params``: the per-module parameter table."""
+
+from __future__ import annotations
+
+import argparse
+
+from attnkit.cli.common import add_config_args, config_overrides, print_json
+
+
+def cmd_params(args: argparse.Namespace) -> None:
+    import torch
+
+    from attnkit.analysis.params import format_table, parameter_table, to_json
+    from attnkit.config import (CLASSIFIER_PRESETS, TRANSLATE_TRAIN_DEFAULTS, TRANSLATOR_PRESETS, ClassifierConfig,
+                                TranslatorConfig, build_configs, preset)
+    from attnkit.model.build import build_classifier, build_translator
+
+    if args.task == "classify":
+        model_cfg, _ = build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset or "default"), {}, config_overrides(args))
+        build = build_classifier
+    else:
+        model_cfg, _ = build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset or "small"),
+                                     TRANSLATE_TRAIN_DEFAULTS, config_overrides(args))
+        build = build_translator
+    with torch.device("meta"):  # shapes only: no memory is allocated, even for the big model
+        model = build(model_cfg)
+    report = parameter_table(model)
+    if args.json:
+        print_json(to_json(report))
+    else:
+        print(format_table(report))
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("params", help="per-module parameter table with closed-form formulas")
+    p.add_argument("--task", choices=("classify", "translate"), required=True)
+    p.add_argument("--preset", help="classify: default, vocab10k, tiny-binary; translate: small, base, big")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    add_config_args(p)
+    p.set_defaults(func=cmd_params)

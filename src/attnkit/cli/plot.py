@@ -1,0 +1,65 @@
+"""``attnkit plot pe | attention | curves``: figures."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from attnkit.cli.common import Parser
+from attnkit.errors import InputError
+
+
+def cmd_plot_pe(args: argparse.Namespace) -> None:
+    from attnkit.analysis.plots import plot_positional_encoding
+
+    if args.d_model < 2 or args.max_len < 1:
+        raise InputError("plot pe: --d-model must be >= 2 and --max-len >= 1")
+    print(plot_positional_encoding(args.d_model, args.max_len, args.out))
+
+
+def cmd_plot_attention(args: argparse.Namespace) -> None:
+    from attnkit.analysis.attention import attention_for_text
+    from attnkit.analysis.plots import check_format, plot_attention_grid
+
+    check_format(args.out)
+    captured = attention_for_text(args.model, " ".join(args.text), args.layer)
+    n_heads = next(iter(captured.maps.values())).size(0)
+    bad = [h for h in args.head or [] if not 0 <= h < n_heads]
+    if bad:
+        raise InputError(f"--head {bad[0]}: the model has heads 0..{n_heads - 1}")
+    if captured.note:
+        print(f"note: {captured.note}", file=sys.stderr)
+    print(plot_attention_grid(captured.maps, captured.query_tokens, captured.key_tokens, args.out, heads=args.head,
+                              title=f"{captured.kind}, {args.model}"))
+
+
+def cmd_plot_curves(args: argparse.Namespace) -> None:
+    from attnkit.analysis.plots import check_format, plot_curves
+    from attnkit.training.checkpoint import read_metrics
+
+    check_format(args.out)
+    rows = read_metrics(args.run)
+    print(plot_curves(rows, args.out, title=f"training curves, {args.run}"))
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    plot = commands.add_parser("plot", help="figures")
+    plot_cmds = plot.add_subparsers(dest="subcommand", required=True, parser_class=Parser)
+    p = plot_cmds.add_parser("pe", help="heatmap of the sinusoidal positional encoding (§3.5)")
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--max-len", type=int, default=100)
+    p.add_argument("--out", type=Path, required=True, help="figure to write: .png, .svg or .html (inline SVG)")
+    p.set_defaults(func=cmd_plot_pe)
+    p = plot_cmds.add_parser("attention", help="attention maps of a trained model for one text (layers x heads)")
+    p.add_argument("--model", type=Path, required=True, help="run directory (classifier: self-attention; translator: "
+                   "cross-attention of its translation)")
+    p.add_argument("--out", type=Path, required=True, help="figure to write: .png, .svg or .html (inline SVG)")
+    p.add_argument("--layer", type=int, action="append", help="layer to show (repeatable; default all)")
+    p.add_argument("--head", type=int, action="append", help="head to show (repeatable; default all)")
+    p.add_argument("text", nargs="+", metavar="TEXT")
+    p.set_defaults(func=cmd_plot_attention)
+    p = plot_cmds.add_parser("curves", help="loss, accuracy / BLEU and learning rate against step, from metrics.jsonl")
+    p.add_argument("--run", type=Path, required=True, help="run directory")
+    p.add_argument("--out", type=Path, required=True, help="figure to write: .png, .svg or .html (inline SVG)")
+    p.set_defaults(func=cmd_plot_curves)

@@ -1,0 +1,166 @@
+"""``attnkit translate train | run | eval``: the paper's encoder-decoder."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from attnkit.cli.common import (Parser, add_config_args, check_resume, config_overrides, eval_file, event_line,
+                                fetch_dataset, note_slow_bf16, print_json)
+from attnkit.errors import InputError
+
+
+def _read_pairs(tsv: Path | None, src: Path | None, tgt: Path | None, what: str):
+    from attnkit.data.readers import read_parallel_files, read_parallel_tsv
+
+    if tsv and (src or tgt):
+        raise InputError(f"give --{what} FILE or --{what}-src A --{what}-tgt B, not both")
+    if tsv:
+        return read_parallel_tsv(tsv)
+    if src or tgt:
+        if not (src and tgt):
+            raise InputError(f"--{what}-src and --{what}-tgt go together")
+        return read_parallel_files(src, tgt)
+    return None
+
+
+def cmd_translate_train(args: argparse.Namespace) -> None:
+    from tqdm import tqdm
+
+    from attnkit.config import TRANSLATE_TRAIN_DEFAULTS, TRANSLATOR_PRESETS, TranslatorConfig, build_configs, preset
+    from attnkit.training.translate import train_translator
+
+    if args.dataset:
+        directory = fetch_dataset(args.dataset, args.pair)
+        train, valid = _read_pairs(directory / "train.tsv", None, None, "train"), _read_pairs(directory / "valid.tsv", None, None, "valid")
+    else:
+        train = _read_pairs(args.train, args.train_src, args.train_tgt, "train")
+        if train is None:
+            raise InputError("translate train: give --train FILE, --train-src A --train-tgt B, or --dataset NAME")
+        valid = _read_pairs(args.valid, args.valid_src, args.valid_tgt, "valid")
+    overrides = config_overrides(args)
+    check_resume(args, overrides)
+    for key in ("epochs", "max_steps", "max_tokens", "seed"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    if args.epochs is not None and args.max_steps is not None:
+        raise InputError("give --max-steps or --epochs, not both")
+    model_cfg, train_cfg = build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset or "small"),
+                                         TRANSLATE_TRAIN_DEFAULTS, overrides)
+    note_slow_bf16(train_cfg.precision)
+
+    bar = None
+
+    def on_event(event: dict) -> None:
+        nonlocal bar
+        if event["event"] == "info":
+            note = f", {event['truncated']} pairs truncated to {event['max_len']} tokens" if event["truncated"] else ""
+            print(f"train {event['n_train']} pairs / valid {event['n_valid']}, shared vocabulary {event['vocab_size']}{note}",
+                  file=sys.stderr)
+        elif event["event"] == "step":
+            if bar is None:
+                bar = tqdm(total=event["total_steps"], desc="train", disable=args.quiet, file=sys.stderr)
+            bar.update(1)
+            bar.set_postfix(loss=f"{event['loss']:.3f}", lr=f"{event['lr']:.2e}", epoch=f"{event['epoch']:.2f}")
+        elif event["event"] in ("resume", "skipped"):
+            (bar.write if bar is not None else print)(event_line(event), file=sys.stderr)
+        elif event["event"] == "checkpoint" and not args.quiet:
+            shown = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in event.items() if k != "event"}
+            (bar.write if bar is not None else print)(json.dumps(shown), file=sys.stderr)
+
+    summary = train_translator(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=args.out,
+                               resume=args.resume, on_event=on_event)
+    if bar is not None:
+        bar.close()
+    print_json({"run_dir": str(summary.run_dir), "steps": summary.steps, "epochs": summary.epochs,
+                 "seconds": round(summary.seconds, 1), "valid_loss": summary.valid_loss, "valid_bleu": summary.valid_bleu,
+                 "truncated": summary.truncation.n_truncated})
+
+
+def cmd_translate_run(args: argparse.Namespace) -> None:
+    if args.engine == "ct2":
+        from attnkit.interop.ct2 import CT2Translator
+
+        run = CT2Translator(args.model)
+        max_len = run.max_len
+    else:
+        from attnkit.translate import TranslatorRun
+
+        run = TranslatorRun(args.model)
+        max_len = run.model_cfg.max_len
+    lines = [line.rstrip("\r\n") for line in sys.stdin]
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            raise InputError(f"<stdin>:{number}: empty source line")
+    outputs, n_truncated = run.translate(lines, beam=args.beam, alpha=args.alpha, length_penalty=args.length_penalty,
+                                         batch_size=args.batch_size)
+    if n_truncated:
+        print(f"note: {n_truncated} source line(s) longer than max_len={max_len} tokens were truncated",
+              file=sys.stderr)
+    for out in outputs:
+        print(out)
+
+
+def cmd_translate_eval(args: argparse.Namespace) -> None:
+    from attnkit.translate import TranslatorRun
+
+    run = TranslatorRun(args.model)
+    if args.dataset:
+        pairs = _read_pairs(eval_file(args), None, None, "data")
+    else:
+        pairs = _read_pairs(args.data, args.data_src, args.data_tgt, "data")
+    if pairs is None:
+        raise InputError("translate eval: give --data FILE, --data-src A --data-tgt B, or --dataset NAME")
+    print_json(run.evaluate(pairs, beam=args.beam, alpha=args.alpha, length_penalty=args.length_penalty))
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    translate = commands.add_parser("translate", help="train, run and evaluate translators (the paper's encoder-decoder)")
+    translate_cmds = translate.add_subparsers(dest="subcommand", required=True, parser_class=Parser)
+    p = translate_cmds.add_parser("train", help="train on parallel text (TSV source<TAB>target, or two aligned files)")
+    p.add_argument("--train", type=Path, help="TSV of source<TAB>target lines (optional header: source<TAB>target)")
+    p.add_argument("--train-src", type=Path, help="plain-text source file, one sentence per line")
+    p.add_argument("--train-tgt", type=Path, help="plain-text target file, aligned with --train-src")
+    p.add_argument("--valid", type=Path, help="validation TSV (loss, perplexity and BLEU at each checkpoint)")
+    p.add_argument("--valid-src", type=Path)
+    p.add_argument("--valid-tgt", type=Path)
+    p.add_argument("--dataset", help="a dataset recipe instead of files (e.g. bible)")
+    p.add_argument("--pair", help="language pair of the dataset recipe, e.g. en-de")
+    p.add_argument("--out", type=Path, required=True, help="run directory to write")
+    p.add_argument("--preset", help="small (CPU-sized, the default), base or big (Table 3)")
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--max-tokens", type=int, help="source + target tokens per batch (accumulate with --set accum_steps=N)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--resume", action="store_true", help="continue the killed run in --out from its last saved state")
+    add_config_args(p)
+    p.set_defaults(func=cmd_translate_train)
+
+    def add_decoding_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default 4, §6.1)")
+        p.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent (default 0.6, §6.1)")
+        p.add_argument("--length-penalty", choices=("gnmt", "power", "none"), default="gnmt",
+                       help="gnmt: ((5+|Y|)/6)^alpha; power: |Y|^alpha")
+
+    p = translate_cmds.add_parser("run", help="translate stdin to stdout, one line each, same order")
+    p.add_argument("--model", type=Path, required=True,
+                   help="run directory; with --engine ct2, a directory written by `attnkit export ct2`")
+    p.add_argument("--engine", choices=("attnkit", "ct2"), default="attnkit",
+                   help="attnkit (PyTorch, default) or ct2 (CTranslate2: pip install ctranslate2)")
+    p.add_argument("--batch-size", type=int, default=32)
+    add_decoding_args(p)
+    p.set_defaults(func=cmd_translate_run)
+
+    p = translate_cmds.add_parser("eval", help="sacreBLEU BLEU and chrF (detokenized) with signatures")
+    p.add_argument("--model", type=Path, required=True, help="run directory")
+    p.add_argument("--data", type=Path, help="TSV of source<TAB>target")
+    p.add_argument("--data-src", type=Path)
+    p.add_argument("--data-tgt", type=Path)
+    p.add_argument("--dataset", help="a dataset recipe instead of --data (e.g. bible)")
+    p.add_argument("--pair", help="language pair of the dataset recipe, e.g. en-de")
+    p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)")
+    add_decoding_args(p)
+    p.set_defaults(func=cmd_translate_eval)
