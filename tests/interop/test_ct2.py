@@ -23,10 +23,11 @@ import torch
 ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 is an optional dependency (pip install ctranslate2)")
 
 from attnkit.cli import main
+from attnkit.decoding.corpus import translate_ids
 from attnkit.errors import InputError
 from attnkit.interop import ct2
 from attnkit.interop.ct2 import CT2Translator, export_ct2
-from attnkit.translate import TranslatorRun, translate_ids
+from attnkit.tasks.translate import TranslatorRun
 
 SEED_TSV = Path(__file__).resolve().parents[2] / "examples" / "seed000_train.tsv"
 CT2_FILES = {"model.bin", "config.json", "shared_vocabulary.json", "tokenizer.json", "attnkit_ct2.json"}
