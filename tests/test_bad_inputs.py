@@ -80,7 +80,7 @@ def add_a_word_to_the_tokenizer(cwd: Path, monkeypatch) -> None:
 
 def add_a_word_and_renew_the_manifest(cwd: Path, monkeypatch) -> None:
     """Someone edits tokenizer.json and rewrites the manifest to match: the fingerprint in config.json still tells."""
-    from attnkit.training.checkpoint import write_manifest
+    from attnkit.runs import write_manifest
 
     add_a_word_to_the_tokenizer(cwd, monkeypatch)
     write_manifest(cwd / "clf")

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit.classify import ClassifierRun
+from attnkit import runs
 from attnkit.cli import main
-from attnkit.training import checkpoint
+from attnkit.tasks.classify import ClassifierRun
 
 SEED_TSV = Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv"
 LABELS = ["negative", "positive"]
@@ -136,7 +136,7 @@ def test_run_directory_files(seed_run):
     assert json.loads((seed_run / "config.json").read_text())["task"] == "classify"
     manifest = json.loads((seed_run / "manifest.json").read_text())["sha256"]
     assert set(manifest) == {"config.json", "model.safetensors", "tokenizer.json", "labels.json", "train_state.safetensors"}
-    assert all(checkpoint.sha256_file(seed_run / name) == digest for name, digest in manifest.items())
+    assert all(runs.sha256_file(seed_run / name) == digest for name, digest in manifest.items())
 
 
 def test_metrics_log_has_step_and_epoch_rows(seed_run):

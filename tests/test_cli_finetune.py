@@ -48,7 +48,7 @@ def test_encoder_starts_from_the_pretrained_weights(tmp_path):
 
     model, _, tokenizer = load_bert_classifier(MINILM, n_classes=2)
     texts = ["The new movie is awesome", "The dog plays in the garden"]
-    from attnkit.interop.bert import sentence_embeddings
+    from attnkit.tasks.embed import sentence_embeddings
 
     torch.testing.assert_close(sentence_embeddings(model, tokenizer, texts), embed("minilm", texts))
 

@@ -21,9 +21,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from attnkit.classify import ClassifierRun
 from attnkit.cli import main
-from attnkit.translate import TranslatorRun
+from attnkit.tasks.classify import ClassifierRun
+from attnkit.tasks.translate import TranslatorRun
 
 SEED_TSV = Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv"
 TINY_SET = ["d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "min_freq=1"]
@@ -208,7 +208,7 @@ def test_read_only_run_directory_is_left_as_it_was(tmp_path, capsys, monkeypatch
 def every_epoch_improves(monkeypatch):
     """Validation accuracy 0.1, 0.2, ...: every epoch is the best so far, so every epoch saves model.safetensors."""
     scores = iter(range(1, 100))
-    monkeypatch.setattr("attnkit.training.classify.accuracy", lambda pred, gold: next(scores) / 100)
+    monkeypatch.setattr("attnkit.tasks.classify.train.accuracy", lambda pred, gold: next(scores) / 100)
 
 
 def test_full_disk_during_the_second_best_model_save(tmp_path, capsys, monkeypatch, every_epoch_improves):

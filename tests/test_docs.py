@@ -69,6 +69,8 @@ def attnkit_argvs(command_line: str) -> list[list[str]]:
     Handles ``a && b``, ``a | b``, ``echo ... | attnkit ...``, ``< file`` / ``> file`` redirections, trailing
     ``# comments`` and ``python -m attnkit`` / ``torchrun ... -m attnkit``.
     """
+    if not re.search(r"(^|[\s|&;])attnkit(\s|$)", command_line):
+        return []  # not a command line (a layout listing, a Python snippet): nothing to parse
     lexer = shlex.shlex(command_line, posix=True, punctuation_chars="|&;<>")
     lexer.whitespace_split = True
     lexer.commenters = "#"

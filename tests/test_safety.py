@@ -18,12 +18,12 @@ import pytest
 import torch
 
 from attnkit import compat
-from attnkit.classify import ClassifierRun
 from attnkit.cli import build_parser, main
 from attnkit.errors import InputError
 from attnkit.interop import pickle_import
 from attnkit.interop.pickle_import import import_pickle_into_run, load_pickle_state_dict
-from attnkit.translate import TranslatorRun
+from attnkit.tasks.classify import ClassifierRun
+from attnkit.tasks.translate import TranslatorRun
 
 SEED_TSV = Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv"
 TINY_SET = ["d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "min_freq=1"]

@@ -19,7 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from attnkit.classify import ClassifierRun
+from attnkit import runs
+from attnkit.tasks.classify import ClassifierRun
 from attnkit.config import ClassifierConfig, TrainConfig
 from attnkit.data.batching import pad
 from attnkit.data.recipes import default_cache_dir
@@ -30,11 +31,10 @@ from attnkit.interop.bert import (
     export_bert_folder,
     load_bert_classifier,
     load_bert_tokenizer,
-    sentence_embeddings,
     write_bert_folder,
 )
 from attnkit.model.build import build_classifier
-from attnkit.training import checkpoint
+from attnkit.tasks.embed import sentence_embeddings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every folder here is local; never reach for the hub
 transformers = pytest.importorskip("transformers")
@@ -108,15 +108,15 @@ def _copy_folder(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> Path:
 
 
 def _write_run(run_dir: Path, model, cfg: ClassifierConfig, tokenizer, labels: list[str]) -> Path:
-    """A classifier run directory laid out as ``training.classify.train_classifier`` writes one."""
+    """A classifier run directory laid out as ``tasks.classify.train_classifier`` writes one."""
     run_dir.mkdir()
-    config = {**checkpoint.config_header("classify"), "model": dataclasses.asdict(cfg),
+    config = {**runs.config_header("classify"), "model": dataclasses.asdict(cfg),
               "train": dataclasses.asdict(TrainConfig()), "tokenizer": tokenizer.meta(), "pad_id": tokenizer.pad_id}
-    checkpoint.atomic_write_json(run_dir / checkpoint.CONFIG, config)
-    checkpoint.atomic_write_json(run_dir / checkpoint.LABELS, labels)
-    tokenizer.save(run_dir / checkpoint.TOKENIZER)
-    checkpoint.save_weights(run_dir, model)
-    checkpoint.write_manifest(run_dir)
+    runs.atomic_write_json(run_dir / runs.CONFIG, config)
+    runs.atomic_write_json(run_dir / runs.LABELS, labels)
+    tokenizer.save(run_dir / runs.TOKENIZER)
+    runs.save_weights(run_dir, model)
+    runs.write_manifest(run_dir)
     return run_dir
 
 
@@ -245,7 +245,7 @@ def test_export_refuses_to_overwrite_a_run_directory(tiny_bert, tmp_path):
     run_dir = _write_run(tmp_path / "run", model, cfg, tokenizer, ["neg", "pos"])
     with pytest.raises(InputError, match="is an attnkit run directory"):
         export_bert_folder(run_dir, run_dir)
-    checkpoint.check_run_dir(run_dir)  # untouched: still matches its manifest
+    runs.check_run_dir(run_dir)  # untouched: still matches its manifest
 
 
 def _hf_probabilities(folder: Path, texts: list[str]) -> torch.Tensor:

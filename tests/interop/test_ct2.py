@@ -22,10 +22,11 @@ import pytest
 import torch
 
 from attnkit.cli import main
+from attnkit.decoding.corpus import translate_ids
 from attnkit.errors import InputError
 from attnkit.interop import ct2  # imports ctranslate2 only when an export or a translator is made
 from attnkit.interop.ct2 import CT2Translator, export_ct2
-from attnkit.translate import TranslatorRun, translate_ids
+from attnkit.tasks.translate import TranslatorRun
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 is optional (pip install ctranslate2)")
 

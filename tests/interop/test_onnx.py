@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import torch
 
-from attnkit.classify import ClassifierRun
 from attnkit.cli import main
 from attnkit.errors import InputError
 from attnkit.interop.onnx_export import (
@@ -26,6 +25,7 @@ from attnkit.interop.onnx_export import (
     export_onnx,
     sidecar_paths,
 )
+from attnkit.tasks.classify import ClassifierRun
 
 onnx = pytest.importorskip("onnx", reason="ONNX export needs onnx (pip install onnx onnxscript onnxruntime)")
 pytest.importorskip("onnxscript", reason="the dynamo ONNX exporter needs onnxscript (pip install onnxscript)")

@@ -8,7 +8,7 @@ import torch
 from attnkit.config import ClassifierConfig, TrainConfig
 from attnkit.errors import InputError
 from attnkit.model.build import build_classifier
-from attnkit.training.classify import make_optimizer, set_learning_rate
+from attnkit.training.optim import make_optimizer, set_learning_rate
 
 
 def _lr_of(optimizer: torch.optim.Optimizer, param: torch.nn.Parameter) -> float:

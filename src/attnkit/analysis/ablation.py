@@ -76,20 +76,20 @@ def train_variant(task: str, preset_name: str | None, overrides: dict, train: li
     from attnkit.analysis.params import parameter_table
     from attnkit.config import ClassifierConfig, TranslatorConfig
     from attnkit.model.build import build_classifier, build_translator
-    from attnkit.training import checkpoint
+    from attnkit import runs
 
     model_cfg, train_cfg = variant_configs(task, preset_name, overrides)
     if task == "classify":
-        from attnkit.training.classify import train_classifier
+        from attnkit.tasks.classify import train_classifier
 
         summary = train_classifier(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir)
-        saved = checkpoint.read_json(out_dir / checkpoint.CONFIG)
+        saved = runs.read_json(out_dir / runs.CONFIG)
         params = parameter_table(build_classifier(ClassifierConfig(**saved["model"]))).total
         return params, summary.best_valid_accuracy, None
-    from attnkit.training.translate import train_translator
+    from attnkit.tasks.translate import train_translator
 
     summary = train_translator(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir)
-    saved = checkpoint.read_json(out_dir / checkpoint.CONFIG)
+    saved = runs.read_json(out_dir / runs.CONFIG)
     params = parameter_table(build_translator(TranslatorConfig(**saved["model"]))).total
     return params, math.exp(min(summary.valid_loss, 50.0)), summary.valid_bleu
 

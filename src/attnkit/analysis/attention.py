@@ -18,7 +18,7 @@ from torch import Tensor
 
 from attnkit.errors import InputError
 from attnkit.model.positional import SinusoidalPositionalEncoding
-from attnkit.training import checkpoint
+from attnkit.runs import load_run
 
 
 @dataclass
@@ -53,7 +53,7 @@ def _check_layers(layers: list[int] | None, n_layers: int) -> tuple[int, ...]:
 
 @torch.inference_mode()
 def classifier_attention(run, text: str, layers: list[int] | None = None) -> CapturedAttention:
-    """Encoder self-attention of a classifier run (``attnkit.classify.ClassifierRun``) on ``text``."""
+    """Encoder self-attention of a classifier run (a ``LoadedRun`` or ``ClassifierRun``) on ``text``."""
     model, tokenizer = run.model, run.tokenizer
     ids = tokenizer.encode(text)
     tokens = tokenizer.tokens(text)
@@ -105,13 +105,9 @@ def translator_attention(run, text: str, layers: list[int] | None = None) -> Cap
 
 def attention_for_text(run_dir: str | Path, text: str, layers: list[int] | None = None) -> CapturedAttention:
     """The maps a ``plot attention`` shows: encoder self-attention (classifier) or cross-attention (translator)."""
-    config = checkpoint.read_json(checkpoint.check_run_dir(run_dir) / checkpoint.CONFIG)
+    run = load_run(run_dir)
     if not text.strip():
         raise InputError("plot attention: the text is empty")
-    if config.get("task") == "translate":
-        from attnkit.translate import TranslatorRun
-
-        return translator_attention(TranslatorRun(run_dir), text, layers)
-    from attnkit.classify import ClassifierRun
-
-    return classifier_attention(ClassifierRun(run_dir), text, layers)
+    if run.task == "translate":
+        return translator_attention(run, text, layers)
+    return classifier_attention(run, text, layers)

@@ -16,7 +16,7 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
 
     from attnkit.config import CLASSIFIER_PRESETS, FINE_TUNE_TRAIN_DEFAULTS, ClassifierConfig, build_configs, preset
     from attnkit.data.readers import read_labeled
-    from attnkit.training.classify import train_classifier
+    from attnkit.tasks.classify import train_classifier
 
     if bool(args.train) == bool(args.dataset):
         raise InputError("classify train: give --train FILE or --dataset NAME (one of them)")
@@ -59,15 +59,20 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
                 print(f"epoch {event['epoch']:3d}  loss {event['train_loss']:.4f}  train acc {event['train_accuracy']:.3f}  "
                       f"valid acc {event['valid_accuracy']:.3f}{'  *' if event['best'] else ''}", file=sys.stderr)
 
+    pretrained = None
+    if args.init_from and not args.resume:
+        from attnkit.interop.bert import load_pretrained
+
+        pretrained = load_pretrained(args.init_from)
     summary = train_classifier(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=args.out,
-                               resume=args.resume, init_from=args.init_from, on_event=on_event)
+                               resume=args.resume, pretrained=pretrained, on_event=on_event)
     print_json({"run_dir": str(summary.run_dir), "best_epoch": summary.best_epoch,
                  "valid_accuracy": summary.best_valid_accuracy, "epochs": summary.epochs_run, "steps": summary.steps,
                  "seconds": round(summary.seconds, 1), "truncated": summary.truncation.n_truncated})
 
 
 def cmd_classify_predict(args: argparse.Namespace) -> None:
-    from attnkit.classify import ClassifierRun
+    from attnkit.tasks.classify import ClassifierRun
 
     note_slow_bf16(args.precision)
     run = ClassifierRun(args.model, precision=args.precision)
@@ -79,7 +84,7 @@ def cmd_classify_predict(args: argparse.Namespace) -> None:
 
 
 def cmd_classify_eval(args: argparse.Namespace) -> None:
-    from attnkit.classify import ClassifierRun
+    from attnkit.tasks.classify import ClassifierRun
     from attnkit.data.readers import read_labeled
 
     note_slow_bf16(args.precision)

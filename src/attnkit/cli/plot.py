@@ -36,11 +36,13 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
 
 def cmd_plot_curves(args: argparse.Namespace) -> None:
     from attnkit.analysis.plots import check_format, plot_curves
-    from attnkit.training.checkpoint import read_metrics
+    from attnkit import runs
 
     check_format(args.out)
-    rows = read_metrics(args.run)
-    print(plot_curves(rows, args.out, title=f"training curves, {args.run}"))
+    rows = runs.read_metrics(args.run)
+    config_path = Path(args.run) / runs.CONFIG
+    config = runs.read_json(config_path) if config_path.is_file() else None  # names the schedule, draws the loss floor
+    print(plot_curves(rows, args.out, title=f"training curves, {args.run}", config=config))
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:

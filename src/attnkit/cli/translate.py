@@ -30,7 +30,7 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
     from attnkit.config import TRANSLATE_TRAIN_DEFAULTS, TRANSLATOR_PRESETS, TranslatorConfig, build_configs, preset
-    from attnkit.training.translate import train_translator
+    from attnkit.tasks.translate import train_translator
 
     if args.dataset:
         directory = fetch_dataset(args.dataset, args.pair)
@@ -86,7 +86,7 @@ def cmd_translate_run(args: argparse.Namespace) -> None:
         run = CT2Translator(args.model)
         max_len = run.max_len
     else:
-        from attnkit.translate import TranslatorRun
+        from attnkit.tasks.translate import TranslatorRun
 
         run = TranslatorRun(args.model)
         max_len = run.model_cfg.max_len
@@ -104,7 +104,7 @@ def cmd_translate_run(args: argparse.Namespace) -> None:
 
 
 def cmd_translate_eval(args: argparse.Namespace) -> None:
-    from attnkit.translate import TranslatorRun
+    from attnkit.tasks.translate import TranslatorRun
 
     run = TranslatorRun(args.model)
     if args.dataset:

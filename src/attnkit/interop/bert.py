@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
@@ -43,14 +42,15 @@ from tokenizers import Tokenizer as Backend
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 from torch import Tensor
 
-from attnkit.atomic import atomic_directory
+from attnkit import runs
+from attnkit.atomic import atomic_directory, atomic_write_bytes, atomic_write_json
 from attnkit.config import ClassifierConfig
-from attnkit.data.batching import apply_length_policy, pad
 from attnkit.errors import InputError
 from attnkit.model.build import build_classifier
-from attnkit.model.classifier import POOLINGS, TransformerClassifier
+from attnkit.model.classifier import TransformerClassifier
+from attnkit.tasks.classify import ClassifierRun, Pretrained
+from attnkit.tasks.embed import sentence_embeddings
 from attnkit.tokenization.tokenizer import SpecialTokens, Tokenizer
-from attnkit.training import checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def bert_config(folder: str | Path, *, n_classes: int = 0, pooling: str = "mean"
     path = Path(folder) / "config.json"
     if not path.is_file():
         raise InputError(f"{folder}: no config.json (not a Hugging Face model folder)")
-    raw = checkpoint.read_json(path)
+    raw = runs.read_json(path)
     model_type, architectures = raw.get("model_type"), raw.get("architectures") or []
     is_bert = model_type == "bert" or (model_type is None and any(str(a).startswith("Bert") for a in architectures))
     if not is_bert:
@@ -173,7 +173,7 @@ def read_bert_weights(folder: str | Path) -> dict[str, Tensor]:
     if (folder / "model.safetensors").is_file():
         files = [folder / "model.safetensors"]
     elif index.is_file():
-        shards = sorted(set(checkpoint.read_json(index).get("weight_map", {}).values()))
+        shards = sorted(set(runs.read_json(index).get("weight_map", {}).values()))
         if not shards or any(Path(name).name != name for name in shards):
             raise InputError(f"{index}: expected a weight_map of shard file names inside {folder}")
         files = [folder / name for name in shards]
@@ -221,7 +221,7 @@ def _special_token_names(folder: Path) -> dict[str, str]:
     for filename in ("tokenizer_config.json", "special_tokens_map.json"):  # the second wins, as in transformers
         path = folder / filename
         if path.is_file():
-            raw = checkpoint.read_json(path)
+            raw = runs.read_json(path)
             for role in names:
                 value = raw.get(f"{role}_token")
                 value = value.get("content") if isinstance(value, dict) else value
@@ -268,8 +268,7 @@ def load_bert_tokenizer(folder: str | Path) -> Tokenizer:
         except Exception as err:  # the Rust side raises plain Exceptions on malformed files
             raise InputError(f"{folder / 'tokenizer.json'}: not a valid tokenizer file ({err})") from None
     elif (folder / "vocab.txt").is_file():
-        config_path = folder / "tokenizer_config.json"
-        settings = checkpoint.read_json(config_path) if config_path.is_file() else {}
+        settings = runs.read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
         backend = wordpiece_from_vocab(folder / "vocab.txt", lowercase=settings.get("do_lower_case", True), names=names,
                                        strip_accents=settings.get("strip_accents"),
                                        chinese_chars=settings.get("tokenize_chinese_chars", True))
@@ -317,55 +316,19 @@ def load_bert_classifier(
     return model, cfg, tokenizer
 
 
-def sentence_embeddings(
-    model: TransformerClassifier,
-    tokenizer: Tokenizer,
-    texts: Iterable[str],
-    *,
-    pool: str = "mean",
-    normalize: bool = False,
-    batch_size: int = 32,
-    max_len_policy: str = "truncate",
-) -> Tensor:
-    """Sentence vectors (N, D) from the encoder of ``model``, in input order; the head is not used.
-
-    ``pool`` "mean" averages the hidden states of the real tokens ([CLS] and [SEP] included, padding not), as
-    sentence-transformers does; "cls" takes the first position. ``normalize`` scales each vector to unit L2 norm.
-    Texts longer than the position table are truncated (keeping a final [SEP]) and logged, or refused ("error").
-    """
-    if pool not in POOLINGS:
-        raise InputError(f"pool={pool!r}; expected one of {', '.join(POOLINGS)}")
-    if tokenizer.pad_id != model.pad_id:
-        raise ValueError(f"tokenizer pad id {tokenizer.pad_id} differs from the model's pad_id {model.pad_id}")
-    seqs = tokenizer.encode_batch(list(texts))
-    seqs, truncation = apply_length_policy(seqs, model.embeddings.position.max_len, max_len_policy, what="text",
-                                           keep_last=tokenizer.n_trailing_specials or None)
-    if truncation.n_truncated:
-        log.warning("%d of %d texts truncated to %d tokens (longest: %d)", truncation.n_truncated, truncation.n_total,
-                    truncation.limit, truncation.longest)
-    out = torch.empty(len(seqs), model.embeddings.token.embedding_dim)  # (N, D)
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths together: little padding
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                batch = order[start : start + batch_size]
-                hidden, mask, _ = model.encode(pad([seqs[i] for i in batch], tokenizer.pad_id))  # (B, S, D)
-                out[batch] = model.pool(hidden, mask, pool).float()  # (B, D)
-    finally:
-        model.train(was_training)
-    return F.normalize(out, dim=-1) if normalize else out  # (N, D)
+def load_pretrained(spec: str | Path, *, pooling: str = "mean") -> Pretrained:
+    """The encoder to fine-tune from ``spec`` (a BERT folder, or "minilm"), for ``train_classifier(pretrained=...)``;
+    the one-logit head it comes with is replaced by the training's own."""
+    model, cfg, tokenizer = load_bert_classifier(resolve_bert_folder(spec), n_classes=1, pooling=pooling)
+    return Pretrained(model, cfg, tokenizer, source=str(spec))
 
 
 def embed(model_spec: str | Path, texts: Iterable[str], *, pool: str = "mean", normalize: bool = False,
           batch_size: int = 32) -> Tensor:
     """Sentence vectors (N, D) from a BERT folder, the word ``minilm``, or an attnkit classifier run directory."""
     folder = resolve_bert_folder(model_spec)
-    config_path = folder / checkpoint.CONFIG
-    if config_path.is_file() and "task" in checkpoint.read_json(config_path):
-        from attnkit.classify import ClassifierRun
-
+    config_path = folder / runs.CONFIG
+    if config_path.is_file() and "task" in runs.read_json(config_path):
         run = ClassifierRun(folder)
         return sentence_embeddings(run.model, run.tokenizer, texts, pool=pool, normalize=normalize,
                                    batch_size=batch_size, max_len_policy=run.max_len_policy)
@@ -472,7 +435,7 @@ def _prepare_out(out_dir: Path) -> None:
     config_path = out_dir / "config.json"
     if not config_path.is_file():
         raise InputError(f"{out_dir}: exists and is not a BERT folder; choose a new --out")
-    if "task" in checkpoint.read_json(config_path):
+    if "task" in runs.read_json(config_path):
         raise InputError(f"{out_dir}: is an attnkit run directory; choose a new --out")
 
 
@@ -503,23 +466,21 @@ def write_bert_folder(model: TransformerClassifier, cfg: ClassifierConfig, token
         weights = {f"bert.{name}": tensor for name, tensor in weights.items()}
         weights.update(classification_head_tensors(model.head.weight, model.head.bias, cfg.d_model))
     with atomic_directory(out_dir) as work:
-        checkpoint.atomic_write_json(work / "config.json", config)
-        checkpoint.atomic_write_bytes(work / "model.safetensors", safetensors_bytes(weights, metadata={"format": "pt"}))
-        checkpoint.atomic_write_bytes(work / "tokenizer.json", tokenizer.backend.to_str(pretty=True).encode("utf-8"))
+        atomic_write_json(work / "config.json", config)
+        atomic_write_bytes(work / "model.safetensors", safetensors_bytes(weights, metadata={"format": "pt"}))
+        atomic_write_bytes(work / "tokenizer.json", tokenizer.backend.to_str(pretty=True).encode("utf-8"))
         roles = {f"{role}_token": token for role, token in dataclasses.asdict(tokenizer.specials).items() if token}
-        checkpoint.atomic_write_json(work / "tokenizer_config.json", {
+        atomic_write_json(work / "tokenizer_config.json", {
             "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.max_len, **roles})
         vocab = _vocab_txt(tokenizer)
         if vocab is not None:
-            checkpoint.atomic_write_bytes(work / "vocab.txt", vocab.encode("utf-8"))
+            atomic_write_bytes(work / "vocab.txt", vocab.encode("utf-8"))
     return out_dir
 
 
 def export_bert_folder(run_dir: str | Path, out_dir: str | Path, *, encoder_only: bool = False) -> Path:
     """The attnkit classifier run at ``run_dir`` as a BERT folder at ``out_dir``: a BertForSequenceClassification
     (head and label map) or, with ``encoder_only``, the encoder as a BertModel."""
-    from attnkit.classify import ClassifierRun
-
     run = ClassifierRun(run_dir)  # checks the files against the manifest and that the run is a classifier
     try:
         check_bert_shaped(run.model_cfg)

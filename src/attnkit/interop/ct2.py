@@ -257,8 +257,8 @@ def export_ct2(run_dir: str | Path, out_dir: str | Path, *, quantization: str | 
         InputError: CTranslate2 is missing, the quantization is unknown, the run is not a readable translator or
             has a structure CTranslate2 cannot express, or ``out_dir`` is something other than an earlier export.
     """
-    from attnkit.training import checkpoint
-    from attnkit.translate import TranslatorRun
+    from attnkit import runs
+    from attnkit.tasks.translate import TranslatorRun
 
     _ctranslate2()
     if quantization is not None and quantization not in QUANTIZATIONS:
@@ -274,7 +274,7 @@ def export_ct2(run_dir: str | Path, out_dir: str | Path, *, quantization: str | 
         "format": "attnkit-ct2/1",
         "attnkit_version": __version__,
         "source_run": str(run.run_dir.resolve()),
-        "source_manifest_sha256": checkpoint.sha256_file(run.run_dir / checkpoint.MANIFEST),
+        "source_manifest_sha256": runs.sha256_file(run.run_dir / runs.MANIFEST),
         "quantization": quantization or "float32",
         "tokenizer": tokenizer.meta(),  # kind, special-token roles, fingerprint (checked when the export is loaded)
         "tokens": {
@@ -324,7 +324,7 @@ class CT2Translator:
     """
 
     def __init__(self, model_dir: str | Path, *, compute_type: str = "default", threads: int = 0):
-        from attnkit.training.checkpoint import read_json
+        from attnkit.runs import read_json
 
         ctranslate2 = _ctranslate2()
         model_dir = Path(model_dir)
@@ -353,7 +353,7 @@ class CT2Translator:
 
     def encode_sources(self, texts: list[str]) -> tuple[list[list[int]], int]:
         """Source ids (+ EOS), truncated (and counted) or refused exactly as ``TranslatorRun`` does."""
-        from attnkit.translate import encode_sources
+        from attnkit.tasks.translate import encode_sources
 
         return encode_sources(self.tokenizer, texts, self.max_len, self.max_len_policy)
 
@@ -362,7 +362,7 @@ class CT2Translator:
         """Output ids (no BOS, no EOS) of encoded sources (each ending with EOS), in input order.
 
         beam 1 is greedy search; beam > 1 is beam search ranked by attnkit's ``length_penalty`` (the module
-        docstring says when the result is exactly ``attnkit.translate.translate_ids``'s).
+        docstring says when the result is exactly ``attnkit.decoding.corpus.translate_ids``'s).
         """
         check_length_penalty(length_penalty, alpha)
         if beam < 1 or batch_size < 1:

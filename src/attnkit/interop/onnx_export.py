@@ -96,8 +96,8 @@ def export_onnx(run_dir: str | Path, out_path: str | Path, *, opset: int | None 
         InputError: onnx or onnxscript is missing, ``out_path`` does not end in ``.onnx`` or is a directory, the
             opset is out of range, or the run is not a readable classifier (a translator is refused).
     """
-    from attnkit.classify import ClassifierRun
-    from attnkit.training import checkpoint
+    from attnkit import runs
+    from attnkit.tasks.classify import ClassifierRun
 
     _require("onnx", "onnxscript")
     import onnx
@@ -150,13 +150,13 @@ def export_onnx(run_dir: str | Path, out_path: str | Path, *, opset: int | None 
     meta_path, tokenizer_path = sidecar_paths(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out_path, data)
-    atomic_write_bytes(tokenizer_path, (run.run_dir / checkpoint.TOKENIZER).read_bytes())
+    atomic_write_bytes(tokenizer_path, (run.run_dir / runs.TOKENIZER).read_bytes())
     atomic_write_json(meta_path, {
         **meta,
         "onnx": {"file": out_path.name, "sha256": hashlib.sha256(data).hexdigest()},
         "tokenizer": {"file": tokenizer_path.name, **meta["tokenizer"]},
         "source_run": str(run.run_dir.resolve()),
-        "source_manifest_sha256": checkpoint.sha256_file(run.run_dir / checkpoint.MANIFEST),
+        "source_manifest_sha256": runs.sha256_file(run.run_dir / runs.MANIFEST),
     })
     return out_path
 
@@ -169,9 +169,8 @@ def check_onnx(run_dir: str | Path, onnx_path: str | Path, texts: list[str]) -> 
         InputError: onnxruntime is missing, no texts are given, ``onnx_path`` cannot be loaded, or its logits do not
             have the run's shape (an export of another run).
     """
-    from attnkit.classify import ClassifierRun
     from attnkit.data.batching import pad
-    from attnkit.training.classify import encode_examples
+    from attnkit.tasks.classify import ClassifierRun, encode_examples
 
     _require("onnxruntime")
     import onnxruntime

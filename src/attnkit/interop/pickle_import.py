@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from attnkit import runs
 from attnkit.compat import check_torch
 from attnkit.errors import InputError
-from attnkit.training import checkpoint
 
 # Where training scripts commonly put the state dict inside a saved dict ({"model": ..., "optimizer": ...}).
 _NESTED_KEYS = ("model", "state_dict")
@@ -107,26 +107,19 @@ def import_pickle_into_run(
 ) -> Path:
     """Write a new run directory at ``out_dir``: the config, tokenizer and labels of the run at ``run_dir`` with
     the weights of the pickle at ``pickle_path`` (as safetensors), and a fresh manifest. Returns ``out_dir``."""
-    from attnkit.classify import ClassifierRun
-    from attnkit.translate import TranslatorRun
-
     pickle_path, out_dir = Path(pickle_path), Path(out_dir)
     state = load_pickle_state_dict(pickle_path, trust_pickle=trust_pickle)
-    task = checkpoint.read_json(checkpoint.check_run_dir(run_dir) / checkpoint.CONFIG).get("task")
-    runs = {"classify": ClassifierRun, "translate": TranslatorRun}
-    if task not in runs:
-        raise InputError(f"{Path(run_dir) / checkpoint.CONFIG}: unknown task {task!r}; expected classify or translate")
-    run = runs[task](run_dir)  # the run's own weights load too: its files are checked against its manifest
+    run = runs.load_run(run_dir)  # the run's own weights load too: its files are checked against its manifest
     check_state_dict(pickle_path, run.model, state)
     run.model.load_state_dict(state)
 
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise InputError(f"{out_dir}: already exists; choose a new --out")
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in (checkpoint.CONFIG, checkpoint.TOKENIZER, checkpoint.LABELS):
+    for name in (runs.CONFIG, runs.TOKENIZER, runs.LABELS):
         source = run.run_dir / name
         if source.is_file():
-            checkpoint.atomic_write_bytes(out_dir / name, source.read_bytes())
-    checkpoint.save_weights(out_dir, run.model)
-    checkpoint.write_manifest(out_dir)
+            runs.atomic_write_bytes(out_dir / name, source.read_bytes())
+    runs.save_weights(out_dir, run.model)
+    runs.write_manifest(out_dir)
     return out_dir

@@ -1,1 +1,2 @@
-"""Training: learning-rate schedules (pure functions of the step), losses, run directories, and the loops."""
+"""Training (layer 3): learning-rate schedules (pure functions of the step), losses, the optimizer, the
+non-finite guard, the resumable loop state and checkpoint averaging. The tasks' training entries live in ``tasks``."""

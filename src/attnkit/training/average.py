@@ -8,16 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save as safetensors_bytes
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 
+from attnkit import runs
 from attnkit.errors import InputError
-from attnkit.training import checkpoint
-from attnkit.training.translate import checkpoint_paths
+from attnkit.runs import checkpoint_paths
 
 
 def average_checkpoints(run_dir: str | Path, last: int, out_dir: str | Path) -> list[Path]:
     """Average the last ``last`` checkpoints of ``run_dir`` into ``out_dir``; returns the checkpoints used."""
-    run_dir = checkpoint.check_run_dir(run_dir)
+    run_dir = runs.check_run_dir(run_dir)
     out_dir = Path(out_dir)
     if last < 1:
         raise InputError(f"--last {last}: must be >= 1")
@@ -26,7 +27,7 @@ def average_checkpoints(run_dir: str | Path, last: int, out_dir: str | Path) -> 
         raise InputError(f"{run_dir}: has {len(paths)} checkpoint(s) in {run_dir / 'checkpoints'}; cannot average the last {last}")
     if out_dir.resolve() == run_dir.resolve():
         raise InputError(f"--out {out_dir}: must differ from the run directory")
-    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / checkpoint.CONFIG).is_file():
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / runs.CONFIG).is_file():
         raise InputError(f"{out_dir}: exists and is not an attnkit run directory; choose a new --out")
     used = paths[-last:]
     total: dict[str, torch.Tensor] = {}
@@ -36,9 +37,9 @@ def average_checkpoints(run_dir: str | Path, last: int, out_dir: str | Path) -> 
     averaged = {name: (tensor / last).float().contiguous() for name, tensor in total.items()}
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in (checkpoint.CONFIG, checkpoint.TOKENIZER):
-        checkpoint.atomic_write_bytes(out_dir / name, (run_dir / name).read_bytes())
-    checkpoint.atomic_write_bytes(out_dir / checkpoint.WEIGHTS, safetensors_bytes(averaged))
-    checkpoint.atomic_write_json(out_dir / "averaged_from.json", {"run": str(run_dir), "checkpoints": [p.name for p in used]})
-    checkpoint.write_manifest(out_dir)
+    for name in (runs.CONFIG, runs.TOKENIZER):
+        runs.atomic_write_bytes(out_dir / name, (run_dir / name).read_bytes())
+    runs.atomic_write_bytes(out_dir / runs.WEIGHTS, safetensors_bytes(averaged))
+    runs.atomic_write_json(out_dir / "averaged_from.json", {"run": str(run_dir), "checkpoints": [p.name for p in used]})
+    runs.write_manifest(out_dir)
     return used

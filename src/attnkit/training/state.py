@@ -23,8 +23,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
+from attnkit.atomic import atomic_write_bytes
 from attnkit.errors import InputError
-from attnkit.training.checkpoint import atomic_write_bytes, state_dict_for_saving
+from attnkit.runs import state_dict_for_saving
 
 STATE = "train_state.safetensors"
 _META_KEY = "attnkit_train_state"

@@ -1,12 +1,13 @@
 """Run directories: the artifact users keep and share. Written atomically, loaded without pickle.
 
 A run directory holds
-    config.json        task, model and training config, tokenizer roles and fingerprint, attnkit version
+    config.json        format, task, model and training config, tokenizer roles and fingerprint, attnkit version
     model.safetensors  the weights (safetensors: tensors only, nothing executable)
     tokenizer.json     the tokenizer, in the `tokenizers` library's own format
     labels.json        the label names in id order (classifier)
     metrics.jsonl      one JSON object per logged step / epoch
     manifest.json      the sha256 of every file above but the metrics log, checked on load
+    checkpoints/       step_N.safetensors, the last K weights of a translator (for averaging, §6.1)
 
 Every file is written to a temporary name in the same directory, flushed, fsynced and renamed over the old one,
 so a kill at any moment leaves either the previous file or the new one, never half of one.
@@ -16,12 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+import re
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save as safetensors_bytes
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
 from attnkit import __version__
@@ -34,6 +36,16 @@ TOKENIZER = "tokenizer.json"
 LABELS = "labels.json"
 METRICS = "metrics.jsonl"
 MANIFEST = "manifest.json"
+CHECKPOINTS = "checkpoints"
+
+# The run-directory format written into config.json. Runs of the first release carry no "format" key; they are
+# format 0 and differ from format 1 only by that key, so both load.
+FORMAT = "attnkit-run/1"
+FORMAT_BEFORE_VERSIONING = "attnkit-run/0"
+READABLE_FORMATS = (FORMAT_BEFORE_VERSIONING, FORMAT)
+
+# What atomic.open_atomic names its temporary files: ".NAME.<uuid4 hex>.tmp" beside the target.
+_TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
 
 
 def sha256_file(path: Path) -> str:
@@ -108,7 +120,35 @@ def load_weights(model: nn.Module, path: Path) -> None:
 
 
 def config_header(task: str) -> dict:
-    return {"attnkit_version": __version__, "task": task}
+    return {"format": FORMAT, "attnkit_version": __version__, "task": task}
+
+
+def check_format(config: dict, path: Path) -> str:
+    """The format of a run's ``config`` (read from ``path``); one this attnkit cannot read is an InputError."""
+    run_format = config.get("format", FORMAT_BEFORE_VERSIONING)
+    if run_format not in READABLE_FORMATS:
+        raise InputError(f"{path}: run format {run_format!r} is not one this attnkit ({__version__}) reads "
+                         f"({', '.join(READABLE_FORMATS)}); it was written by another version")
+    return run_format
+
+
+def checkpoint_paths(run_dir: Path) -> list[Path]:
+    """Saved step checkpoints, oldest first."""
+    return sorted((run_dir / CHECKPOINTS).glob("step_*.safetensors"), key=lambda p: int(p.stem.split("_")[1]))
+
+
+def remove_temporary_files(run_dir: str | Path) -> list[Path]:
+    """Delete what atomic writes killed part-way left behind (``.NAME.<id>.tmp``) in ``run_dir`` and its
+    ``checkpoints/``; returns the files removed. The finished files beside them are untouched."""
+    run_dir = Path(run_dir)
+    removed = []
+    for folder in (run_dir, run_dir / CHECKPOINTS):
+        if folder.is_dir():
+            for path in sorted(folder.iterdir()):
+                if path.is_file() and _TEMPORARY.match(path.name):
+                    path.unlink(missing_ok=True)
+                    removed.append(path)
+    return removed
 
 
 def prepare_run_dir(out_dir: str | Path, resume: bool) -> Path:
@@ -117,6 +157,7 @@ def prepare_run_dir(out_dir: str | Path, resume: bool) -> Path:
     if resume:
         if not (out_dir / CONFIG).is_file():
             raise InputError(f"{out_dir}: not a run directory to resume (no {CONFIG})")
+        check_format(read_json(out_dir / CONFIG), out_dir / CONFIG)
         return out_dir
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir}: exists and is not a directory")
@@ -124,63 +165,3 @@ def prepare_run_dir(out_dir: str | Path, resume: bool) -> Path:
         raise InputError(f"{out_dir}: exists and is not an attnkit run directory; choose a new --out")
     out_dir.mkdir(parents=True, exist_ok=True)
     return out_dir
-
-
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    """The rows of a run's metrics.jsonl, in order (blank lines skipped); ``InputError`` naming file:line for a line
-    that is not JSON, or naming the directory when it has no metrics.jsonl."""
-    path = Path(run_dir) / METRICS
-    if not path.is_file():
-        raise InputError(f"{run_dir}: no {METRICS} (not a training run directory)")
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise InputError(f"{path}:{number}: not JSON ({err.msg})") from None
-    return rows
-
-
-class MetricsLog:
-    """Append-only JSONL log, one object per line, flushed per line so a killed run keeps what it logged.
-
-    On resume, ``keep`` drops the rows logged after the state being resumed from (they will be logged again).
-    With ``tensorboard``, every numeric field is also written as a TensorBoard scalar (tag = field name, x = step)
-    to ``RUN/tensorboard``, the convention TensorBoard users already have.
-    """
-
-    def __init__(self, path: Path, keep: Callable[[dict], bool] | None = None, tensorboard: bool = False):
-        self.path = path
-        self._writer = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise InputError("config key tensorboard=true needs the tensorboard package: pip install tensorboard") from None
-            self._writer = SummaryWriter(log_dir=str(path.parent / "tensorboard"))
-        if keep is None:
-            path.unlink(missing_ok=True)
-        elif path.is_file():
-            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-            atomic_write_bytes(path, "".join(json.dumps(row) + "\n" for row in rows if keep(row)).encode("utf-8"))
-        self._file = open(path, "a", encoding="utf-8")
-
-    def write(self, row: dict) -> None:
-        if self._writer is not None and "step" in row:
-            prefix = "epoch/" if "epoch" in row and "valid_accuracy" in row else ""
-            for key, value in row.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("step", "epoch"):
-                    self._writer.add_scalar(prefix + key, value, row["step"])
-        try:
-            self._file.write(json.dumps(row) + "\n")
-            self._file.flush()
-        except OSError as err:
-            if err.filename is None and err.errno is not None:  # a full disk names no file: name the log
-                raise OSError(err.errno, err.strerror, str(self.path)) from err
-            raise
-
-    def close(self) -> None:
-        self._file.close()
-        if self._writer is not None:
-            self._writer.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnkit.errors import InputError
-from attnkit.training.checkpoint import METRICS, read_metrics
+from attnkit.runs import METRICS, read_metrics
 
 
 def test_rows_in_order_and_blank_lines_skipped(tmp_path):

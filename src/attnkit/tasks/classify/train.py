@@ -13,19 +13,28 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from attnkit import runs
 from attnkit.config import ClassifierConfig, TrainConfig
-from attnkit.data.batching import Truncation, apply_length_policy, bucketed_batches, pad
+from attnkit.data.batching import Truncation, bucketed_batches, pad
 from attnkit.data.readers import Example
 from attnkit.errors import InputError
 from attnkit.evaluation.metrics import accuracy, macro_f1
 from attnkit.model.build import build_classifier
 from attnkit.model.classifier import TransformerClassifier
+from attnkit.tasks.classify.data import encode_examples, resolve_classes
+from attnkit.tasks.classify.predict import predict_ids, predicted_classes
 from attnkit.tokenization import Tokenizer, train_tokenizer
-from attnkit.training import checkpoint
 from attnkit.training.guards import NonFiniteError, check_step
 from attnkit.training.losses import autocast, classification_loss
+from attnkit.training.optim import make_optimizer, set_learning_rate
 from attnkit.training.schedules import learning_rate
-from attnkit.training.state import STATE, LoopState, fingerprint_texts, load_state, save_state
+from attnkit.training.state import (
+    STATE,
+    LoopState,
+    fingerprint_texts,
+    load_state,
+    save_state,
+)
 
 Event = dict  # {"event": "step" | "epoch" | "info", ...}: what the CLI shows in its progress bar
 
@@ -42,79 +51,27 @@ class TrainSummary:
     valid_source: str  # "file" or "held out from train"
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Adam or AdamW (§5.3 betas and eps by default); biases, norms and embeddings get no weight decay.
+@dataclass
+class Pretrained:
+    """A pretrained encoder to fine-tune (``interop.bert.load_pretrained`` reads one from a BERT folder): the model
+    (its head is replaced), its config and tokenizer, and where it came from (recorded as ``init_from``)."""
 
-    Every group carries an ``lr_scale`` that the training loop multiplies the scheduled learning rate by. It is 1
-    unless ``cfg.layer_lr_decay`` < 1 (layer-wise decay for fine-tuning, as in ELECTRA and BEiT): with N encoder
-    layers, the head learns at lr, layer i (0 = the lowest) at lr * decay^(N - i), the embeddings at
-    lr * decay^(N + 1), so the pretrained lower layers move least.
-    """
-    n_layers = len(model.encoder.layers) if cfg.layer_lr_decay != 1.0 else 0
-    groups: dict[tuple[float, float], list[nn.Parameter]] = {}
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        weight_decay = 0.0 if param.ndim < 2 or "embeddings" in name else cfg.weight_decay
-        groups.setdefault((weight_decay, cfg.layer_lr_decay ** _depth(name, n_layers)), []).append(param)
-    param_groups = [{"params": params, "weight_decay": wd, "lr_scale": scale} for (wd, scale), params in groups.items()]
-    optim_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam  # Adam: decay as an L2 term
-    return optim_cls(param_groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps)
+    model: TransformerClassifier
+    config: ClassifierConfig
+    tokenizer: Tokenizer
+    source: str
 
 
-def _depth(name: str, n_layers: int) -> int:
-    """How many layers below the head a parameter sits: head 0, encoder layer i at n_layers - i, embeddings n + 1."""
-    if not n_layers:
-        return 0
-    if name.startswith("embeddings."):
-        return n_layers + 1
-    if name.startswith("encoder.layers."):
-        return n_layers - int(name.split(".")[2])
-    return 0
-
-
-def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """The scheduled learning rate, times each group's ``lr_scale`` (layer-wise decay)."""
-    for group in optimizer.param_groups:
-        group["lr"] = lr * group.get("lr_scale", 1.0)
-
-
-def resolve_classes(cfg: ClassifierConfig, labels: list[str]) -> ClassifierConfig:
-    """Fix ``n_classes`` from the training labels: 0 means one per label; 1 is a binary single-logit head."""
-    if len(labels) < 2:
-        raise InputError(f"training data has {len(labels)} distinct label(s) ({labels}); a classifier needs at least 2")
-    if cfg.n_classes == 0:
-        return dataclasses.replace(cfg, n_classes=len(labels))
-    if cfg.n_classes == 1 and len(labels) != 2:
-        raise InputError(f"config key n_classes=1 (one binary logit) needs exactly 2 labels; the training data has {len(labels)}")
-    if cfg.n_classes not in (1, len(labels)):
-        raise InputError(f"config key n_classes={cfg.n_classes} but the training data has {len(labels)} labels: {labels}")
-    return cfg
-
-
-def encode_examples(
-    tokenizer: Tokenizer, texts: list[str], max_len: int, policy: str, lines: list[int] | None = None
-) -> tuple[list[list[int]], Truncation]:
-    """Ids of ``texts``, cut to ``max_len`` (keeping a trailing [SEP]) or refused, as ``policy`` says."""
-    return apply_length_policy(tokenizer.encode_batch(texts), max_len, policy, what="text",
-                               keep_last=tokenizer.n_trailing_specials or None, lines=lines)
-
-
-@torch.no_grad()
-def predict_ids(model: TransformerClassifier, seqs: list[list[int]], pad_id: int, batch_size: int = 64) -> torch.Tensor:
-    """Logits (N, C) for already-encoded sequences, in input order; batches are length-sorted to save padding."""
-    model.eval()
-    batches = bucketed_batches([len(s) for s in seqs], batch_size, generator=None, bucket_factor=10**9)
-    out = torch.empty(len(seqs), model.head.out_features)
-    for batch in batches:
-        out[batch] = model(pad([seqs[i] for i in batch], pad_id)).float()
-    return out
-
-
-def predicted_classes(logits: torch.Tensor) -> list[int]:
-    if logits.size(-1) == 1:
-        return (logits.squeeze(-1) > 0).long().tolist()
-    return logits.argmax(dim=-1).tolist()
+def with_fresh_head(pretrained: Pretrained, *, n_classes: int, pooling: str) -> tuple[TransformerClassifier, ClassifierConfig]:
+    """The pretrained encoder under a freshly initialised head of ``n_classes`` outputs."""
+    cfg = dataclasses.replace(pretrained.config, n_classes=n_classes, pooling=pooling)
+    model = build_classifier(cfg, pad_id=pretrained.tokenizer.pad_id)
+    encoder = {name: t for name, t in pretrained.model.state_dict().items() if not name.startswith("head.")}
+    result = model.load_state_dict(encoder, strict=False)
+    if result.unexpected_keys or any(not name.startswith("head.") for name in result.missing_keys):
+        raise ValueError(f"pretrained model does not fit its config (missing: {result.missing_keys}, "
+                         f"unexpected: {result.unexpected_keys})")
+    return model, cfg
 
 
 def train_classifier(
@@ -125,21 +82,22 @@ def train_classifier(
     train_cfg: TrainConfig,
     out_dir: str | Path,
     resume: bool = False,
-    init_from: str | Path | None = None,
+    pretrained: Pretrained | None = None,
     on_event: Callable[[Event], None] = lambda event: None,
 ) -> TrainSummary:
     """Train on ``train``, select on ``valid`` (10% of ``train`` held out when None), write the run to ``out_dir``.
 
-    With ``init_from`` (a BERT-format folder, or "minilm"), the encoder and its tokenizer are the pretrained ones and
-    only the head starts fresh; ``model_cfg`` then contributes ``n_classes``, ``pooling`` and ``dropout``.
+    With ``pretrained`` (a BERT encoder, see ``interop.bert.load_pretrained``), the encoder and its tokenizer are the
+    pretrained ones and only the head starts fresh; ``model_cfg`` then contributes ``n_classes``, ``pooling`` and
+    ``dropout``.
 
     With ``resume``, ``out_dir`` is a run killed part-way: its config, tokenizer and training state are loaded and
     training continues from the saved step exactly as if it had never stopped (``model_cfg`` and ``train_cfg``
     are then taken from the run, not from the arguments).
     """
     start = time.perf_counter()
-    out_dir = checkpoint.prepare_run_dir(out_dir, resume)
-    saved_config = checkpoint.read_json(out_dir / checkpoint.CONFIG) if resume else None
+    out_dir = runs.prepare_run_dir(out_dir, resume)
+    saved_config = runs.read_json(out_dir / runs.CONFIG) if resume else None
     if saved_config is not None:
         model_cfg = ClassifierConfig(**saved_config["model"])
         train_cfg = TrainConfig(**saved_config["train"])
@@ -158,17 +116,16 @@ def train_classifier(
         else:
             valid, valid_source = list(train), "the training set (under 100 examples: none held out)"
 
-    pretrained = None
+    init_from = pretrained.source if pretrained is not None else None
+    initial = None
     if saved_config is not None:
-        labels = checkpoint.read_json(out_dir / checkpoint.LABELS)
-        tokenizer = Tokenizer.load(out_dir / checkpoint.TOKENIZER, saved_config["tokenizer"])
-    elif init_from is not None:
-        from attnkit.interop.bert import load_bert_classifier, resolve_bert_folder
-
+        labels = runs.read_json(out_dir / runs.LABELS)
+        tokenizer = Tokenizer.load(out_dir / runs.TOKENIZER, saved_config["tokenizer"])
+    elif pretrained is not None:
         labels = sorted({ex.label for ex in train})
         n_classes = resolve_classes(model_cfg, labels).n_classes
-        pretrained, bert_cfg, tokenizer = load_bert_classifier(resolve_bert_folder(init_from), n_classes=n_classes,
-                                                               pooling=model_cfg.pooling)
+        initial, bert_cfg = with_fresh_head(pretrained, n_classes=n_classes, pooling=model_cfg.pooling)
+        tokenizer = pretrained.tokenizer
         model_cfg = dataclasses.replace(bert_cfg, dropout=model_cfg.dropout)
     else:
         labels = sorted({ex.label for ex in train})
@@ -194,8 +151,8 @@ def train_classifier(
               "longest": truncation.longest, "max_len": model_cfg.max_len})
 
     model = build_classifier(model_cfg, pad_id=tokenizer.pad_id)
-    if pretrained is not None:
-        model.load_state_dict(pretrained.state_dict())  # the same weights, in a model built with this run's dropout
+    if initial is not None:
+        model.load_state_dict(initial.state_dict())  # the same weights, in a model built with this run's dropout
     optimizer = make_optimizer(model, train_cfg)
     steps_per_epoch = -(-len(train) // train_cfg.batch_size)
     total_steps = train_cfg.max_steps or steps_per_epoch * train_cfg.epochs
@@ -203,24 +160,24 @@ def train_classifier(
     generator = torch.Generator().manual_seed(train_cfg.seed)
 
     if saved_config is None:
-        config = {**checkpoint.config_header("classify"), "model": dataclasses.asdict(model_cfg),
+        config = {**runs.config_header("classify"), "model": dataclasses.asdict(model_cfg),
                   "train": dataclasses.asdict(train_cfg), "tokenizer": tokenizer.meta(), "pad_id": tokenizer.pad_id}
         if init_from is not None:
             config["init_from"] = str(init_from)
-        for stale_file in (checkpoint.MANIFEST, STATE, checkpoint.WEIGHTS):
+        for stale_file in (runs.MANIFEST, STATE, runs.WEIGHTS):
             (out_dir / stale_file).unlink(missing_ok=True)  # a run written over an earlier one starts clean
-        checkpoint.atomic_write_json(out_dir / checkpoint.CONFIG, config)
-        checkpoint.atomic_write_json(out_dir / checkpoint.LABELS, labels)
-        tokenizer.save(out_dir / checkpoint.TOKENIZER)
+        runs.atomic_write_json(out_dir / runs.CONFIG, config)
+        runs.atomic_write_json(out_dir / runs.LABELS, labels)
+        tokenizer.save(out_dir / runs.TOKENIZER)
         loop = LoopState(counters={"best_acc": -1.0, "best_epoch": 0, "stale": 0, "seen": 0, "correct": 0,
                                    "loss_sum": 0.0, "skipped": 0})
-        log = checkpoint.MetricsLog(out_dir / checkpoint.METRICS, tensorboard=train_cfg.tensorboard)
+        log = runs.MetricsLog(out_dir / runs.METRICS, tensorboard=train_cfg.tensorboard)
     else:
         loop = load_state(out_dir / STATE, model=model, optimizer=optimizer, data_fingerprint=data_fingerprint)
         generator.set_state(loop.epoch_generator_state)
         resumed_at = loop
-        log = checkpoint.MetricsLog(
-            out_dir / checkpoint.METRICS, tensorboard=train_cfg.tensorboard,
+        log = runs.MetricsLog(
+            out_dir / runs.METRICS, tensorboard=train_cfg.tensorboard,
             keep=lambda row: row["step"] <= resumed_at.step and ("valid_accuracy" not in row or row["epoch"] < resumed_at.epoch),
         )
         on_event({"event": "resume", "step": loop.step, "epoch": loop.epoch})
@@ -230,7 +187,7 @@ def train_classifier(
     def save_state_now() -> None:
         """The training state, then the manifest: a run killed after this loads (and resumes) from here."""
         save_state(out_dir / STATE, model=model, optimizer=optimizer, loop=loop, data_fingerprint=data_fingerprint)
-        checkpoint.write_manifest(out_dir)
+        runs.write_manifest(out_dir)
 
     def run_epoch(batches: list[list[int]]) -> bool:
         """Train on ``batches`` from ``loop.batch_index`` on; False when the step budget ran out first."""
@@ -299,8 +256,8 @@ def train_classifier(
             improved = valid_acc > c["best_acc"]
             if improved:
                 c.update(best_acc=valid_acc, best_epoch=loop.epoch, stale=0)
-                checkpoint.save_weights(out_dir, model)
-                checkpoint.write_manifest(out_dir)
+                runs.save_weights(out_dir, model)
+                runs.write_manifest(out_dir)
             else:
                 c["stale"] += 1
             log.write({**row, "best": improved})
@@ -313,6 +270,6 @@ def train_classifier(
                 break
     finally:
         log.close()
-    checkpoint.write_manifest(out_dir)
+    runs.write_manifest(out_dir)
     return TrainSummary(out_dir, c["best_epoch"], c["best_acc"], loop.epoch - 1, loop.step,
                         time.perf_counter() - start, truncation, valid_source)

@@ -14,30 +14,29 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from attnkit import runs
 from attnkit.config import TrainConfig, TranslatorConfig
-from attnkit.data.batching import Truncation, apply_length_policy, pad, token_budget_batches
+from attnkit.data.batching import Truncation, token_budget_batches
 from attnkit.data.readers import Pair
+from attnkit.decoding.corpus import translate_ids
 from attnkit.errors import InputError
+from attnkit.evaluation.bleu import corpus_scores
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
+from attnkit.runs import CHECKPOINTS, checkpoint_paths
+from attnkit.tasks.translate.data import ParallelData, encode_pairs, make_batch
 from attnkit.tokenization import Tokenizer, train_tokenizer
-from attnkit.training import checkpoint
-from attnkit.training.classify import make_optimizer, set_learning_rate
 from attnkit.training.guards import NonFiniteError, check_step
 from attnkit.training.losses import autocast, sequence_loss
+from attnkit.training.optim import make_optimizer, set_learning_rate
 from attnkit.training.schedules import learning_rate
-from attnkit.training.state import STATE, LoopState, fingerprint_texts, load_state, save_state
-
-CHECKPOINTS = "checkpoints"
-
-
-@dataclass
-class ParallelData:
-    """Encoded pairs: source ids end with EOS; target ids are bare (BOS / EOS are added when batching)."""
-
-    src: list[list[int]]
-    tgt: list[list[int]]
-    truncation: Truncation
+from attnkit.training.state import (
+    STATE,
+    LoopState,
+    fingerprint_texts,
+    load_state,
+    save_state,
+)
 
 
 @dataclass
@@ -51,27 +50,6 @@ class TranslateSummary:
     truncation: Truncation
 
 
-def encode_pairs(tokenizer: Tokenizer, pairs: list[Pair], max_len: int, policy: str) -> ParallelData:
-    """Source = tokens + EOS (at most ``max_len``); target tokens at most ``max_len - 1`` (room for BOS / EOS)."""
-    src = [ids + [tokenizer.eos_id] for ids in tokenizer.encode_batch([p.source for p in pairs])]
-    tgt = tokenizer.encode_batch([p.target for p in pairs])
-    lines = [p.line for p in pairs]
-    src, src_cut = apply_length_policy(src, max_len, policy, what="source sentence", keep_last=1, lines=lines)
-    tgt, tgt_cut = apply_length_policy(tgt, max_len - 1, policy, what="target sentence", lines=lines)
-    truncation = Truncation(src_cut.n_truncated + tgt_cut.n_truncated, len(pairs),
-                            max(src_cut.longest, tgt_cut.longest + 1), max_len)
-    return ParallelData(src, tgt, truncation)
-
-
-def make_batch(data: ParallelData, indices: list[int], tokenizer: Tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """src (B, S), tgt_in = BOS y_1 .. y_n (B, T), tgt_out = y_1 .. y_n EOS (B, T): the shift of §3.1 ("the output
-    embeddings are offset by one position")."""
-    src = pad([data.src[i] for i in indices], tokenizer.pad_id)  # (B, S)
-    tgt_in = pad([[tokenizer.bos_id] + data.tgt[i] for i in indices], tokenizer.pad_id)  # (B, T)
-    tgt_out = pad([data.tgt[i] + [tokenizer.eos_id] for i in indices], tokenizer.pad_id)  # (B, T)
-    return src, tgt_in, tgt_out
-
-
 @torch.no_grad()
 def validation_loss(model: Transformer, data: ParallelData, tokenizer: Tokenizer, max_tokens: int) -> float:
     """Mean per-token cross-entropy (no label smoothing) on ``data``; exp of it is the perplexity."""
@@ -82,11 +60,6 @@ def validation_loss(model: Transformer, data: ParallelData, tokenizer: Tokenizer
         loss, n = sequence_loss(model(src, tgt_in), tgt_out, tokenizer.pad_id)
         total, n_tokens = total + loss.item(), n_tokens + n
     return total / max(1, n_tokens)
-
-
-def checkpoint_paths(run_dir: Path) -> list[Path]:
-    """Saved step checkpoints, oldest first."""
-    return sorted((run_dir / CHECKPOINTS).glob("step_*.safetensors"), key=lambda p: int(p.stem.split("_")[1]))
 
 
 def train_translator(
@@ -103,19 +76,16 @@ def train_translator(
 
     With ``resume``, continue a killed run from its last saved state, bit-exactly (configs come from the run).
     """
-    from attnkit.evaluation.bleu import corpus_scores
-    from attnkit.translate import translate_ids  # decoding for validation BLEU; imported here to avoid a cycle
-
     if train_cfg.layer_lr_decay != 1.0:
         raise InputError("config key layer_lr_decay applies to fine-tuning a classifier's pretrained encoder; "
                          "a translator trains with one learning rate (set it to 1)")
     start = time.perf_counter()
-    out_dir = checkpoint.prepare_run_dir(out_dir, resume)
-    saved_config = checkpoint.read_json(out_dir / checkpoint.CONFIG) if resume else None
+    out_dir = runs.prepare_run_dir(out_dir, resume)
+    saved_config = runs.read_json(out_dir / runs.CONFIG) if resume else None
     if saved_config is not None:
         model_cfg = TranslatorConfig(**saved_config["model"])
         train_cfg = TrainConfig(**saved_config["train"])
-        tokenizer = Tokenizer.load(out_dir / checkpoint.TOKENIZER, saved_config["tokenizer"])
+        tokenizer = Tokenizer.load(out_dir / runs.TOKENIZER, saved_config["tokenizer"])
     else:
         # §5.1: a shared source-target vocabulary of byte-pair encodings.
         tokenizer = train_tokenizer(
@@ -140,22 +110,22 @@ def train_translator(
     warmup = train_cfg.warmup_steps or max(1, int(train_cfg.warmup_ratio * total_steps))
 
     if saved_config is None:
-        config = {**checkpoint.config_header("translate"), "model": dataclasses.asdict(model_cfg),
+        config = {**runs.config_header("translate"), "model": dataclasses.asdict(model_cfg),
                   "train": dataclasses.asdict(train_cfg), "tokenizer": tokenizer.meta(), "pad_id": tokenizer.pad_id}
-        for stale_file in (checkpoint.MANIFEST, STATE, checkpoint.WEIGHTS):
+        for stale_file in (runs.MANIFEST, STATE, runs.WEIGHTS):
             (out_dir / stale_file).unlink(missing_ok=True)  # a run written over an earlier one starts clean
         for old in checkpoint_paths(out_dir):
             old.unlink()
         (out_dir / CHECKPOINTS).mkdir(exist_ok=True)
-        checkpoint.atomic_write_json(out_dir / checkpoint.CONFIG, config)
-        tokenizer.save(out_dir / checkpoint.TOKENIZER)
+        runs.atomic_write_json(out_dir / runs.CONFIG, config)
+        tokenizer.save(out_dir / runs.TOKENIZER)
         loop = LoopState(counters={"skipped": 0, "last_checkpoint": {}})
-        log = checkpoint.MetricsLog(out_dir / checkpoint.METRICS, tensorboard=train_cfg.tensorboard)
+        log = runs.MetricsLog(out_dir / runs.METRICS, tensorboard=train_cfg.tensorboard)
     else:
         loop = load_state(out_dir / STATE, model=model, optimizer=optimizer, data_fingerprint=data_fingerprint)
         generator.set_state(loop.epoch_generator_state)
         resumed_step = loop.step
-        log = checkpoint.MetricsLog(out_dir / checkpoint.METRICS, keep=lambda row: row["step"] <= resumed_step,
+        log = runs.MetricsLog(out_dir / runs.METRICS, keep=lambda row: row["step"] <= resumed_step,
                                      tensorboard=train_cfg.tensorboard)
         on_event({"event": "resume", "step": loop.step, "epoch": loop.epoch})
     c = loop.counters
@@ -164,10 +134,10 @@ def train_translator(
         """Write step_N.safetensors (dropping the oldest beyond keep_last), model.safetensors and the training
         state; validate."""
         step = loop.step
-        checkpoint.save_weights(out_dir / CHECKPOINTS, model, f"step_{step}.safetensors")
+        runs.save_weights(out_dir / CHECKPOINTS, model, f"step_{step}.safetensors")
         for old in checkpoint_paths(out_dir)[: -train_cfg.keep_last]:
             old.unlink()
-        checkpoint.save_weights(out_dir, model)
+        runs.save_weights(out_dir, model)
         row: dict = {"step": step, "epoch": round(epoch, 3), "checkpoint": f"step_{step}"}
         if valid_data is not None:
             row["valid_loss"] = validation_loss(model, valid_data, tokenizer, train_cfg.max_tokens)
@@ -179,7 +149,7 @@ def train_translator(
         model.train()
         c["last_checkpoint"] = row
         save_state(out_dir / STATE, model=model, optimizer=optimizer, loop=loop, data_fingerprint=data_fingerprint)
-        checkpoint.write_manifest(out_dir)  # a run killed after this loads (and resumes) from this checkpoint
+        runs.write_manifest(out_dir)  # a run killed after this loads (and resumes) from this checkpoint
         log.write(row)
         on_event({"event": "checkpoint", **row})
 
@@ -248,7 +218,7 @@ def train_translator(
             save_checkpoint(float(loop.epoch))
     finally:
         log.close()
-    checkpoint.write_manifest(out_dir)
+    runs.write_manifest(out_dir)
     last = c["last_checkpoint"]
     return TranslateSummary(out_dir, loop.step, last.get("epoch", 0.0), time.perf_counter() - start,
                             last.get("valid_loss"), last.get("valid_bleu"), data.truncation)

@@ -1,0 +1,37 @@
+"""Decoding a corpus: encoded sources batched by length, each batch searched greedily or with beam search."""
+
+from __future__ import annotations
+
+from attnkit.data.batching import bucketed_batches, pad
+from attnkit.decoding.beam import beam_search
+from attnkit.decoding.greedy import greedy_decode
+from attnkit.model.transformer import Transformer
+from attnkit.tokenization import Tokenizer
+
+
+def translate_ids(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sources: list[list[int]],
+    *,
+    beam: int = 4,
+    alpha: float = 0.6,
+    length_penalty: str = "gnmt",
+    batch_size: int = 32,
+) -> list[list[int]]:
+    """Decode encoded sources (each ending with EOS) in input order; batches are length-sorted to save padding.
+
+    beam 1 is greedy search; beam > 1 is beam search with the paper's length penalty (§6.1: beam 4, alpha 0.6).
+    """
+    max_positions = model.embeddings.position.max_len
+    out: list[list[int]] = [[] for _ in sources]
+    for batch in bucketed_batches([len(s) for s in sources], batch_size, generator=None, bucket_factor=10**9):
+        src = pad([sources[i] for i in batch], tokenizer.pad_id)  # (B, S)
+        if beam == 1:
+            hyps = greedy_decode(model, src, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_positions=max_positions)
+        else:
+            hyps = beam_search(model, src, beam_size=beam, alpha=alpha, length_penalty=length_penalty,
+                               bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_positions=max_positions)
+        for i, hyp in zip(batch, hyps):
+            out[i] = hyp
+    return out

@@ -1,0 +1,71 @@
+"""The metrics log of a run directory: one JSON object per logged step or epoch (``metrics.jsonl``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from attnkit.atomic import atomic_write_bytes
+from attnkit.errors import InputError
+from attnkit.runs.files import METRICS
+
+
+class MetricsLog:
+    """Append-only JSONL log, one object per line, flushed per line so a killed run keeps what it logged.
+
+    On resume, ``keep`` drops the rows logged after the state being resumed from (they will be logged again).
+    With ``tensorboard``, every numeric field is also written as a TensorBoard scalar (tag = field name, x = step)
+    to ``RUN/tensorboard``, the convention TensorBoard users already have.
+    """
+
+    def __init__(self, path: Path, keep: Callable[[dict], bool] | None = None, tensorboard: bool = False):
+        self.path = path
+        self._writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise InputError("config key tensorboard=true needs the tensorboard package: pip install tensorboard") from None
+            self._writer = SummaryWriter(log_dir=str(path.parent / "tensorboard"))
+        if keep is None:
+            path.unlink(missing_ok=True)
+        elif path.is_file():
+            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            atomic_write_bytes(path, "".join(json.dumps(row) + "\n" for row in rows if keep(row)).encode("utf-8"))
+        self._file = open(path, "a", encoding="utf-8")
+
+    def write(self, row: dict) -> None:
+        if self._writer is not None and "step" in row:
+            prefix = "epoch/" if "epoch" in row and "valid_accuracy" in row else ""
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("step", "epoch"):
+                    self._writer.add_scalar(prefix + key, value, row["step"])
+        try:
+            self._file.write(json.dumps(row) + "\n")
+            self._file.flush()
+        except OSError as err:
+            if err.filename is None and err.errno is not None:  # a full disk names no file: name the log
+                raise OSError(err.errno, err.strerror, str(self.path)) from err
+            raise
+
+    def close(self) -> None:
+        self._file.close()
+        if self._writer is not None:
+            self._writer.close()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The rows of a run's metrics.jsonl, in order (blank lines skipped); ``InputError`` naming file:line for a line
+    that is not JSON, or naming the directory when it has no metrics.jsonl."""
+    path = Path(run_dir) / METRICS
+    if not path.is_file():
+        raise InputError(f"{run_dir}: no {METRICS} (not a training run directory)")
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise InputError(f"{path}:{number}: not JSON ({err.msg})") from None
+    return rows

@@ -1,0 +1,84 @@
+"""A trained classifier, loaded from its run directory: predict labels with probabilities, evaluate on a file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from attnkit.data.batching import bucketed_batches, pad
+from attnkit.data.readers import Example
+from attnkit.errors import InputError
+from attnkit.evaluation.metrics import accuracy, macro_f1
+from attnkit.model.classifier import TransformerClassifier
+from attnkit.runs import load_run
+from attnkit.tasks.classify.data import encode_examples
+from attnkit.training.losses import autocast, class_probabilities
+
+
+@torch.no_grad()
+def predict_ids(model: TransformerClassifier, seqs: list[list[int]], pad_id: int, batch_size: int = 64) -> torch.Tensor:
+    """Logits (N, C) for already-encoded sequences, in input order; batches are length-sorted to save padding."""
+    model.eval()
+    batches = bucketed_batches([len(s) for s in seqs], batch_size, generator=None, bucket_factor=10**9)
+    out = torch.empty(len(seqs), model.head.out_features)
+    for batch in batches:
+        out[batch] = model(pad([seqs[i] for i in batch], pad_id)).float()
+    return out
+
+
+def predicted_classes(logits: torch.Tensor) -> list[int]:
+    if logits.size(-1) == 1:
+        return (logits.squeeze(-1) > 0).long().tolist()
+    return logits.argmax(dim=-1).tolist()
+
+
+@dataclass
+class Prediction:
+    text: str
+    label: str
+    probs: dict[str, float]
+
+
+class ClassifierRun:
+    """Model, tokenizer and labels of one run directory."""
+
+    def __init__(self, run_dir: str | Path, precision: str = "fp32"):
+        """``precision="bf16"``: classify under bfloat16 autocast (faster on CPUs with AMX / AVX512-BF16)."""
+        if precision not in ("fp32", "bf16"):
+            raise InputError(f"precision {precision!r}; expected fp32 or bf16")
+        self.precision = precision
+        loaded = load_run(run_dir, task="classify")
+        self.model_cfg = loaded.model_cfg
+        self.max_len_policy = loaded.max_len_policy
+        self.tokenizer = loaded.tokenizer
+        self.labels: list[str] = loaded.labels or []
+        self.model: TransformerClassifier = loaded.model
+        self.run_dir = loaded.run_dir
+
+    def logits(self, texts: list[str]) -> torch.Tensor:
+        seqs, _ = encode_examples(self.tokenizer, texts, self.model_cfg.max_len, self.max_len_policy)
+        with autocast(self.precision):
+            return predict_ids(self.model, seqs, self.tokenizer.pad_id)
+
+    def predict(self, texts: list[str]) -> list[Prediction]:
+        for i, text in enumerate(texts, start=1):
+            if not text.strip():
+                raise InputError(f"input text #{i} is empty")
+        probs = class_probabilities(self.logits(texts))  # (N, C)
+        out = []
+        for text, row in zip(texts, probs.tolist()):
+            best = max(range(len(row)), key=row.__getitem__)
+            out.append(Prediction(text, self.labels[best], {label: p for label, p in zip(self.labels, row)}))
+        return out
+
+    def evaluate(self, examples: list[Example], source: str = "data") -> dict:
+        """Accuracy, macro-F1 and counts on labelled ``examples``; a label unseen in training is an error."""
+        label_id = {label: i for i, label in enumerate(self.labels)}
+        for ex in examples:
+            if ex.label not in label_id:
+                raise InputError(f"{source}:{ex.line}: label {ex.label!r} was not seen in training (known: {', '.join(self.labels)})")
+        gold = [label_id[ex.label] for ex in examples]
+        pred = predicted_classes(self.logits([ex.text for ex in examples]))
+        return {"accuracy": accuracy(pred, gold), "macro_f1": macro_f1(pred, gold, len(self.labels)), "n": len(examples)}

@@ -1,0 +1,54 @@
+"""Translator data: pairs become source ids (+ EOS) and bare target ids, batched with the shift of §3.1; texts to
+translate are encoded as the sources were in training."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnkit.data.batching import Truncation, apply_length_policy, pad
+from attnkit.data.readers import Pair
+from attnkit.errors import InputError
+from attnkit.tokenization import Tokenizer
+
+
+@dataclass
+class ParallelData:
+    """Encoded pairs: source ids end with EOS; target ids are bare (BOS / EOS are added when batching)."""
+
+    src: list[list[int]]
+    tgt: list[list[int]]
+    truncation: Truncation
+
+
+def encode_pairs(tokenizer: Tokenizer, pairs: list[Pair], max_len: int, policy: str) -> ParallelData:
+    """Source = tokens + EOS (at most ``max_len``); target tokens at most ``max_len - 1`` (room for BOS / EOS)."""
+    src = [ids + [tokenizer.eos_id] for ids in tokenizer.encode_batch([p.source for p in pairs])]
+    tgt = tokenizer.encode_batch([p.target for p in pairs])
+    lines = [p.line for p in pairs]
+    src, src_cut = apply_length_policy(src, max_len, policy, what="source sentence", keep_last=1, lines=lines)
+    tgt, tgt_cut = apply_length_policy(tgt, max_len - 1, policy, what="target sentence", lines=lines)
+    truncation = Truncation(src_cut.n_truncated + tgt_cut.n_truncated, len(pairs),
+                            max(src_cut.longest, tgt_cut.longest + 1), max_len)
+    return ParallelData(src, tgt, truncation)
+
+
+def make_batch(data: ParallelData, indices: list[int], tokenizer: Tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """src (B, S), tgt_in = BOS y_1 .. y_n (B, T), tgt_out = y_1 .. y_n EOS (B, T): the shift of §3.1 ("the output
+    embeddings are offset by one position")."""
+    src = pad([data.src[i] for i in indices], tokenizer.pad_id)  # (B, S)
+    tgt_in = pad([[tokenizer.bos_id] + data.tgt[i] for i in indices], tokenizer.pad_id)  # (B, T)
+    tgt_out = pad([data.tgt[i] + [tokenizer.eos_id] for i in indices], tokenizer.pad_id)  # (B, T)
+    return src, tgt_in, tgt_out
+
+
+def encode_sources(tokenizer: Tokenizer, texts: list[str], max_len: int, policy: str) -> tuple[list[list[int]], int]:
+    """Source ids + EOS, as in training; over-long sources are truncated (keeping the EOS, and counted) or refused,
+    as the run was configured. Returns the ids and how many were truncated."""
+    for i, text in enumerate(texts, start=1):
+        if not text.strip():
+            raise InputError(f"source line {i} is empty")
+    ids = [s + [tokenizer.eos_id] for s in tokenizer.encode_batch(texts)]
+    ids, cut = apply_length_policy(ids, max_len, policy, what="source sentence", keep_last=1)
+    return ids, cut.n_truncated
