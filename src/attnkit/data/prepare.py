@@ -99,9 +99,9 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _chunks(items: Iterable, size: int = CHUNK_LINES) -> Iterator[list]:
+def _chunks(items: Iterable) -> Iterator[list]:
     iterator = iter(items)
-    while chunk := list(itertools.islice(iterator, size)):
+    while chunk := list(itertools.islice(iterator, CHUNK_LINES)):
         yield chunk
 
 
