@@ -38,7 +38,7 @@ VERSION = 1
 HEADER = struct.Struct("<9sQBQQ")  # magic, version, dtype code, sequence count, document count: 34 bytes
 DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16}
 CODES = {np.dtype(dtype): code for code, dtype in DTYPES.items()}
-_COPY = 1 << 20  # entries per chunk when the index is assembled: memory stays constant however long the corpus
+_COPY = 1 << 16  # entries per chunk when the index is assembled: a few MB of arrays, however long the corpus
 
 
 def token_dtype(vocab_size: int) -> np.dtype:

@@ -11,20 +11,21 @@ plus ``tokenizer.json`` and the sidecar ``prepared.json`` (format, tokenizer fin
 split the counts and the sha256 of every source file and every written file). The ids are exactly those of the
 in-memory encoders (``encode_pairs``, ``encode_examples``); a test holds them equal.
 
-Memory is constant in the corpus size: input is read line by line, encoded ``CHUNK_LINES`` lines at a time with the
-tokenizer's batch encoder, and written out at once; a tokenizer trained here is trained from the same stream. The
-whole directory appears atomically (``atomic_directory``). No torch is imported.
+Memory is constant in the corpus size: input is read line by line, encoded a chunk of lines at a time
+(``CHUNK_LINES``, ``CHUNK_CHARS``) with the tokenizer's batch encoder, and written out at once; a tokenizer trained
+here is trained from the same stream. The whole directory appears atomically (``atomic_directory``). No torch is
+imported.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -40,7 +41,9 @@ FORMAT_VERSION = 1
 SIDECAR = "prepared.json"
 TOKENIZER = "tokenizer.json"
 RUN_CONFIG = "config.json"  # a run directory's config, whose "tokenizer" key holds the tokenizer's meta
-CHUNK_LINES = 10_000  # lines per encode_batch call: large enough for the Rust side's threads, small in memory
+CHUNK_LINES = 10_000  # lines per encode_batch call at most: enough work for the Rust side's threads
+CHUNK_CHARS = 1 << 20  # characters per call at most: what bounds the memory of a chunk (see _chunks)
+T = TypeVar("T")
 TASKS = ("translate", "classify")
 
 
@@ -99,9 +102,19 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _chunks(items: Iterable) -> Iterator[list]:
-    iterator = iter(items)
-    while chunk := list(itertools.islice(iterator, CHUNK_LINES)):
+def _chunks(items: Iterable[T], n_chars: Callable[[T], int]) -> Iterator[list[T]]:
+    """Runs of at most ``CHUNK_LINES`` items and about ``CHUNK_CHARS`` characters: a chunk's encodings (the Rust
+    side's, then Python's lists of ids: ~100 bytes a token) stay a few tens of MB however long the lines are,
+    and the peak does not creep up with the number of chunks."""
+    chunk: list[T] = []
+    chars = 0
+    for item in items:
+        chunk.append(item)
+        chars += n_chars(item)
+        if len(chunk) >= CHUNK_LINES or chars >= CHUNK_CHARS:
+            yield chunk
+            chunk, chars = [], 0
+    if chunk:
         yield chunk
 
 
@@ -158,7 +171,7 @@ def prepare_parallel(
     src_tally = _LengthTally(max_len, policy, "source sentence", names[0], keep_last=1)
     tgt_tally = _LengthTally(max_len - 1, policy, "target sentence", names[1], keep_last=None)
     with IndexedWriter(f"{prefix}.src", dtype) as src_out, IndexedWriter(f"{prefix}.tgt", dtype) as tgt_out:
-        for chunk in _chunks(pairs):
+        for chunk in _chunks(pairs, lambda pair: len(pair.source) + len(pair.target)):
             lines = [p.line for p in chunk]
             src = [ids + [eos] for ids in tokenizer.encode_batch([p.source for p in chunk])]
             tgt = tokenizer.encode_batch([p.target for p in chunk])
@@ -190,7 +203,7 @@ def prepare_labelled(
     labels_path = Path(f"{prefix}.labels.npy")
     with (IndexedWriter(f"{prefix}.text", token_dtype(tokenizer.vocab_size)) as text_out,
           tempfile.TemporaryFile(dir=prefix.parent) as label_spool):
-        for chunk in _chunks(examples):
+        for chunk in _chunks(examples, lambda ex: len(ex.text)):
             for ex in chunk:
                 if ex.label not in label_id:
                     raise InputError(f"{name}:{ex.line}: label {ex.label!r} is not one of the labels {labels}")
