@@ -158,6 +158,13 @@ def test_files_that_disagree_with_the_sidecar_are_refused(tmp_path, parallel_tsv
         open_prepared(tmp_path / "a").split("train")
     with pytest.raises(InputError, match=r"no split 'test' \(has: train, valid\)"):
         open_prepared(tmp_path / "b").split("test")
+    # Same length, other ids: opening cannot tell (it reads no data), the checksums can.
+    open_prepared(tmp_path / "b").verify()
+    data = tmp_path / "b" / "valid.tgt.bin"
+    data.write_bytes(bytes(reversed(data.read_bytes())))
+    open_prepared(tmp_path / "b").split("valid")
+    with pytest.raises(InputError, match=f"{data}: sha256 differs from .*prepared.json"):
+        open_prepared(tmp_path / "b").verify()
 
 
 def test_policy_error_names_the_file_and_line_and_writes_nothing(tmp_path, small_chunks):

@@ -32,7 +32,9 @@ def _split_sources(args: argparse.Namespace, split: str) -> tuple[Path, ...] | N
         raise InputError(f"--{split}-src and --{split}-tgt are for --task translate; a labelled corpus is one file")
     if bool(src) != bool(tgt):
         raise InputError(f"--{split}-src and --{split}-tgt go together")
-    return (tsv,) if tsv else (src, tgt) if src else None
+    if tsv:
+        return (tsv,)
+    return (src, tgt) if src and tgt else None
 
 
 def cmd_data_prepare(args: argparse.Namespace) -> None:
@@ -50,6 +52,7 @@ def cmd_data_prepare(args: argparse.Namespace) -> None:
         splits = {name: Source((directory / f"{name}.tsv",)) for name in ("train", "valid")
                   if (directory / f"{name}.tsv").is_file()}
     else:
+        assert train is not None
         splits = {"train": Source(train)}
         if valid:
             splits["valid"] = Source(valid)

@@ -24,6 +24,7 @@ import hashlib
 import itertools
 import struct
 import tempfile
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -86,10 +87,10 @@ class IndexedWriter:
             self.finish()
         self._stack.__exit__(exc_type, exc, tb)  # an error unlinks the temporary .bin; success renamed it already
 
-    def add(self, ids: list[int] | np.ndarray) -> None:
+    def add(self, ids: Sequence[int] | np.ndarray) -> None:
         self.add_many([ids])
 
-    def add_many(self, seqs: list[list[int]] | list[np.ndarray]) -> None:
+    def add_many(self, seqs: Sequence[Sequence[int] | np.ndarray]) -> None:
         """Append several sequences at once (one write per chunk of lines is much faster than one per line)."""
         sizes = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
         flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=int(sizes.sum()))

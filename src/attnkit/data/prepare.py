@@ -361,14 +361,26 @@ class PreparedCorpus:
     def labels(self) -> list[str] | None:
         return self.meta.get("labels")
 
+    def verify(self) -> None:
+        """Hash every written file against the sidecar's sha256 (reads the whole corpus once; opening does not:
+        it checks sizes and tiling only, so that start-up stays fast)."""
+        for info in self.meta["splits"].values():
+            for name, digest in info["files"].items():
+                path = self.directory / name
+                if not path.is_file():
+                    raise InputError(f"{path}: no such file (listed in {self.directory / SIDECAR})")
+                if _sha256_file(path) != digest:
+                    raise InputError(f"{path}: sha256 differs from {self.directory / SIDECAR}; the file was changed "
+                                     "after preparation")
+
     def split(self, name: str) -> ParallelTokens | LabelledTokens:
         """Map one split's files (cheap: nothing is read but the index), after checking they match the sidecar."""
         info = self.meta["splits"].get(name)
         if info is None:
             raise InputError(f"{self.directory / SIDECAR}: no split {name!r} (has: {', '.join(self.meta['splits'])})")
         prefix = self.directory / name
-        parts = {"src": None, "tgt": None} if self.task == "translate" else {"text": None}
-        for part in parts:
+        parts: dict[str, IndexedTokens] = {}
+        for part in ("src", "tgt") if self.task == "translate" else ("text",):
             tokens = IndexedTokens(f"{prefix}.{part}")
             if len(tokens) != info["sequences"]:
                 raise InputError(f"{tokens.prefix}.idx: {len(tokens)} sequences, but {self.directory / SIDECAR} "
