@@ -40,9 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        from attnkit.compat import check_torch
+        if getattr(args, "needs_torch", True):  # `data prepare` never loads a model: it runs without torch
+            from attnkit.compat import check_torch
 
-        check_torch()  # before anything is loaded: older torch has known weights_only unpickler holes
+            check_torch()  # before anything is loaded: older torch has known weights_only unpickler holes
         args.func(args)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)

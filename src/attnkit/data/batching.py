@@ -1,4 +1,5 @@
-"""From token ids to padded batches: length policy, padding, length-bucketed and token-budget batches.
+"""From token ids to padded batches: padding, length-bucketed and token-budget batches (the length policy lives in
+``lengths`` and is re-exported here).
 
 Bucketing groups sentences of similar length so that little compute is spent on padding; the order of batches
 is still shuffled every epoch, from a seeded generator, so runs repeat exactly.
@@ -6,51 +7,12 @@ is still shuffled every epoch, from a seeded generator, so runs repeat exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
-from attnkit.errors import InputError
+from attnkit.data.lengths import Truncation, apply_length_policy
 
-
-@dataclass(frozen=True)
-class Truncation:
-    """How many inputs were cut to the length limit, and the longest seen (for the user's report)."""
-
-    n_truncated: int
-    n_total: int
-    longest: int
-    limit: int
-
-
-def apply_length_policy(
-    seqs: list[list[int]],
-    limit: int,
-    policy: str,
-    *,
-    what: str = "input",
-    keep_last: int | None = None,
-    lines: list[int] | None = None,
-) -> tuple[list[list[int]], Truncation]:
-    """Cut sequences longer than ``limit`` tokens (policy "truncate") or refuse them (policy "error").
-
-    ``keep_last`` keeps that many final tokens (an EOS, a [SEP]) when cutting; ``lines`` are the sequences' line
-    numbers in their file, for the error. Truncation is returned, never silent.
-    """
-    longest = max((len(s) for s in seqs), default=0)
-    over = [i for i, s in enumerate(seqs) if len(s) > limit]
-    if over and policy == "error":
-        first = f"line {lines[over[0]]}" if lines else f"#{over[0] + 1}"
-        plural = "s are" if len(over) > 1 else " is"
-        raise InputError(
-            f"{len(over)} {what}{plural} longer than max_len={limit} tokens (first: {first}, {len(seqs[over[0]])} "
-            f"tokens); raise max_len or use max_len_policy=truncate"
-        )
-    if over:
-        cut = (lambda s: s[: limit - keep_last] + s[-keep_last:]) if keep_last else (lambda s: s[:limit])
-        seqs = [s if len(s) <= limit else cut(s) for s in seqs]
-    return seqs, Truncation(len(over), len(seqs), longest, limit)
+__all__ = ["Truncation", "apply_length_policy", "bucketed_batches", "pad", "token_budget_batches"]
 
 
 def pad(seqs: list[list[int]], pad_id: int) -> Tensor:

@@ -23,8 +23,8 @@ Anything we cannot use raises ``InputError`` with a message that starts ``"{path
 from __future__ import annotations
 
 import csv
-import io
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,41 +54,64 @@ class Pair:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Bytes to lines: the checks every format shares.
+# Bytes to lines: the checks every format shares. Files are streamed line by line, so a reader's memory does not
+# grow with the file (``attnkit data prepare`` reads corpora of millions of lines through these generators).
 
 
-def _read_text(path: Path) -> str:
-    """The whole file as text with ``\\n`` line ends, or InputError naming what is wrong with it."""
+def _check_file(path: Path) -> None:
     if not path.exists():
         raise InputError(f"{path}: no such file")
     if path.is_dir():
         raise InputError(f"{path}: is a directory, expected a file")
+
+
+def _raw_lines(path: Path) -> Iterator[str]:
+    """The file's lines as text, each with its ``\\n`` (CRLF and lone CR read as ``\\n``, a leading BOM dropped),
+    or InputError naming what is wrong with it."""
+    _check_file(path)
     try:
-        raw = path.read_bytes()
+        # utf-8-sig drops a leading byte-order mark; newline=None turns CRLF and lone CR into "\n" (also across
+        # the decoder's chunk boundaries), and a line ends only there, never at a form feed or U+2028.
+        f = open(path, encoding="utf-8-sig", errors="strict", newline=None)
     except OSError as err:
         raise InputError(f"{path}: cannot read the file: {err.strerror}") from None
-    if raw.startswith(_UTF8_BOM):
-        raw = raw[len(_UTF8_BOM) :]
-    # Normalising the bytes first is safe (no UTF-8 multi-byte sequence contains CR or LF) and keeps the
-    # line count of a decoding error right whatever line ends the file uses.
-    raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    try:
-        return raw.decode("utf-8", errors="strict")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        bad = raw[err.start : err.end].hex(" ")
-        raise InputError(f"{path}:{line}: not valid UTF-8 (bytes {bad}); save the file as UTF-8") from None
+    with f:
+        try:
+            yield from f
+        except UnicodeDecodeError:
+            raise _utf8_error(path) from None
+        except OSError as err:
+            raise InputError(f"{path}: cannot read the file: {err.strerror}") from None
 
 
-def _split_lines(text: str) -> list[str]:
-    """Lines without their ends. ``str.splitlines`` is avoided on purpose: it also breaks on form feeds,
-    U+2028 and other characters that are ordinary text in a TSV field."""
-    if not text:
-        return []
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines.pop()  # the final line break ends the last line; it does not start a new, empty one
-    return lines
+def _utf8_error(path: Path) -> InputError:
+    """The line and bytes of the first invalid UTF-8 sequence, found by a second, binary pass (only on this error
+    path) because the text decoder reports neither."""
+    number = 1
+    with open(path, "rb") as f:
+        for i, chunk in enumerate(f):  # binary lines end at b"\n", which no multi-byte sequence contains
+            if i == 0 and chunk.startswith(_UTF8_BOM):
+                chunk = chunk[len(_UTF8_BOM) :]
+            try:
+                chunk.decode("utf-8", errors="strict")
+            except UnicodeDecodeError as err:
+                line = number + _count_breaks(chunk[: err.start])
+                bad = chunk[err.start : err.end].hex(" ")
+                return InputError(f"{path}:{line}: not valid UTF-8 (bytes {bad}); save the file as UTF-8")
+            number += _count_breaks(chunk)
+    return InputError(f"{path}: not valid UTF-8; save the file as UTF-8")
+
+
+def _count_breaks(raw: bytes) -> int:
+    """Line breaks in ``raw``: CRLF, LF and a lone CR each count once."""
+    return raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").count(b"\n")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(number, line)`` without the line end; numbers are 1-based. A final line break ends the last line; it
+    does not start a new, empty one."""
+    for number, line in enumerate(_raw_lines(path), start=1):
+        yield number, line[:-1] if line.endswith("\n") else line
 
 
 def _suffix(path: Path, supported: tuple[str, ...]) -> str:
@@ -103,50 +126,60 @@ def _suffix(path: Path, supported: tuple[str, ...]) -> str:
 # ---------------------------------------------------------------------------------------------------------
 # Tables (TSV and CSV): a header, then rows of fields. Both produce (line, fields) rows for _pick_columns.
 
+Rows = Iterator[tuple[int, list[str]]]
 
-def _tsv_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
-    lines = _split_lines(text)
-    if not lines or not lines[0].strip():
+
+def _tsv_rows(path: Path) -> tuple[list[str], Rows]:
+    lines = _lines(path)
+    first = next(lines, None)
+    if first is None or not first[1].strip():
         raise InputError(f"{path}:1: file is empty; expected a header line such as 'text<TAB>label'")
-    header = [name.strip() for name in lines[0].split("\t")]
-    rows = []
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            raise InputError(f"{path}:{number}: blank line; every line after the header must be a row")
-        fields = line.split("\t")
-        if len(fields) != len(header):
-            raise InputError(
-                f"{path}:{number}: expected {len(header)} tab-separated fields as in the header, found {len(fields)}"
-            )
-        rows.append((number, fields))
-    return header, rows
+    header = [name.strip() for name in first[1].split("\t")]
+
+    def rows() -> Rows:
+        for number, line in lines:
+            if not line.strip():
+                raise InputError(f"{path}:{number}: blank line; every line after the header must be a row")
+            fields = line.split("\t")
+            if len(fields) != len(header):
+                raise InputError(f"{path}:{number}: expected {len(header)} tab-separated fields as in the header, "
+                                 f"found {len(fields)}")
+            yield number, fields
+
+    return header, rows()
 
 
-def _csv_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
+def _csv_rows(path: Path) -> tuple[list[str], Rows]:
     # strict=True turns quoting mistakes (a stray quote, an unclosed one) into errors instead of silently
-    # swallowing the rest of the file into one field.
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    records = []
-    start = 1
-    try:
-        for fields in reader:
-            records.append((start, fields))
-            start = reader.line_num + 1  # the next record starts after the last line this one used
-    except csv.Error as err:
-        raise InputError(f"{path}:{start}: malformed CSV record: {err}") from None
-    if not records or not any(field.strip() for field in records[0][1]):
+    # swallowing the rest of the file into one field. The lines keep their "\n" so that a quoted field may span
+    # several of them.
+    reader = csv.reader(_raw_lines(path), strict=True)
+    where = {"start": 1}
+
+    def records() -> Rows:
+        try:
+            for fields in reader:
+                yield where["start"], fields
+                where["start"] = reader.line_num + 1  # the next record starts after the last line this one used
+        except csv.Error as err:
+            raise InputError(f"{path}:{where['start']}: malformed CSV record: {err}") from None
+
+    stream = records()
+    first = next(stream, None)
+    if first is None or not any(field.strip() for field in first[1]):
         raise InputError(f"{path}:1: file is empty; expected a header row such as 'text,label'")
-    header = [name.strip() for name in records[0][1]]
-    rows = []
-    for number, fields in records[1:]:
-        if not any(field.strip() for field in fields):
-            raise InputError(f"{path}:{number}: blank line; every line after the header must be a row")
-        if len(fields) != len(header):
-            raise InputError(
-                f"{path}:{number}: expected {len(header)} comma-separated fields as in the header, found {len(fields)}"
-            )
-        rows.append((number, fields))
-    return header, rows
+    header = [name.strip() for name in first[1]]
+
+    def rows() -> Rows:
+        for number, fields in stream:
+            if not any(field.strip() for field in fields):
+                raise InputError(f"{path}:{number}: blank line; every line after the header must be a row")
+            if len(fields) != len(header):
+                raise InputError(f"{path}:{number}: expected {len(header)} comma-separated fields as in the header, "
+                                 f"found {len(fields)}")
+            yield number, fields
+
+    return header, rows()
 
 
 def _column(path: Path, header: list[str], name: str) -> int:
@@ -158,14 +191,12 @@ def _column(path: Path, header: list[str], name: str) -> int:
 
 
 def _pick_columns(
-    path: Path, header: list[str], rows: list[tuple[int, list[str]]], *, with_label: bool
-) -> list[tuple[str, str | None, int]]:
+    path: Path, header: list[str], rows: Rows, *, with_label: bool
+) -> Iterator[tuple[str, str | None, int]]:
     """(text, label or None, line) for each row, with empty texts and labels rejected."""
     text_at = _column(path, header, "text")
     label_at = _column(path, header, "label") if with_label else None
-    if not rows:
-        raise InputError(f"{path}:1: only a header, no rows")
-    picked = []
+    n_rows = 0
     for number, fields in rows:
         text = fields[text_at].strip()
         if not text:
@@ -175,8 +206,10 @@ def _pick_columns(
             label = fields[label_at].strip()
             if not label:
                 raise InputError(f"{path}:{number}: empty label")
-        picked.append((text, label, number))
-    return picked
+        n_rows += 1
+        yield text, label, number
+    if not n_rows:
+        raise InputError(f"{path}:1: only a header, no rows")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -189,9 +222,9 @@ def _json_type(value: object) -> str:
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
-def _jsonl_rows(path: Path, text: str, *, with_label: bool) -> list[tuple[str, str | None, int]]:
-    picked = []
-    for number, line in enumerate(_split_lines(text), start=1):
+def _jsonl_rows(path: Path, *, with_label: bool) -> Iterator[tuple[str, str | None, int]]:
+    n_rows = 0
+    for number, line in _lines(path):
         if not line.strip():
             continue  # blank lines between records are harmless in JSON lines
         try:
@@ -212,10 +245,10 @@ def _jsonl_rows(path: Path, text: str, *, with_label: bool) -> list[tuple[str, s
         if not text:
             raise InputError(f"{path}:{number}: empty text")
         label = _json_label(path, number, record) if with_label else None
-        picked.append((text, label, number))
-    if not picked:
+        n_rows += 1
+        yield text, label, number
+    if not n_rows:
         raise InputError(f"{path}:1: file is empty; expected one JSON object per line")
-    return picked
 
 
 def _json_label(path: Path, number: int, record: dict) -> str:
@@ -239,26 +272,28 @@ def _json_label(path: Path, number: int, record: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Public readers.
+# Public readers: ``iter_*`` stream (constant memory, for ``data prepare``); ``read_*`` are their lists.
 
 
-def _read_rows(path: Path, suffix: str, *, with_label: bool) -> list[tuple[str, str | None, int]]:
-    text = _read_text(path)
+def _iter_rows(path: Path, suffix: str, *, with_label: bool) -> Iterator[tuple[str, str | None, int]]:
     if suffix == ".jsonl":
-        return _jsonl_rows(path, text, with_label=with_label)
-    header, rows = _tsv_rows(path, text) if suffix == ".tsv" else _csv_rows(path, text)
+        return _jsonl_rows(path, with_label=with_label)
+    header, rows = _tsv_rows(path) if suffix == ".tsv" else _csv_rows(path)
     return _pick_columns(path, header, rows, with_label=with_label)
+
+
+def iter_labeled(path: str | Path) -> Iterator[Example]:
+    """Stream labeled examples from a ``.tsv``, ``.csv`` or ``.jsonl`` file, in file order."""
+    path = Path(path)
+    suffix = _suffix(path, _LABELED_SUFFIXES)
+    for text, label, line in _iter_rows(path, suffix, with_label=True):
+        assert label is not None  # with_label=True: a row without a label was refused with its line
+        yield Example(text, label, line)
 
 
 def read_labeled(path: str | Path) -> list[Example]:
     """Read labeled examples from a ``.tsv``, ``.csv`` or ``.jsonl`` file, in file order."""
-    path = Path(path)
-    suffix = _suffix(path, _LABELED_SUFFIXES)
-    examples = []
-    for text, label, line in _read_rows(path, suffix, with_label=True):
-        assert label is not None  # with_label=True: a row without a label was refused with its line
-        examples.append(Example(text, label, line))
-    return examples
+    return list(iter_labeled(path))
 
 
 def read_texts(path: str | Path) -> list[tuple[str, int]]:
@@ -267,26 +302,23 @@ def read_texts(path: str | Path) -> list[tuple[str, int]]:
     path = Path(path)
     suffix = _suffix(path, _TEXT_SUFFIXES)
     if suffix != ".txt":
-        return [(text, line) for text, _, line in _read_rows(path, suffix, with_label=False)]
-    lines = _split_lines(_read_text(path))
-    if not lines:
-        raise InputError(f"{path}:1: file is empty; expected one text per line")
+        return [(text, line) for text, _, line in _iter_rows(path, suffix, with_label=False)]
     texts = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in _lines(path):
         if not line.strip():
             raise InputError(f"{path}:{number}: blank line; expected one text per line")
         texts.append((line.strip(), number))
+    if not texts:
+        raise InputError(f"{path}:1: file is empty; expected one text per line")
     return texts
 
 
-def read_parallel_tsv(path: str | Path) -> list[Pair]:
-    """Read ``source<TAB>target`` lines; a first line ``source<TAB>target`` is taken as a header and skipped."""
+def iter_parallel_tsv(path: str | Path) -> Iterator[Pair]:
+    """Stream ``source<TAB>target`` lines; a first line ``source<TAB>target`` is taken as a header and skipped."""
     path = Path(path)
-    lines = _split_lines(_read_text(path))
-    if not lines:
-        raise InputError(f"{path}:1: file is empty; expected lines of source<TAB>target")
-    pairs = []
-    for number, line in enumerate(lines, start=1):
+    n_lines = n_pairs = 0
+    for number, line in _lines(path):
+        n_lines = number
         fields = line.split("\t")
         if number == 1 and [field.strip() for field in fields] == ["source", "target"]:
             continue
@@ -303,30 +335,47 @@ def read_parallel_tsv(path: str | Path) -> list[Pair]:
             raise InputError(f"{path}:{number}: empty source")
         if not target:
             raise InputError(f"{path}:{number}: empty target")
-        pairs.append(Pair(source, target, number))
-    if not pairs:
+        n_pairs += 1
+        yield Pair(source, target, number)
+    if not n_lines:
+        raise InputError(f"{path}:1: file is empty; expected lines of source<TAB>target")
+    if not n_pairs:
         raise InputError(f"{path}:1: only a header, no pairs")
-    return pairs
+
+
+def read_parallel_tsv(path: str | Path) -> list[Pair]:
+    """Read ``source<TAB>target`` lines; a first line ``source<TAB>target`` is taken as a header and skipped."""
+    return list(iter_parallel_tsv(path))
+
+
+def iter_parallel_files(src_path: str | Path, tgt_path: str | Path) -> Iterator[Pair]:
+    """Stream two plain-text files of sentences aligned line by line (line n of one translates line n of the
+    other). Unequal line counts are found when the shorter file ends."""
+    src_path, tgt_path = Path(src_path), Path(tgt_path)
+    src_lines, tgt_lines = _lines(src_path), _lines(tgt_path)
+    n_src = n_tgt = 0
+    for n_src, source in src_lines:
+        next_tgt = next(tgt_lines, None)
+        if next_tgt is None:
+            break
+        n_tgt, target = next_tgt
+        for path, sentence in ((src_path, source), (tgt_path, target)):
+            if not sentence.strip():
+                raise InputError(f"{path}:{n_src}: blank line; every line must hold a sentence")
+        yield Pair(source.strip(), target.strip(), n_src)
+    n_src += sum(1 for _ in src_lines)  # the lines left over in the longer file, counted for the message
+    n_tgt += sum(1 for _ in tgt_lines)
+    for path, n in ((src_path, n_src), (tgt_path, n_tgt)):
+        if not n:
+            raise InputError(f"{path}:1: file is empty; expected one sentence per line")
+    if n_src != n_tgt:
+        raise InputError(
+            f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; "
+            "aligned files must have the same number of lines"
+        )
 
 
 def read_parallel_files(src_path: str | Path, tgt_path: str | Path) -> list[Pair]:
     """Read two plain-text files of sentences aligned line by line (line n of one translates line n of the
     other)."""
-    src_path, tgt_path = Path(src_path), Path(tgt_path)
-    src_lines = _split_lines(_read_text(src_path))
-    tgt_lines = _split_lines(_read_text(tgt_path))
-    for path, lines in ((src_path, src_lines), (tgt_path, tgt_lines)):
-        if not lines:
-            raise InputError(f"{path}:1: file is empty; expected one sentence per line")
-    if len(src_lines) != len(tgt_lines):
-        raise InputError(
-            f"{src_path} has {len(src_lines)} lines but {tgt_path} has {len(tgt_lines)}; "
-            "aligned files must have the same number of lines"
-        )
-    pairs = []
-    for number, (source, target) in enumerate(zip(src_lines, tgt_lines), start=1):
-        for path, sentence in ((src_path, source), (tgt_path, target)):
-            if not sentence.strip():
-                raise InputError(f"{path}:{number}: blank line; every line must hold a sentence")
-        pairs.append(Pair(source.strip(), target.strip(), number))
-    return pairs
+    return list(iter_parallel_files(src_path, tgt_path))

@@ -119,6 +119,23 @@ class Tokenizer:
                              "(fingerprint mismatch)")
         return tokenizer
 
+    @classmethod
+    def from_backend_file(cls, path: str | Path) -> Tokenizer:
+        """Restore from a ``tokenizer.json`` alone, with no saved meta: the kind is read from the model type and
+        a leading <cls> from what an encoding starts with. Attnkit's special-token names are assumed."""
+        path = Path(path)
+        try:
+            backend = Backend.from_file(str(path))
+        except Exception as err:  # the Rust side raises plain Exceptions on malformed files
+            raise InputError(f"{path}: not a valid tokenizer file ({err})") from None
+        model_kind = {"BPE": "bpe", "WordLevel": "word", "WordPiece": "wordpiece"}
+        kind = model_kind.get(json.loads(backend.to_str())["model"]["type"])
+        if kind is None:
+            raise InputError(f"{path}: a tokenizer of an unsupported model type; expected BPE, WordLevel or WordPiece")
+        cls_id = backend.token_to_id("<cls>")
+        add_cls = cls_id is not None and backend.encode("a").ids[:1] == [cls_id]
+        return cls(backend, kind, SpecialTokens(cls="<cls>" if add_cls else None))
+
 
 def train_tokenizer(
     texts: Iterable[str],
