@@ -14,8 +14,8 @@ from attnkit.data.prepare import Source, TokenizerSpec, load_tokenizer, open_pre
 from attnkit.data.readers import read_labeled, read_parallel_files, read_parallel_tsv
 from attnkit.errors import InputError
 from attnkit.tokenization import train_tokenizer
-from attnkit.training.classify import encode_examples
-from attnkit.training.translate import encode_pairs
+from attnkit.tasks.classify import encode_examples
+from attnkit.tasks.translate import encode_pairs
 
 WORDS = "the a cat dog sat ran on under mat house big small red blue quickly slowly and but".split()
 
