@@ -45,8 +45,22 @@ def classify_train(out: Path, *extra: str) -> list[str]:
 def translate_train(tmp_path: Path, out: Path, *extra: str) -> list[str]:
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text(PAIRS, encoding="utf-8")
-    return ["translate", "train", "--train", str(pairs), "--out", str(out), "--quiet", "--set", *TINY_SET,
-            "tokenizer=word", "valid_bleu=false", "checkpoint_every=1", "max_len=16", *extra]
+    return [
+        "translate",
+        "train",
+        "--train",
+        str(pairs),
+        "--out",
+        str(out),
+        "--quiet",
+        "--set",
+        *TINY_SET,
+        "tokenizer=word",
+        "valid_bleu=false",
+        "checkpoint_every=1",
+        "max_len=16",
+        *extra,
+    ]
 
 
 def one_error_line(capsys, argv: list[str]) -> str:
@@ -108,6 +122,7 @@ def make_read_only(directory: Path, monkeypatch) -> None:
             for path in args[:n_paths]:
                 check(path)
             return real(*args, **kwargs)
+
         return guarded
 
     for name in ("mkdir", "unlink", "remove", "rmdir"):

@@ -32,8 +32,9 @@ def _model(norm: str = "post") -> Transformer:
     Untied: with tied embeddings a random model copies its input token forever (BOS, BOS, ...). The output
     projection is scaled up so that the distributions are peaked and near ties between candidates are rare.
     """
-    cfg = TranslatorConfig(vocab_size=V, d_model=D, n_heads=H, d_ff=FF, n_layers=N, max_len=MAX_LEN, norm=norm,
-                           tie_embeddings=False)
+    cfg = TranslatorConfig(
+        vocab_size=V, d_model=D, n_heads=H, d_ff=FF, n_layers=N, max_len=MAX_LEN, norm=norm, tie_embeddings=False
+    )
     model = build_translator(cfg, pad_id=PAD).eval()
     with torch.no_grad():
         model.output_proj.weight.mul_(3.0)

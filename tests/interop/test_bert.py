@@ -20,7 +20,6 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from attnkit import runs
-from attnkit.tasks.classify import ClassifierRun
 from attnkit.config import ClassifierConfig, TrainConfig
 from attnkit.data.batching import pad
 from attnkit.data.recipes import default_cache_dir
@@ -34,6 +33,7 @@ from attnkit.interop.bert import (
     write_bert_folder,
 )
 from attnkit.model.build import build_classifier
+from attnkit.tasks.classify import ClassifierRun
 from attnkit.tasks.embed import sentence_embeddings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every folder here is local; never reach for the hub
@@ -67,8 +67,9 @@ def tiny_bert(tmp_path_factory) -> tuple[Path, object]:
     Every parameter is perturbed from transformers' init (LayerNorm weights 1, biases 0) so that a mapping that
     swapped two LayerNorms or dropped a bias would show."""
     torch.manual_seed(0)
-    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                                     vocab_size=100)
+    config = transformers.BertConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=100
+    )
     hf = transformers.BertModel(config).eval()
     with torch.no_grad():
         for param in hf.parameters():
@@ -110,8 +111,13 @@ def _copy_folder(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> Path:
 def _write_run(run_dir: Path, model, cfg: ClassifierConfig, tokenizer, labels: list[str]) -> Path:
     """A classifier run directory laid out as ``tasks.classify.train_classifier`` writes one."""
     run_dir.mkdir()
-    config = {**runs.config_header("classify"), "model": dataclasses.asdict(cfg),
-              "train": dataclasses.asdict(TrainConfig()), "tokenizer": tokenizer.meta(), "pad_id": tokenizer.pad_id}
+    config = {
+        **runs.config_header("classify"),
+        "model": dataclasses.asdict(cfg),
+        "train": dataclasses.asdict(TrainConfig()),
+        "tokenizer": tokenizer.meta(),
+        "pad_id": tokenizer.pad_id,
+    }
     runs.atomic_write_json(run_dir / runs.CONFIG, config)
     runs.atomic_write_json(run_dir / runs.LABELS, labels)
     tokenizer.save(run_dir / runs.TOKENIZER)
@@ -152,8 +158,12 @@ def test_minilm_hidden_states_match_transformers(minilm):
 
 @needs_minilm
 def test_minilm_reproduces_the_published_similarities():
-    a, b, c = embed("minilm", ["The new movie is awesome", "The new movie is so great", "The dog plays in the garden"],
-                    pool="mean", normalize=True)
+    a, b, c = embed(
+        "minilm",
+        ["The new movie is awesome", "The new movie is so great", "The dog plays in the garden"],
+        pool="mean",
+        normalize=True,
+    )
     assert abs(float(a @ b) - 0.8939) < 1e-3
     assert abs(float(a @ c) - 0.0543) < 1e-3
 
@@ -267,11 +277,14 @@ def _classifier_run(tiny_bert, tmp_path, n_classes: int, labels: list[str], head
     return _write_run(tmp_path / "run", model, cfg, tokenizer, labels)
 
 
-@pytest.mark.parametrize(("n_classes", "labels", "head_scale"), [
-    (3, ["anger", "joy", "fear"], 1.0),
-    (3, ["anger", "joy", "fear"], 8.0),
-    (1, ["neg", "pos"], 8.0),  # a single sigmoid logit becomes two softmax logits
-])
+@pytest.mark.parametrize(
+    ("n_classes", "labels", "head_scale"),
+    [
+        (3, ["anger", "joy", "fear"], 1.0),
+        (3, ["anger", "joy", "fear"], 8.0),
+        (1, ["neg", "pos"], 8.0),  # a single sigmoid logit becomes two softmax logits
+    ],
+)
 def test_classifier_exports_as_bert_for_sequence_classification(tiny_bert, tmp_path, n_classes, labels, head_scale):
     run_dir = _classifier_run(tiny_bert, tmp_path, n_classes, labels, head_scale)
     run = ClassifierRun(run_dir)
@@ -285,8 +298,10 @@ def test_classifier_exports_as_bert_for_sequence_classification(tiny_bert, tmp_p
     ours = torch.tensor([[p.probs[label] for label in labels] for p in run.predict(SENTENCES)])  # (N, C)
     theirs = _hf_probabilities(out, SENTENCES)  # (N, C)
     logits = run.logits(SENTENCES)
-    print(f"largest |logit| {logits.abs().max():.2f}, "
-          f"largest |p_attnkit - p_transformers| {(ours - theirs).abs().max():.2e}")
+    print(
+        f"largest |logit| {logits.abs().max():.2f}, "
+        f"largest |p_attnkit - p_transformers| {(ours - theirs).abs().max():.2e}"
+    )
     if head_scale > 1:
         assert logits.abs().max() > 1.0, "the confident head should give logits far from 0"
     torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
@@ -342,11 +357,14 @@ def test_folder_without_weights_is_refused(tiny_bert, tmp_path):
         load_bert_classifier(folder, n_classes=2)
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"model_type": "gpt2", "architectures": ["GPT2Model"]}, "model_type 'gpt2'.*not BERT"),
-    ({"hidden_act": "gelu_new"}, "hidden_act 'gelu_new' is not supported"),
-    ({"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key'"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"model_type": "gpt2", "architectures": ["GPT2Model"]}, "model_type 'gpt2'.*not BERT"),
+        ({"hidden_act": "gelu_new"}, "hidden_act 'gelu_new' is not supported"),
+        ({"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key'"),
+    ],
+)
 def test_config_of_another_architecture_is_refused(tiny_bert, tmp_path, change, message):
     folder = _copy_folder(tiny_bert[0], tmp_path / "other")
     config = json.loads((folder / "config.json").read_text())
@@ -372,6 +390,10 @@ def test_missing_tensors_are_listed_with_both_names(tiny_bert, tmp_path):
     save_file(state, str(folder / "model.safetensors"))
     with pytest.raises(InputError, match="missing 2 tensor") as err:
         load_bert_classifier(folder, n_classes=2)
-    for name in ("encoder.layers.0.norm1.bias", "encoder.layer.0.attention.output.LayerNorm.bias",
-                 "embeddings.token_type.weight", "embeddings.token_type_embeddings.weight"):
+    for name in (
+        "encoder.layers.0.norm1.bias",
+        "encoder.layer.0.attention.output.LayerNorm.bias",
+        "embeddings.token_type.weight",
+        "embeddings.token_type_embeddings.weight",
+    ):
         assert name in str(err.value)

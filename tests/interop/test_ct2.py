@@ -61,10 +61,32 @@ def run_dir(tmp_path_factory) -> Path:
     write_reverse(tmp / "train.tsv", 300, random.Random(0))
     # A constant learning rate: the translator's default (noam, 4000 warm-up steps) barely moves in 150 steps, and
     # a model that emits only <bos> would make every comparison trivially equal.
-    quietly("translate", "train", "--train", str(tmp / "train.tsv"), "--out", str(tmp / "run"), "--max-steps", "150",
-            "--max-tokens", "400", "--seed", "1", "--quiet",
-            "--set", "d_model=32", "n_heads=2", "d_ff=64", "n_layers=1", "tokenizer=word", "min_freq=1",
-            "valid_bleu=false", "schedule=constant", "lr=5e-3", "warmup_steps=5")
+    quietly(
+        "translate",
+        "train",
+        "--train",
+        str(tmp / "train.tsv"),
+        "--out",
+        str(tmp / "run"),
+        "--max-steps",
+        "150",
+        "--max-tokens",
+        "400",
+        "--seed",
+        "1",
+        "--quiet",
+        "--set",
+        "d_model=32",
+        "n_heads=2",
+        "d_ff=64",
+        "n_layers=1",
+        "tokenizer=word",
+        "min_freq=1",
+        "valid_bleu=false",
+        "schedule=constant",
+        "lr=5e-3",
+        "warmup_steps=5",
+    )
     return tmp / "run"
 
 
@@ -261,8 +283,23 @@ def test_a_failed_export_leaves_no_directory_behind(run_dir, tmp_path, monkeypat
 
 
 def test_refuses_a_classifier_run(tmp_path):
-    quietly("classify", "train", "--train", str(SEED_TSV), "--out", str(tmp_path / "cls"), "--epochs", "1", "--quiet",
-            "--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "min_freq=1")
+    quietly(
+        "classify",
+        "train",
+        "--train",
+        str(SEED_TSV),
+        "--out",
+        str(tmp_path / "cls"),
+        "--epochs",
+        "1",
+        "--quiet",
+        "--set",
+        "d_model=16",
+        "n_heads=2",
+        "d_ff=32",
+        "n_layers=1",
+        "min_freq=1",
+    )
     with pytest.raises(InputError, match="is a 'classify' run, not a translator"):
         export_ct2(tmp_path / "cls", tmp_path / "out")
     assert not (tmp_path / "out").exists()

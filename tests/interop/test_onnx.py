@@ -37,8 +37,14 @@ NEG = ["bad film", "awful", "hated it so much", "terrible acting and a boring st
 TRAIN_TSV = "text\tlabel\n" + "".join(f"{POS[i % 6]}\tpos\n{NEG[i % 6]}\tneg\n" for i in range(15))  # 30 lines
 PAIRS_TSV = "source\ttarget\na b c\tc b a\nd e\te d\nf g h i\ti h g f\n"
 # Different lengths, so the batch is padded; words unseen in training map to <unk>.
-TEXTS = ["good", "hated it so much, really", "a wonderful film with great acting and a fine story, loved it",
-         "bad film", "nice fun", "awful acting"]
+TEXTS = [
+    "good",
+    "hated it so much, really",
+    "a wonderful film with great acting and a fine story, loved it",
+    "bad film",
+    "nice fun",
+    "awful acting",
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -62,10 +68,40 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     (tmp / "train.tsv").write_text(TRAIN_TSV, encoding="utf-8")
     (tmp / "pairs.tsv").write_text(PAIRS_TSV, encoding="utf-8")
     for pooling in ("mean", "cls"):
-        _quietly(["classify", "train", "--train", str(tmp / "train.tsv"), "--out", str(tmp / pooling), "--epochs", "1",
-                  "--quiet", "--set", *TINY, f"pooling={pooling}"])
-    _quietly(["translate", "train", "--train", str(tmp / "pairs.tsv"), "--out", str(tmp / "mt"), "--max-steps", "1",
-              "--quiet", "--set", *TINY, "tokenizer=word", "valid_bleu=false", "max_len=16"])
+        _quietly(
+            [
+                "classify",
+                "train",
+                "--train",
+                str(tmp / "train.tsv"),
+                "--out",
+                str(tmp / pooling),
+                "--epochs",
+                "1",
+                "--quiet",
+                "--set",
+                *TINY,
+                f"pooling={pooling}",
+            ]
+        )
+    _quietly(
+        [
+            "translate",
+            "train",
+            "--train",
+            str(tmp / "pairs.tsv"),
+            "--out",
+            str(tmp / "mt"),
+            "--max-steps",
+            "1",
+            "--quiet",
+            "--set",
+            *TINY,
+            "tokenizer=word",
+            "valid_bleu=false",
+            "max_len=16",
+        ]
+    )
     return {"mean": tmp / "mean", "cls": tmp / "cls", "mt": tmp / "mt"}
 
 

@@ -81,8 +81,9 @@ def _corrupted_state(change: str) -> dict[str, torch.Tensor]:
     return state
 
 
-@pytest.mark.parametrize(("change", "named"), [("missing", "head.bias"), ("mis-shaped", "head.weight"),
-                                               ("unexpected", "head.extra")])
+@pytest.mark.parametrize(
+    ("change", "named"), [("missing", "head.bias"), ("mis-shaped", "head.weight"), ("unexpected", "head.extra")]
+)
 def test_mismatched_weights_name_the_tensor(change, named, tmp_path):
     path = tmp_path / runs.WEIGHTS
     save_file(_corrupted_state(change), str(path))

@@ -34,8 +34,13 @@ def _write_run(run_dir, task: str, *, edit=lambda config: None):
         cfg = TranslatorConfig(vocab_size=tokenizer.vocab_size, **SHAPE)
         model = build_translator(cfg, pad_id=tokenizer.pad_id)
     run_dir.mkdir()
-    config = {**runs.config_header(task), "model": dataclasses.asdict(cfg), "train": dataclasses.asdict(TrainConfig()),
-              "tokenizer": tokenizer.meta(), "pad_id": tokenizer.pad_id}
+    config = {
+        **runs.config_header(task),
+        "model": dataclasses.asdict(cfg),
+        "train": dataclasses.asdict(TrainConfig()),
+        "tokenizer": tokenizer.meta(),
+        "pad_id": tokenizer.pad_id,
+    }
     edit(config)
     runs.atomic_write_json(run_dir / runs.CONFIG, config)
     if task == "classify":
@@ -100,11 +105,14 @@ def test_a_run_of_the_other_task_is_refused_by_the_task_runs(tmp_path):
 def test_remove_temporary_files_deletes_only_what_interrupted_writes_left(tmp_path):
     run_dir, _ = _write_run(tmp_path / "run", "translate")
     (run_dir / runs.CHECKPOINTS).mkdir()
-    runs.save_weights(run_dir / runs.CHECKPOINTS, build_translator(TranslatorConfig(vocab_size=60, **SHAPE)),
-                      "step_5.safetensors")
+    runs.save_weights(
+        run_dir / runs.CHECKPOINTS, build_translator(TranslatorConfig(vocab_size=60, **SHAPE)), "step_5.safetensors"
+    )
     # What a kill inside atomic.open_atomic leaves: its temporary name, ".NAME.<uuid4 hex>.tmp", beside the target.
-    leftovers = [run_dir / f".{runs.WEIGHTS}.{uuid.uuid4().hex}.tmp",
-                 run_dir / runs.CHECKPOINTS / f".step_10.safetensors.{uuid.uuid4().hex}.tmp"]
+    leftovers = [
+        run_dir / f".{runs.WEIGHTS}.{uuid.uuid4().hex}.tmp",
+        run_dir / runs.CHECKPOINTS / f".step_10.safetensors.{uuid.uuid4().hex}.tmp",
+    ]
     for path in leftovers:
         path.write_bytes(b"half")
     keep = [run_dir / ".hidden_note", run_dir / "notes.tmp"]  # not the atomic writer's pattern

@@ -139,10 +139,18 @@ def iter_results(
                 raise ValueError(f"length={length} is past the model's max_len={cfg.max_len}")
             for padded in (False, True):
                 ids, labels, lengths = make_batch(cfg, batch, length, padded, seed)
-                flop = training_flops(encoder_forward_flops(lengths, d_model=cfg.d_model, d_ff=cfg.d_ff,
-                                                            n_layers=cfg.n_layers))
-                common = dict(suite="classify", config=name, seq_len=length, search=None, dtype="float32",
-                              batch=batch, threads=threads)
+                flop = training_flops(
+                    encoder_forward_flops(lengths, d_model=cfg.d_model, d_ff=cfg.d_ff, n_layers=cfg.n_layers)
+                )
+                common = dict(
+                    suite="classify",
+                    config=name,
+                    seq_len=length,
+                    search=None,
+                    dtype="float32",
+                    batch=batch,
+                    threads=threads,
+                )
                 variant = "padded" if padded else "full"
                 torch.manual_seed(seed)
                 ours = build_classifier(cfg, pad_id=PAD_ID)
@@ -154,23 +162,44 @@ def iter_results(
                 timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0)
                 for impl, timing in zip(impls, timings):
                     t = timing.median_s
-                    yield Result(**common, impl=impl, mode="train", variant=variant, sentences_per_s=batch / t,
-                                 ms=t * 1e3, gflop_per_s=gflops(flop, t), mfu=mfu(flop, t, fp32_gflops),
-                                 reps=len(timing.times_s))
+                    yield Result(
+                        **common,
+                        impl=impl,
+                        mode="train",
+                        variant=variant,
+                        sentences_per_s=batch / t,
+                        ms=t * 1e3,
+                        gflop_per_s=gflops(flop, t),
+                        mfu=mfu(flop, t, fp32_gflops),
+                        reps=len(timing.times_s),
+                    )
                 # Inference: every implementation with its default settings; also torch.nn with its fast path off,
                 # and attnkit under bfloat16 autocast (`classify predict/eval --precision bf16`) where the CPU has
                 # native bfloat16.
                 calls = [(impl, variant, "float32", inference_call(*models[impl], ids)) for impl in impls]
                 if "torch.nn" in models:
-                    calls.append(("torch.nn", f"{variant}, fastpath-off", "float32",
-                                  inference_call(*models["torch.nn"], ids, fastpath=False)))
+                    calls.append(
+                        (
+                            "torch.nn",
+                            f"{variant}, fastpath-off",
+                            "float32",
+                            inference_call(*models["torch.nn"], ids, fastpath=False),
+                        )
+                    )
                 if "attnkit" in models and native_bf16():
                     calls.append(("attnkit", variant, "bfloat16", inference_call(*models["attnkit"], ids, "bf16")))
                 timings = measure_interleaved([c[3] for c in calls], warmup=warmup, reps=reps + 1, budget_s=20.0)
                 for (impl, label, dtype, _), timing in zip(calls, timings):
                     t = timing.median_s
-                    yield Result(**{**common, "dtype": dtype}, impl=impl, mode="infer", variant=label,
-                                 sentences_per_s=batch / t, ms=t * 1e3, reps=len(timing.times_s))
+                    yield Result(
+                        **{**common, "dtype": dtype},
+                        impl=impl,
+                        mode="infer",
+                        variant=label,
+                        sentences_per_s=batch / t,
+                        ms=t * 1e3,
+                        reps=len(timing.times_s),
+                    )
                 del models, steps, calls
 
 

@@ -79,7 +79,9 @@ def forward_fn(
 
         def forward(src: Tensor, tgt_in: Tensor) -> Tensor:
             return model(
-                input_ids=src, attention_mask=(src != PAD_ID).long(), decoder_input_ids=tgt_in,
+                input_ids=src,
+                attention_mask=(src != PAD_ID).long(),
+                decoder_input_ids=tgt_in,
                 decoder_attention_mask=(tgt_in != PAD_ID).long(),
             ).logits  # (B, T, V)
 
@@ -135,10 +137,16 @@ def iter_results(
             for length in lengths:
                 src, tgt_in, tgt_out = make_batch(cfg, length, tokens_per_batch, seed)
                 B = src.size(0)
-                flop = training_flops(seq2seq_forward_flops(
-                    [length] * B, [length] * B, d_model=cfg.d_model, d_ff=cfg.d_ff, n_layers=cfg.n_layers,
-                    vocab_size=cfg.vocab_size,
-                ))
+                flop = training_flops(
+                    seq2seq_forward_flops(
+                        [length] * B,
+                        [length] * B,
+                        d_model=cfg.d_model,
+                        d_ff=cfg.d_ff,
+                        n_layers=cfg.n_layers,
+                        vocab_size=cfg.vocab_size,
+                    )
+                )
                 torch.manual_seed(seed)
                 ours = build_translator(cfg, pad_id=PAD_ID)
                 # attnkit also with bfloat16 autocast (--set precision=bf16) where the CPU has native bfloat16; the
@@ -154,10 +162,20 @@ def iter_results(
                 for (impl, precision), timing in zip(runs, timings):
                     t = timing.median_s
                     yield Result(
-                        suite="train", impl=impl, config=name, seq_len=length, search=None,
+                        suite="train",
+                        impl=impl,
+                        config=name,
+                        seq_len=length,
+                        search=None,
                         dtype="bfloat16" if precision == "bf16" else "float32",
-                        mode="train", batch=B, tgt_tok_per_s=tgt_out.numel() / t, sentences_per_s=B / t, ms=t * 1e3,
-                        gflop_per_s=gflops(flop, t), mfu=mfu(flop, t, fp32_gflops), threads=threads,
+                        mode="train",
+                        batch=B,
+                        tgt_tok_per_s=tgt_out.numel() / t,
+                        sentences_per_s=B / t,
+                        ms=t * 1e3,
+                        gflop_per_s=gflops(flop, t),
+                        mfu=mfu(flop, t, fp32_gflops),
+                        threads=threads,
                         reps=len(timing.times_s),
                     )
                 del steps, ours

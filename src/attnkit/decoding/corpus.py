@@ -28,10 +28,20 @@ def translate_ids(
     for batch in bucketed_batches([len(s) for s in sources], batch_size, generator=None, bucket_factor=10**9):
         src = pad([sources[i] for i in batch], tokenizer.pad_id)  # (B, S)
         if beam == 1:
-            hyps = greedy_decode(model, src, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_positions=max_positions)
+            hyps = greedy_decode(
+                model, src, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_positions=max_positions
+            )
         else:
-            hyps = beam_search(model, src, beam_size=beam, alpha=alpha, length_penalty=length_penalty,
-                               bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_positions=max_positions)
+            hyps = beam_search(
+                model,
+                src,
+                beam_size=beam,
+                alpha=alpha,
+                length_penalty=length_penalty,
+                bos_id=tokenizer.bos_id,
+                eos_id=tokenizer.eos_id,
+                max_positions=max_positions,
+            )
         for i, hyp in zip(batch, hyps):
             out[i] = hyp
     return out

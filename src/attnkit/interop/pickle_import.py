@@ -99,7 +99,9 @@ def check_state_dict(path: Path, model: nn.Module, state: Mapping[str, Tensor]) 
                 f"{path}: tensor {name} has shape {tuple(tensor.shape)}, the model expects {tuple(expected[name].shape)}"
             )
         if tensor.is_floating_point() != expected[name].is_floating_point():
-            raise InputError(f"{path}: tensor {name} has dtype {tensor.dtype}, the model expects {expected[name].dtype}")
+            raise InputError(
+                f"{path}: tensor {name} has dtype {tensor.dtype}, the model expects {expected[name].dtype}"
+            )
 
 
 def import_pickle_into_run(

@@ -55,7 +55,7 @@ class KVCache:
     static: bool = False
 
     @classmethod
-    def empty(cls, batch: int, n_heads: int, d_head: int, capacity: int, like: Tensor) -> "KVCache":
+    def empty(cls, batch: int, n_heads: int, d_head: int, capacity: int, like: Tensor) -> KVCache:
         """An empty self-attention cache with room for ``capacity`` positions (dtype and device of ``like``)."""
         buf = like.new_empty((batch, n_heads, max(1, capacity), d_head))  # (B, H, capacity, Dh)
         return cls(buf, torch.empty_like(buf), 0)
@@ -68,7 +68,7 @@ class KVCache:
     def v(self) -> Tensor:
         return self.v_buf[:, :, : self.length]  # (B, H, L, Dh)
 
-    def append(self, k: Tensor, v: Tensor) -> "KVCache":
+    def append(self, k: Tensor, v: Tensor) -> KVCache:
         """The cache extended by ``k``, ``v`` (B, H, T, Dh), written into the buffers in place."""
         start, end = self.length, self.length + k.size(2)
         k_buf, v_buf = self.k_buf, self.v_buf
@@ -80,7 +80,7 @@ class KVCache:
         k_buf[:, :, start:end], v_buf[:, :, start:end] = k, v
         return KVCache(k_buf, v_buf, end)
 
-    def select(self, index: Tensor, spare: tuple[Tensor, Tensor] | None = None) -> "KVCache":
+    def select(self, index: Tensor, spare: tuple[Tensor, Tensor] | None = None) -> KVCache:
         """Keep batch rows ``index`` (beam search reorders and prunes hypotheses), copying only the filled positions
         into buffers of the same capacity: ``spare`` ones if given (buffers nothing reads any more, with at least
         ``len(index)`` rows; beam search alternates between two sets, since fresh memory costs page faults at every

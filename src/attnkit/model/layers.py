@@ -115,7 +115,7 @@ class DecoderLayerCache:
     self_kv: KVCache | None
     cross_kv: KVCache
 
-    def select(self, index: Tensor) -> "DecoderLayerCache":
+    def select(self, index: Tensor) -> DecoderLayerCache:
         """Keep batch rows ``index`` (reorder beams, drop finished sentences)."""
         self_kv = None if self.self_kv is None else self.self_kv.select(index)
         return DecoderLayerCache(self_kv, self.cross_kv.select(index))

@@ -1,7 +1,7 @@
 """Positional encodings (§3.5): the paper's sinusoids, and the learned variant it compares them with (Table 3 E).
 
-    PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
-    PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
+PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
+PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
 """
 
 from __future__ import annotations

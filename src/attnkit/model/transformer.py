@@ -185,7 +185,9 @@ class Transformer(nn.Module):
         caches = []
         for layer in self.decoder.layers:
             attn = layer.self_attn
-            self_kv = None if not capacity else KVCache.empty(memory.size(0), attn.n_heads, attn.d_head, capacity, memory)
+            self_kv = (
+                None if not capacity else KVCache.empty(memory.size(0), attn.n_heads, attn.d_head, capacity, memory)
+            )
             caches.append(DecoderLayerCache(self_kv, layer.cross_attn.project_kv(memory)))
         return caches
 

@@ -67,8 +67,15 @@ def save_weights(run_dir: Path, model: nn.Module, filename: str = WEIGHTS) -> No
 
 def write_manifest(run_dir: Path) -> None:
     """Record the sha256 of every artifact (not the metrics log, which grows) in ``manifest.json``."""
-    files = sorted(p.name for p in run_dir.iterdir() if p.is_file() and p.name not in (MANIFEST, METRICS) and not p.name.startswith("."))
-    atomic_write_json(run_dir / MANIFEST, {"attnkit_version": __version__, "sha256": {name: sha256_file(run_dir / name) for name in files}})
+    files = sorted(
+        p.name
+        for p in run_dir.iterdir()
+        if p.is_file() and p.name not in (MANIFEST, METRICS) and not p.name.startswith(".")
+    )
+    atomic_write_json(
+        run_dir / MANIFEST,
+        {"attnkit_version": __version__, "sha256": {name: sha256_file(run_dir / name) for name in files}},
+    )
 
 
 def check_run_dir(run_dir: str | Path) -> Path:
@@ -83,8 +90,10 @@ def check_run_dir(run_dir: str | Path) -> Path:
     manifest_path = run_dir / MANIFEST
     if not manifest_path.is_file():
         # Written last, when a run finishes: without it the weights cannot be checked, and the run may be unfinished.
-        raise InputError(f"{run_dir}: no {MANIFEST}, so its files cannot be checked: a run killed before its first "
-                         f"save (train it again) or a damaged one")
+        raise InputError(
+            f"{run_dir}: no {MANIFEST}, so its files cannot be checked: a run killed before its first "
+            f"save (train it again) or a damaged one"
+        )
     manifest = read_json(manifest_path)
     for name, expected in manifest.get("sha256", {}).items():
         path = run_dir / name
@@ -112,10 +121,14 @@ def load_weights(model: nn.Module, path: Path) -> None:
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
-        raise InputError(f"{path}: weights do not match the model (missing: {missing[:5]}, unexpected: {unexpected[:5]})")
+        raise InputError(
+            f"{path}: weights do not match the model (missing: {missing[:5]}, unexpected: {unexpected[:5]})"
+        )
     for name, tensor in state.items():
         if tensor.shape != expected[name].shape:
-            raise InputError(f"{path}: tensor {name} has shape {tuple(tensor.shape)}, the model expects {tuple(expected[name].shape)}")
+            raise InputError(
+                f"{path}: tensor {name} has shape {tuple(tensor.shape)}, the model expects {tuple(expected[name].shape)}"
+            )
     model.load_state_dict(state)
 
 
@@ -127,8 +140,10 @@ def check_format(config: dict, path: Path) -> str:
     """The format of a run's ``config`` (read from ``path``); one this attnkit cannot read is an InputError."""
     run_format = config.get("format", FORMAT_BEFORE_VERSIONING)
     if run_format not in READABLE_FORMATS:
-        raise InputError(f"{path}: run format {run_format!r} is not one this attnkit ({__version__}) reads "
-                         f"({', '.join(READABLE_FORMATS)}); it was written by another version")
+        raise InputError(
+            f"{path}: run format {run_format!r} is not one this attnkit ({__version__}) reads "
+            f"({', '.join(READABLE_FORMATS)}); it was written by another version"
+        )
     return run_format
 
 
