@@ -94,7 +94,9 @@ def patch_open(monkeypatch, hook: Callable[[str, str, Callable[[], object]], obj
     real_open = builtins.open
 
     def patched(file, mode="r", *args, **kwargs):
-        do_open = lambda: real_open(file, mode, *args, **kwargs)
+        def do_open():
+            return real_open(file, mode, *args, **kwargs)
+
         return do_open() if isinstance(file, int) else hook(os.fspath(file), mode, do_open)
 
     monkeypatch.setattr(builtins, "open", patched)

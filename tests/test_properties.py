@@ -307,7 +307,8 @@ def _sources(lengths: list[int], seed: int) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("norm", list(TRANSLATORS))
 def test_the_random_translators_are_not_degenerate(norm):
-    # Otherwise batch invariance would hold trivially: some outputs stop at EOS, some at their limit, with varied tokens.
+    # Otherwise batch invariance would hold trivially: some outputs stop at EOS, some at their limit, with varied
+    # tokens.
     lengths = [3, 7, 12, 1] * 8
     sources = [s for seed in range(4) for s in _sources(lengths, seed)]
     outputs = greedy_decode(TRANSLATORS[norm], _pad(sources), **DECODE)

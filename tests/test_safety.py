@@ -122,7 +122,8 @@ def save_pickle(path: Path, obj: object) -> Path:
 
 
 class RunsCodeWhenUnpickled:
-    """What a malicious pickle does: ``__reduce__`` makes the unpickler call any function, here ``open(marker, "w")``."""
+    """What a malicious pickle does: ``__reduce__`` makes the unpickler call any function, here
+    ``open(marker, "w")``."""
 
     def __init__(self, marker: Path):
         self.marker = marker

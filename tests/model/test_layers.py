@@ -1,4 +1,5 @@
-"""Encoder and decoder layers (§3.1) against nn.TransformerEncoderLayer / nn.TransformerDecoderLayer on copied weights."""
+"""Encoder and decoder layers (§3.1) against nn.TransformerEncoderLayer / nn.TransformerDecoderLayer on copied
+weights."""
 
 import pytest
 import torch

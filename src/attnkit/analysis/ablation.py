@@ -105,10 +105,12 @@ def train_variant(
         return params, summary.best_valid_accuracy, None
     from attnkit.tasks.translate import train_translator
 
-    summary = train_translator(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir)
+    translated = train_translator(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir)
     saved = runs.read_json(out_dir / runs.CONFIG)
     params = parameter_table(build_translator(TranslatorConfig(**saved["model"]))).total
-    return params, math.exp(min(summary.valid_loss, 50.0)), summary.valid_bleu
+    if translated.valid_loss is None:
+        raise ValueError("an ablation variant needs validation data: its metric is the validation perplexity")
+    return params, math.exp(min(translated.valid_loss, 50.0)), translated.valid_bleu
 
 
 def run_ablation(

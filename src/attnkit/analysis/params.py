@@ -20,9 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import cast
 
-from torch import Tensor, nn
+from torch import nn
 
 from attnkit.config import ClassifierConfig, TransformerConfig, TranslatorConfig
 from attnkit.model.attention import MultiHeadAttention
@@ -90,7 +89,7 @@ def _linear(d_in: int, d_out: int, bias: bool, a: str, b: str) -> tuple[str, int
 def _describe(path: str, module: nn.Module) -> tuple[str, str, int, dict[str, int]] | None:
     """(kind, formula, formula_value, dims) if ``module`` is a leaf concept, else None (look at its children)."""
     if isinstance(module, SinusoidalPositionalEncoding):
-        max_len, d = cast(Tensor, module.table).shape  # a registered buffer (typed Tensor | Module)
+        max_len, d = module.table.shape  # a registered buffer
         return "positional (sinusoidal)", "0 (buffer max_len*d)", 0, {"max_len": max_len, "d": d}
     if isinstance(module, LearnedPositionalEmbedding):
         max_len, d = module.embedding.num_embeddings, module.embedding.embedding_dim

@@ -15,6 +15,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +36,7 @@ from attnkit.bench.common import (
 )
 from attnkit.config import CLASSIFIER_PRESETS, ClassifierConfig
 from attnkit.model.build import build_classifier, prepare_for_inference
+from attnkit.model.classifier import TransformerClassifier
 from attnkit.training.losses import autocast, native_bf16
 
 CONFIGS: dict[str, ClassifierConfig] = {"seed000": ClassifierConfig(**CLASSIFIER_PRESETS["vocab10k"])}
@@ -57,12 +59,14 @@ def make_batch(
     return ids, labels, lengths.tolist()
 
 
-def forward_fn(impl: str, cfg: ClassifierConfig, ours: nn.Module) -> tuple[nn.Module, Callable[[Tensor], Tensor]]:
+def forward_fn(
+    impl: str, cfg: ClassifierConfig, ours: TransformerClassifier
+) -> tuple[nn.Module, Callable[[Tensor], Tensor]]:
     """The model of ``impl`` and its forward pass ids (B, L) -> logits (B, C)."""
     if impl == "attnkit":
         return ours, ours
     if impl == "torch.nn":
-        model = peers.TorchNNClassifier(ours)
+        model: nn.Module = peers.TorchNNClassifier(ours)
         return model, model
     if impl == "transformers":
         model = peers.bert_classifier(cfg)
@@ -127,7 +131,7 @@ def iter_results(
     """Yield the matmul ceilings, then per (padding, implementation) a training and an inference result.
     ``quick``: 1 warm-up and 2 timed calls (3 for inference)."""
     configs = configs or CONFIGS
-    impls = [i for i in (impls or IMPLS) if i != "transformers" or peers.available("transformers")]
+    chosen = [i for i in (impls or IMPLS) if i != "transformers" or peers.available("transformers")]
     warmup = warmup if warmup is not None else (1 if quick else 3)
     reps = reps if reps is not None else (2 if quick else 10)
 
@@ -142,7 +146,7 @@ def iter_results(
                 flop = training_flops(
                     encoder_forward_flops(lengths, d_model=cfg.d_model, d_ff=cfg.d_ff, n_layers=cfg.n_layers)
                 )
-                common = dict(
+                common: dict[str, Any] = dict(  # the fields every result of this batch shares
                     suite="classify",
                     config=name,
                     seq_len=length,
@@ -155,12 +159,12 @@ def iter_results(
                 torch.manual_seed(seed)
                 ours = build_classifier(cfg, pad_id=PAD_ID)
                 models = {}
-                for impl in impls:
+                for impl in chosen:
                     torch.manual_seed(seed)
                     models[impl] = forward_fn(impl, cfg, ours)
-                steps = [training_step(*models[impl], ids, labels) for impl in impls]
+                steps = [training_step(*models[impl], ids, labels) for impl in chosen]
                 timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0)
-                for impl, timing in zip(impls, timings):
+                for impl, timing in zip(chosen, timings):
                     t = timing.median_s
                     yield Result(
                         **common,
@@ -176,7 +180,7 @@ def iter_results(
                 # Inference: every implementation with its default settings; also torch.nn with its fast path off,
                 # and attnkit under bfloat16 autocast (`classify predict/eval --precision bf16`) where the CPU has
                 # native bfloat16.
-                calls = [(impl, variant, "float32", inference_call(*models[impl], ids)) for impl in impls]
+                calls = [(impl, variant, "float32", inference_call(*models[impl], ids)) for impl in chosen]
                 if "torch.nn" in models:
                     calls.append(
                         (

@@ -219,28 +219,31 @@ def ceiling_results(suite: str, *, threads: int, quick: bool) -> tuple[list[Resu
     (``native_bf16``): emulated, it takes minutes and means nothing.
     """
     sizes = (512, 1024) if quick else (512, 1024, 2048)
-    results = []
+    results: list[Result] = []
+    rates: list[float] = []  # the GFLOP/s of each of results
     dtypes = [(torch.float32, "float32")] + ([(torch.bfloat16, "bfloat16")] if native_bf16() else [])
     for dtype, name in dtypes:
-        per_size = []
+        per_size: list[tuple[float, Result]] = []
         for n in sizes:
             timing = matmul_ceiling(dtype, n=n, warmup=1 if quick else 3, reps=3 if quick else 10)
-            per_size.append(
-                Result(
-                    suite=suite,
-                    impl="matmul",
-                    config=f"{n}x{n}",
-                    seq_len=None,
-                    search=None,
-                    dtype=name,
-                    ms=timing.median_s * 1e3,
-                    gflop_per_s=gflops(2 * n**3, timing.median_s),
-                    threads=threads,
-                    reps=len(timing.times_s),
-                )
+            rate = gflops(2 * n**3, timing.median_s)
+            result = Result(
+                suite=suite,
+                impl="matmul",
+                config=f"{n}x{n}",
+                seq_len=None,
+                search=None,
+                dtype=name,
+                ms=timing.median_s * 1e3,
+                gflop_per_s=rate,
+                threads=threads,
+                reps=len(timing.times_s),
             )
-        results.append(max(per_size, key=lambda r: r.gflop_per_s))
-    return results, results[0].gflop_per_s
+            per_size.append((rate, result))
+        rate, best = max(per_size, key=lambda pair: pair[0])
+        results.append(best)
+        rates.append(rate)
+    return results, rates[0]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -118,7 +118,7 @@ def iter_results(
 ) -> Iterator[Result]:
     """Yield one result per (search, implementation, compute type). ``quick``: 8 tokens, 1 warm-up, 2 timed calls."""
     configs = configs or CONFIGS
-    impls = [i for i in (impls or IMPLS) if i in ("attnkit", "torch.nn") or peers.available(i)]
+    chosen = [i for i in (impls or IMPLS) if i in ("attnkit", "torch.nn") or peers.available(i)]
     searches = searches or tuple(SEARCHES)
     steps = 8 if quick else steps
     warmup = warmup if warmup is not None else (1 if quick else 2)
@@ -129,7 +129,7 @@ def iter_results(
             torch.manual_seed(seed)
             ours = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))  # as TranslatorRun does
             src = make_sources(cfg, batch, src_len, seed)
-            calls = list(_calls(impls, searches, ours, cfg, src, steps, Path(tmp, name), threads, seed))
+            calls = list(_calls(chosen, searches, ours, cfg, src, steps, Path(tmp, name), threads, seed))
             for search in searches:  # the implementations of one search are timed in turns
                 group = [c for c in calls if c[1] == search]
                 for impl, _, _, call in group:

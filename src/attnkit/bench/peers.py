@@ -172,7 +172,8 @@ def bert_classifier(cfg: ClassifierConfig) -> nn.Module:
         hidden_dropout_prob=cfg.dropout,
         attention_probs_dropout_prob=0.0,
         layer_norm_eps=cfg.layer_norm_eps,
-        num_labels=cfg.n_classes or 2,
+        # transformers 5 accepts num_labels at run time (it sizes id2label) but its dataclass signature omits it
+        num_labels=cfg.n_classes or 2,  # type: ignore[call-arg]
         pad_token_id=0,
     )
     return BertForSequenceClassification(config)

@@ -214,7 +214,7 @@ class _Weights:
         if isinstance(position, LearnedPositionalEmbedding):
             table = position.embedding.weight  # (max_len, D)
         else:
-            table = cast(torch.Tensor, position.table)  # the sinusoidal buffer (typed Tensor | Module)
+            table = position.table  # the sinusoidal buffer
         stack_spec.position_encodings.encodings = self.array(table)  # (max_len, D)
 
     def linear(self, linear_spec, *linears: torch.nn.Linear) -> None:

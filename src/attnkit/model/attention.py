@@ -148,7 +148,8 @@ class MultiHeadAttention(nn.Module):
         """q_proj(x), k_proj(x), v_proj(x) in one matrix multiplication: (B, L, D) -> 3 x (B, H, L, Dh)."""
         weight, bias = self._fused if self._fused is not None else self._concat_qkv()  # (3 H Dh, D), (3 H Dh,)
         qkv = F.linear(x, weight, bias)  # (B, L, 3 H Dh)
-        return tuple(self._split_heads(t) for t in qkv.chunk(3, dim=-1))  # 3 x (B, H, L, Dh)
+        q, k, v = (self._split_heads(t) for t in qkv.chunk(3, dim=-1))  # 3 x (B, H, L, Dh)
+        return q, k, v
 
     def _concat_qkv(self) -> tuple[Tensor, Tensor | None]:
         """W^Q, W^K, W^V (and biases) stacked; a new tensor at every call, so gradients reach the three parameters."""

@@ -26,6 +26,8 @@ def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
 class SinusoidalPositionalEncoding(nn.Module):
     """Adds nothing trainable: the table is a buffer, rebuilt on load rather than saved."""
 
+    table: Tensor  # (max_len, D), registered as a buffer below
+
     def __init__(self, *, max_len: int, d_model: int):
         super().__init__()
         self.max_len = max_len

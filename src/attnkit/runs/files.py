@@ -18,13 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
-from torch import nn
+from torch import Tensor, nn
 
 from attnkit import __version__
 from attnkit.atomic import atomic_write_bytes, atomic_write_json
@@ -111,24 +112,42 @@ def read_json(path: Path) -> dict:
         raise InputError(f"{path}: cannot be read as JSON ({err})") from None
 
 
+def read_labels(path: Path) -> list[str]:
+    """A classifier's label names in id order (``labels.json``)."""
+    labels: object = read_json(path)  # read_json says dict, but any JSON value can stand in the file
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        raise InputError(f"{path}: expected a JSON list of label names")
+    return labels
+
+
+def _first_five(names: list[str]) -> str:
+    return f"{names[:5]}{' ...' if len(names) > 5 else ''}"
+
+
+def check_state_dict(path: Path, model: nn.Module, state: Mapping[str, Tensor]) -> None:
+    """InputError naming the missing, unexpected or mis-shaped tensors if ``state`` (read from ``path``) does not
+    fit ``model``."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise InputError(
+            f"{path}: weights do not match the model "
+            f"(missing: {_first_five(missing)}, unexpected: {_first_five(unexpected)})"
+        )
+    for name, tensor in state.items():
+        want = tuple(expected[name].shape)
+        if tuple(tensor.shape) != want:
+            raise InputError(f"{path}: tensor {name} has shape {tuple(tensor.shape)}, the model expects {want}")
+
+
 def load_weights(model: nn.Module, path: Path) -> None:
     """Load safetensors weights into ``model``; missing, unexpected or mis-shaped tensors are named in the error."""
     try:
         state = load_file(str(path))
     except (SafetensorError, OSError) as err:
         raise InputError(f"{path}: not a readable safetensors file ({err})") from None
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        raise InputError(
-            f"{path}: weights do not match the model (missing: {missing[:5]}, unexpected: {unexpected[:5]})"
-        )
-    for name, tensor in state.items():
-        if tensor.shape != expected[name].shape:
-            raise InputError(
-                f"{path}: tensor {name} has shape {tuple(tensor.shape)}, the model expects {tuple(expected[name].shape)}"
-            )
+    check_state_dict(path, model, state)
     model.load_state_dict(state)
 
 
