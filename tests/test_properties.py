@@ -30,12 +30,7 @@ from attnkit.tokenization import train_tokenizer
 NUMERIC = settings(max_examples=60, deadline=None, derandomize=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ---------------------------------------------------------------------------------------------------------------

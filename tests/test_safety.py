@@ -11,7 +11,6 @@ import io
 import json
 import shutil
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -25,17 +24,7 @@ from attnkit.interop.pickle_import import import_pickle_into_run, load_pickle_st
 from attnkit.tasks.classify import ClassifierRun
 from attnkit.tasks.translate import TranslatorRun
 
-SEED_TSV = Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv"
-TINY_SET = ["d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "min_freq=1"]
 TEXTS = ["This movie was absolutely amazing", "Terrible, I hated it.", "an unseen zyzzyva"]
-
-
-def quietly(*argv: str) -> None:
-    """Run a command that must succeed, outside any test's capsys (for module fixtures)."""
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with redirect_stdout(stdout), redirect_stderr(stderr):
-        code = main(list(argv))
-    assert code == 0, stderr.getvalue()
 
 
 def error_line(capsys, *argv: object, stdin: str | None = None, monkeypatch=None) -> str:
@@ -62,57 +51,20 @@ def convert_is_wired() -> bool:
 needs_convert = pytest.mark.skipif(not convert_is_wired(), reason="`attnkit convert` is not wired into cli.py yet")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
+def runs(tmp_path_factory, quietly, tiny) -> dict[str, Path]:
     """Two tiny classifiers on the same data with different seeds (same tokenizer, different weights), and a tiny
     translator."""
     tmp = tmp_path_factory.mktemp("safety")
     out = {}
     for name, seed in (("a", "0"), ("b", "1")):
         out[name] = tmp / name
-        quietly(
-            "classify",
-            "train",
-            "--train",
-            str(SEED_TSV),
-            "--out",
-            str(out[name]),
-            "--epochs",
-            "1",
-            "--seed",
-            seed,
-            "--quiet",
-            "--set",
-            *TINY_SET,
-        )
-    pairs = tmp / "pairs.tsv"
-    pairs.write_text("source\ttarget\na b c\tc b a\nd e\te d\nf g h i\ti h g f\n", encoding="utf-8")
+        quietly(*tiny.classify_train(out[name], "--epochs", "1", "--seed", seed))
     out["mt"] = tmp / "mt"
-    quietly(
-        "translate",
-        "train",
-        "--train",
-        str(pairs),
-        "--out",
-        str(out["mt"]),
-        "--max-steps",
-        "2",
-        "--quiet",
-        "--set",
-        *TINY_SET,
-        "tokenizer=word",
-        "valid_bleu=false",
-        "checkpoint_every=1",
-        "max_len=16",
-    )
+    quietly(*tiny.translate_train(tmp, out["mt"], "--max-steps", "2"))
     return out
 
 

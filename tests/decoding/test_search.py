@@ -16,14 +16,7 @@ PAD, BOS, EOS = 0, 3, 4  # attnkit's tokenizer ids, passed explicitly as the sea
 IDS = dict(bos_id=BOS, eos_id=EOS, max_positions=MAX_LEN)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Run on one thread: the tensors are tiny, and with the cores shared with other jobs, intra-op threads that
-    wait for each other made this file ten times slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _model(norm: str = "post") -> Transformer:
