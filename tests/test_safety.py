@@ -229,6 +229,10 @@ def test_pickle_that_does_not_fit_the_model_names_the_tensors(runs, tmp_path):
     save_pickle(path, state)
     with pytest.raises(InputError, match=r"tensor head.weight has shape \(3, 16\), the model expects \(2, 16\)"):
         import_pickle_into_run(path, runs["a"], tmp_path / "out", trust_pickle=True)
+    state["head.weight"] = torch.zeros(2, 16, dtype=torch.long)  # integers where the model has floats
+    save_pickle(path, state)
+    with pytest.raises(InputError, match=r"tensor head.weight has dtype torch.int64, the model expects torch.float32"):
+        import_pickle_into_run(path, runs["a"], tmp_path / "out", trust_pickle=True)
     assert not (tmp_path / "out").exists()
 
 
