@@ -31,8 +31,9 @@ METRICS = ("tgt_tok_per_s", "sentences_per_s")
 
 def export_source(rev: str, into: Path) -> Path:
     """``src/`` of ``rev`` written under ``into``; returns the directory to put on PYTHONPATH."""
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev, "src"], check=True,
-                             capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", rev, "src"], check=True, capture_output=True
+    ).stdout
     into.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
@@ -44,8 +45,9 @@ def run_suite(src: Path, suite_args: list[str]) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": str(src)}
     # attnkit.cli.main(["bench", ...]) exists at every revision that has `attnkit bench`
     code = "import sys; from attnkit.cli import main; sys.exit(main(['bench', *sys.argv[1:]]))"
-    out = subprocess.run([sys.executable, "-c", code, *suite_args, "--json"], env=env, check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code, *suite_args, "--json"], env=env, check=True, capture_output=True, text=True
+    ).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 

@@ -100,12 +100,14 @@ def cases():
     cfg = CONFIGS["small"]
     for length in (32, 128):
         src, tgt_in, tgt_out = make_batch(cfg, length, 4096, seed=0)
-        yield (f"train small L={length}", lambda: build_translator(cfg, pad_id=PAD_ID),
-               lambda m, s=src, ti=tgt_in, to=tgt_out: batch_loss(m(s, ti), to))
+        yield (
+            f"train small L={length}",
+            lambda: build_translator(cfg, pad_id=PAD_ID),
+            lambda m, s=src, ti=tgt_in, to=tgt_out: batch_loss(m(s, ti), to),
+        )
     x = torch.randn(1, 4096, 256)  # (1, L, D)
     layer_cfg = TransformerConfig(d_model=256, n_heads=4, d_ff=1024, dropout=0.1)
-    yield ("encoder layer L=4096", lambda: encoder_layer(layer_cfg),
-           lambda m: m(x)[0].square().mean())
+    yield ("encoder layer L=4096", lambda: encoder_layer(layer_cfg), lambda m: m(x)[0].square().mean())
 
 
 def decode_cases():
@@ -113,16 +115,29 @@ def decode_cases():
     cfg = decode.CONFIGS["small"]
     src = decode.make_sources(cfg, 32, 32, seed=0)  # (B, S)
     for search, beam in decode.SEARCHES.items():
-        yield (f"decode small {search}", lambda: build_translator(cfg, pad_id=PAD_ID),
-               lambda m, b=beam: decode._attnkit(prepare_for_inference(m), src, b, 32, cfg.max_len))
+        yield (
+            f"decode small {search}",
+            lambda: build_translator(cfg, pad_id=PAD_ID),
+            lambda m, b=beam: decode._attnkit(prepare_for_inference(m), src, b, 32, cfg.max_len),
+        )
 
 
 def emit(case: str, variants: dict, timings: list, threads: int) -> None:
     """One JSON line per variant; ``slowdown`` is its time over the shipped variant's (the first)."""
     for variant, timing in zip(variants, timings):
-        print(json.dumps(dict(case=case, variant=variant, ms=round(timing.median_s * 1e3, 1),
-                              slowdown=round(timing.median_s / timings[0].median_s, 3), reps=len(timing.times_s),
-                              threads=threads)), flush=True)
+        print(
+            json.dumps(
+                dict(
+                    case=case,
+                    variant=variant,
+                    ms=round(timing.median_s * 1e3, 1),
+                    slowdown=round(timing.median_s / timings[0].median_s, 3),
+                    reps=len(timing.times_s),
+                    threads=threads,
+                )
+            ),
+            flush=True,
+        )
 
 
 def main() -> int:

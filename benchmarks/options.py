@@ -85,8 +85,15 @@ def main() -> int:
             make = (lambda m: inference(m, ids)) if mode == "infer" else (lambda m: training(m, ids, labels))
             first = timed(make(compiled))
             base, option = measure_interleaved([make(eager), make(compiled)], warmup=2, reps=args.reps)
-            emit(option="torch.compile", mode=mode, eager_ms=base.median_s * 1e3, option_ms=option.median_s * 1e3,
-                 speedup=base.median_s / option.median_s, first_call_s=first, threads=args.threads)
+            emit(
+                option="torch.compile",
+                mode=mode,
+                eager_ms=base.median_s * 1e3,
+                option_ms=option.median_s * 1e3,
+                speedup=base.median_s / option.median_s,
+                first_call_s=first,
+                threads=args.threads,
+            )
 
         try:
             from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
@@ -104,9 +111,15 @@ def main() -> int:
         with torch.inference_mode():
             diff = (model(ids) - eager(ids)).abs().max().item()
         base, option = measure_interleaved([inference(eager, ids), inference(model, ids)], warmup=2, reps=args.reps)
-        emit(option="torchao int8 dynamic", mode="infer", eager_ms=base.median_s * 1e3,
-             option_ms=option.median_s * 1e3, speedup=base.median_s / option.median_s, max_abs_logit_diff=diff,
-             threads=args.threads)
+        emit(
+            option="torchao int8 dynamic",
+            mode="infer",
+            eager_ms=base.median_s * 1e3,
+            option_ms=option.median_s * 1e3,
+            speedup=base.median_s / option.median_s,
+            max_abs_logit_diff=diff,
+            threads=args.threads,
+        )
     return 0
 
 

@@ -36,8 +36,10 @@ def main() -> int:
         batches = bucketed_batches(lengths, args.batch_size, torch.Generator().manual_seed(0), bucket_factor)
         positions = sum(len(batch) * max(lengths[i] for i in batch) for batch in batches)
         tokens = sum(lengths)
-        print(f"bucket_factor={bucket_factor}: {positions / tokens:.2f} positions per real token, "
-              f"{1 - tokens / positions:.0%} padding ({len(texts)} sentences, batch {args.batch_size})")
+        print(
+            f"bucket_factor={bucket_factor}: {positions / tokens:.2f} positions per real token, "
+            f"{1 - tokens / positions:.0%} padding ({len(texts)} sentences, batch {args.batch_size})"
+        )
     return 0
 
 

@@ -58,37 +58,75 @@ def figure1(out_stem: Path) -> list[Path]:
     ax.axis("off")
 
     def box(x, y, w, h, text, color, size=8.5, weight="normal"):
-        ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.3,rounding_size=0.8",
-                                    facecolor=color, edgecolor="#333", linewidth=1))
+        ax.add_patch(
+            FancyBboxPatch(
+                (x - w / 2, y - h / 2),
+                w,
+                h,
+                boxstyle="round,pad=0.3,rounding_size=0.8",
+                facecolor=color,
+                edgecolor="#333",
+                linewidth=1,
+            )
+        )
         ax.text(x, y, text, ha="center", va="center", fontsize=size, weight=weight, linespacing=1.25)
 
     def frame(x0, y0, x1, y1, stack, layer, path):
-        ax.add_patch(FancyBboxPatch((x0, y0), x1 - x0, y1 - y0, boxstyle="round,pad=0.4,rounding_size=1.5",
-                                    facecolor="#f4f4f4", edgecolor="#666", linewidth=1.2, linestyle="--"))
+        ax.add_patch(
+            FancyBboxPatch(
+                (x0, y0),
+                x1 - x0,
+                y1 - y0,
+                boxstyle="round,pad=0.4,rounding_size=1.5",
+                facecolor="#f4f4f4",
+                edgecolor="#666",
+                linewidth=1.2,
+                linestyle="--",
+            )
+        )
         # Left of the residual stream's arrow, which leaves the frame at its top centre.
         ax.text(x0 + 0.8, y1 - 0.6, stack, ha="left", va="top", fontsize=8.5, style="italic")
         ax.text(x0 + 0.8, y1 - 3.0, f"N × {layer}", ha="left", va="top", fontsize=8.5, weight="bold")
         ax.text(x0 + 0.8, y1 - 5.4, path, ha="left", va="top", fontsize=8.5)
 
     def arrow(x0, y0, x1, y1, text="", style="-|>", **kw):
-        ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), arrowstyle=style, mutation_scale=11, color="#333",
-                                     linewidth=1.1, **kw))
+        ax.add_patch(
+            FancyArrowPatch((x0, y0), (x1, y1), arrowstyle=style, mutation_scale=11, color="#333", linewidth=1.1, **kw)
+        )
         if text:
             ax.text((x0 + x1) / 2 + 0.8, (y0 + y1) / 2, text, fontsize=8, ha="left", va="center", color="#333")
 
     attn, ffn, norm, emb, out_c = "#fde3b8", "#cfe8fc", "#fbf6c4", "#f9d0d0", "#d9f2d0"
     ex, dx, w = 22, 66, 30  # encoder column, decoder column, box width
 
-    ax.text(46, 94.5, "Figure 1 of the paper, with attnkit's module names (src/attnkit/model/)", ha="center",
-            fontsize=10.5, weight="bold")
-    ax.text(2, 91.5, "post-LN, as in §3.1. A box reads:\nclass (attribute path inside Transformer)",
-            ha="left", va="top", fontsize=8.5)
+    ax.text(
+        46,
+        94.5,
+        "Figure 1 of the paper, with attnkit's module names (src/attnkit/model/)",
+        ha="center",
+        fontsize=10.5,
+        weight="bold",
+    )
+    ax.text(
+        2,
+        91.5,
+        "post-LN, as in §3.1. A box reads:\nclass (attribute path inside Transformer)",
+        ha="left",
+        va="top",
+        fontsize=8.5,
+    )
 
     # Encoder side, bottom to top.
     ax.text(ex, 3, "src (B, S) token ids", ha="center", fontsize=8.5)
     arrow(ex, 4.5, ex, 7.5)
-    box(ex, 11, w, 6, "Embeddings (embeddings)\ntoken(ids) · √d_model + position(...)\n"
-        "SinusoidalPositionalEncoding; dropout", emb)
+    box(
+        ex,
+        11,
+        w,
+        6,
+        "Embeddings (embeddings)\ntoken(ids) · √d_model + position(...)\nSinusoidalPositionalEncoding; dropout",
+        emb,
+    )
     arrow(ex, 14.5, ex, 19.5)
     frame(ex - w / 2 - 2, 18.5, ex + w / 2 + 2, 58, "Encoder (encoder)", "EncoderLayer", "(encoder.layers[i])")
     box(ex, 24.5, w - 2, 5.5, "MultiHeadAttention (self_attn)\nmask: masking.padding_mask", attn)
@@ -107,8 +145,14 @@ def figure1(out_stem: Path) -> list[Path]:
     box(dx, 11, w, 6, "Embeddings (embeddings)\nthe same module as the encoder's:\none shared token matrix (§3.4)", emb)
     arrow(dx, 14.5, dx, 19.5)
     frame(dx - w / 2 - 2, 18.5, dx + w / 2 + 2, 73, "Decoder (decoder)", "DecoderLayer", "(decoder.layers[i])")
-    box(dx, 24.5, w - 2, 5.5, "MultiHeadAttention (self_attn)\nmask: masking.decoder_self_mask\n(causal and padding)",
-        attn)
+    box(
+        dx,
+        24.5,
+        w - 2,
+        5.5,
+        "MultiHeadAttention (self_attn)\nmask: masking.decoder_self_mask\n(causal and padding)",
+        attn,
+    )
     box(dx, 31.5, w - 2, 3.4, "Add & LayerNorm (norm1)", norm)
     box(dx, 39, w - 2, 5.5, "MultiHeadAttention (cross_attn)\nqueries: decoder; keys, values: memory", attn)
     box(dx, 46, w - 2, 3.4, "Add & LayerNorm (norm2)", norm)
@@ -126,13 +170,31 @@ def figure1(out_stem: Path) -> list[Path]:
 
     # memory -> every decoder layer's cross-attention (keys and values), once per sentence when decoding.
     arrow(ex + 14, 65.5, dx - w / 2 + 1, 39, text="", connectionstyle="arc3,rad=-0.25")
-    ax.text(1.5, 66.3, "memory gives the keys and values\nof every cross_attn (when decoding:\n"
-            "computed once per sentence)", fontsize=8, ha="left", va="top")
+    ax.text(
+        1.5,
+        66.3,
+        "memory gives the keys and values\nof every cross_attn (when decoding:\ncomputed once per sentence)",
+        fontsize=8,
+        ha="left",
+        va="top",
+    )
 
-    ax.text(2, 76, "Transformer (model/transformer.py)\n= embeddings + encoder + decoder\n"
-            "+ logits; forward(src, tgt_in)\nis the teacher-forced pass", fontsize=8.5, va="top")
-    ax.text(2, 84, "Residual + dropout around every\nsub-layer (§5.4): x = norm(x + dropout(sublayer(x)))",
-            fontsize=8, va="top", color="#444")
+    ax.text(
+        2,
+        76,
+        "Transformer (model/transformer.py)\n= embeddings + encoder + decoder\n"
+        "+ logits; forward(src, tgt_in)\nis the teacher-forced pass",
+        fontsize=8.5,
+        va="top",
+    )
+    ax.text(
+        2,
+        84,
+        "Residual + dropout around every\nsub-layer (§5.4): x = norm(x + dropout(sublayer(x)))",
+        fontsize=8,
+        va="top",
+        color="#444",
+    )
 
     paths = []
     for suffix in (".svg", ".png"):
@@ -171,8 +233,9 @@ def main_script() -> None:
     from attnkit.analysis.ablation import plot_ablation
 
     (FIGURES / "params_seed001.txt").write_text(run("params", "--task", "classify", "--preset", "seed001"))
-    (FIGURES / "params_base.txt").write_text(run("params", "--task", "translate", "--preset", "base",
-                                                 "--set", "vocab_size=37000"))
+    (FIGURES / "params_base.txt").write_text(
+        run("params", "--task", "translate", "--preset", "base", "--set", "vocab_size=37000")
+    )
     run("plot", "pe", "--d-model", "128", "--max-len", "100", "--out", str(FIGURES / "pe.png"))
     figure1(FIGURES / "figure1")
     # RT polarity: 1,057 validation sentences (the error bars); Bible: perplexity, no error bars.
@@ -180,8 +243,15 @@ def main_script() -> None:
     plot_ablation(ablation_table(DOCS / "ablation-bible.md", "translate"), "translate", FIGURES / "ablation-bible.png")
 
     if args.classifier:
-        run("plot", "attention", "--model", str(args.classifier), "--out", str(FIGURES / "attention_classifier.png"),
-            CLASSIFIER_TEXT)
+        run(
+            "plot",
+            "attention",
+            "--model",
+            str(args.classifier),
+            "--out",
+            str(FIGURES / "attention_classifier.png"),
+            CLASSIFIER_TEXT,
+        )
         curves(args.classifier, FIGURES / "curves_classifier.png")
     if args.translator:
         translator_attention(args.translator, FIGURES / "attention_translator.png")
@@ -207,13 +277,25 @@ def translator_attention(run_dir: Path, out: Path) -> None:
 
     captured = attention_for_text(run_dir, TRANSLATOR_TEXT, [2])
     output = "".join(captured.query_tokens[:-1]).replace("▁", " ").strip()  # the tokens without </s>
-    verdict = ("matches the reference" if output.rstrip(".,;") == TRANSLATOR_REFERENCE
-               else "differs from the reference: a wrong translation")
-    caption = f"model output (greedy): {output}\nreference (Schlachter 1951, John 1:1): {TRANSLATOR_REFERENCE}\n" \
-              f"the output {verdict}"
-    plot_attention_grid(captured.maps, captured.query_tokens, captured.key_tokens, out, caption=caption,
-                        title=f"cross-attention of {run_dir.name}, layer 2",
-                        query_label="query (row): output token", key_label="key (column): source token")
+    verdict = (
+        "matches the reference"
+        if output.rstrip(".,;") == TRANSLATOR_REFERENCE
+        else "differs from the reference: a wrong translation"
+    )
+    caption = (
+        f"model output (greedy): {output}\nreference (Schlachter 1951, John 1:1): {TRANSLATOR_REFERENCE}\n"
+        f"the output {verdict}"
+    )
+    plot_attention_grid(
+        captured.maps,
+        captured.query_tokens,
+        captured.key_tokens,
+        out,
+        caption=caption,
+        title=f"cross-attention of {run_dir.name}, layer 2",
+        query_label="query (row): output token",
+        key_label="key (column): source token",
+    )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,25 @@
-"""Shared fixtures. Every test starts from the same random state, so a failure reproduces exactly."""
+"""Shared fixtures. Every test starts from the same random state, so a failure reproduces exactly.
 
+Also the boilerplate of tests that drive the command line or read runs: one torch thread for a module
+(``one_thread``), running ``attnkit.cli.main`` quietly in a module fixture (``quietly``), the command lines that train
+the tiny classifier and translator runs many tests start from (``tiny``), and a run directory written by hand from
+a model and a tokenizer (``write_run``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
 import random
+from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -11,3 +27,101 @@ def seed():
     """Seed torch and random before each test (weights and inputs are drawn from them)."""
     torch.manual_seed(0)
     random.seed(0)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Torch on one intra-op thread for a whole module (``pytestmark = pytest.mark.usefixtures("one_thread")``):
+    the tensors are tiny, and with the cores shared with other jobs, intra-op threads that wait for each other made
+    such modules up to ten times slower. The previous thread count is restored after the module."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def run_quietly(*argv: str) -> None:
+    """``attnkit.cli.main(argv)`` with stdout and stderr captured (usable where ``capsys`` is not: module fixtures);
+    the command must succeed, and its stderr is the assertion message if it does not."""
+    from attnkit.cli import main  # imported when a test runs a command, not when every test module is collected
+
+    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()) as err:
+        code = main(list(argv))
+    assert code == 0, err.getvalue()
+
+
+@pytest.fixture(scope="session")
+def quietly() -> Callable[..., None]:
+    """``quietly(*argv)``: the command run with its output captured; it must exit 0 (stderr shown if not)."""
+    return run_quietly
+
+
+class TinyRuns:
+    """Command lines that train the tiny runs many tests start from: a classifier on the 20 sentences of
+    ``examples/seed000_train.tsv`` and a translator on four reversed word sequences, each trained in a second."""
+
+    SEED_TSV = ROOT / "examples" / "seed000_train.tsv"
+    # A model that trains in a second; min_freq=1 keeps every word of the tiny data in the vocabulary.
+    SET = ("d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "min_freq=1")
+    PAIRS_TSV = "source\ttarget\na b c\tc b a\nd e\te d\nf g h i\ti h g f\n"
+    # The translator's settings for such data: a word tokenizer, no BLEU on validation, a checkpoint every step.
+    TRANSLATE_SET = ("tokenizer=word", "valid_bleu=false", "checkpoint_every=1", "max_len=16")
+
+    @classmethod
+    def classify_train(cls, out: Path, *extra: str) -> list[str]:
+        """``classify train`` of the tiny classifier into ``out``; ``extra``: more ``--set`` values or flags."""
+        command = ["classify", "train", "--train", str(cls.SEED_TSV), "--out", str(out), "--quiet"]
+        return [*command, "--set", *cls.SET, *extra]
+
+    @classmethod
+    def translate_train(cls, work: Path, out: Path, *extra: str) -> list[str]:
+        """``translate train`` of the tiny translator into ``out`` (its pairs written to ``work/pairs.tsv``);
+        ``extra``: more ``--set`` values or flags."""
+        pairs = work / "pairs.tsv"
+        pairs.write_text(cls.PAIRS_TSV, encoding="utf-8")
+        command = ["translate", "train", "--train", str(pairs), "--out", str(out), "--quiet"]
+        return [*command, "--set", *cls.SET, *cls.TRANSLATE_SET, *extra]
+
+
+@pytest.fixture(scope="session")
+def tiny() -> type[TinyRuns]:
+    """The command lines of the tiny runs (``TinyRuns``)."""
+    return TinyRuns
+
+
+def write_run_dir(
+    run_dir: Path,
+    task: str,
+    model: torch.nn.Module,
+    cfg: Any,  # the model's config dataclass
+    tokenizer,
+    labels: list[str] | None = None,
+    edit: Callable[[dict], None] = lambda config: None,
+) -> Path:
+    """A run directory at ``run_dir`` as the training entries write one (the current format), with the default
+    training config and ``edit`` applied to the config before it is written; ``labels`` for a classifier."""
+    from attnkit import runs
+    from attnkit.config import TrainConfig
+
+    run_dir.mkdir()
+    config = {
+        **runs.config_header(task),
+        "model": dataclasses.asdict(cfg),
+        "train": dataclasses.asdict(TrainConfig()),
+        "tokenizer": tokenizer.meta(),
+        "pad_id": tokenizer.pad_id,
+    }
+    edit(config)
+    runs.atomic_write_json(run_dir / runs.CONFIG, config)
+    if labels is not None:
+        runs.atomic_write_json(run_dir / runs.LABELS, labels)
+    tokenizer.save(run_dir / runs.TOKENIZER)
+    runs.save_weights(run_dir, model)
+    runs.write_manifest(run_dir)
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def write_run() -> Callable[..., Path]:
+    """``write_run(run_dir, task, model, cfg, tokenizer, labels=None, edit=...)``: a hand-built run directory."""
+    return write_run_dir

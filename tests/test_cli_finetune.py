@@ -12,16 +12,31 @@ from attnkit.cli import main
 from attnkit.data.recipes import default_cache_dir
 
 MINILM = default_cache_dir() / "minilm"
-pytestmark = pytest.mark.skipif(not (MINILM / "model.safetensors").is_file(),
-                                reason=f"MiniLM not in the cache ({MINILM}); run `attnkit data fetch minilm`")
+pytestmark = pytest.mark.skipif(
+    not (MINILM / "model.safetensors").is_file(),
+    reason=f"MiniLM not in the cache ({MINILM}); run `attnkit data fetch minilm`",
+)
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv"
 
 
 @pytest.fixture(scope="module")
 def finetuned(tmp_path_factory):
     out = tmp_path_factory.mktemp("ft") / "run"
-    code = main(["classify", "train", "--train", str(EXAMPLES), "--init-from", "minilm", "--out", str(out),
-                 "--epochs", "1", "--quiet"])
+    code = main(
+        [
+            "classify",
+            "train",
+            "--train",
+            str(EXAMPLES),
+            "--init-from",
+            "minilm",
+            "--out",
+            str(out),
+            "--epochs",
+            "1",
+            "--quiet",
+        ]
+    )
     assert code == 0
     return out
 
@@ -55,8 +70,20 @@ def test_encoder_starts_from_the_pretrained_weights(tmp_path):
 
 @pytest.mark.parametrize("setting", ["d_model=64", "n_layers=2", "tokenizer=word"])
 def test_architecture_keys_are_refused_with_init_from(tmp_path, capsys, setting):
-    code = main(["classify", "train", "--train", str(EXAMPLES), "--init-from", "minilm", "--out", str(tmp_path / "r"),
-                 "--set", setting])
+    code = main(
+        [
+            "classify",
+            "train",
+            "--train",
+            str(EXAMPLES),
+            "--init-from",
+            "minilm",
+            "--out",
+            str(tmp_path / "r"),
+            "--set",
+            setting,
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --init-from") and setting.split("=")[0] in err[0]
@@ -84,13 +111,17 @@ def test_bad_pretrained_folders_give_exit_2(tmp_path, capsys, problem):
         (folder / "model.safetensors").unlink()
     elif problem == "gpt2":
         config = json.loads((folder / "config.json").read_text())
-        (folder / "config.json").write_text(json.dumps({**config, "model_type": "gpt2", "architectures": ["GPT2Model"]}))
+        (folder / "config.json").write_text(
+            json.dumps({**config, "model_type": "gpt2", "architectures": ["GPT2Model"]})
+        )
     else:
         state = load_file(str(folder / "model.safetensors"))
         name = next(k for k in state if k.endswith("attention.self.query.weight"))
         state[name] = state[name][:, :100].contiguous()
         save_file(state, str(folder / "model.safetensors"))
-    code = main(["classify", "train", "--train", str(EXAMPLES), "--init-from", str(folder), "--out", str(tmp_path / "r")])
+    code = main(
+        ["classify", "train", "--train", str(EXAMPLES), "--init-from", str(folder), "--out", str(tmp_path / "r")]
+    )
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:")

@@ -11,8 +11,17 @@ from attnkit.cli import main
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Reference note 001: BERT's vocabulary, d_model 32, one layer, a CLS token and one logit, 400 sinusoidal positions.
-SEED001_SET = ["vocab_size=30522", "d_model=32", "n_heads=4", "d_ff=32", "n_layers=1", "max_len=400", "n_classes=1",
-               "pooling=cls", "positional=sinusoidal"]
+SEED001_SET = [
+    "vocab_size=30522",
+    "d_model=32",
+    "n_heads=4",
+    "d_ff=32",
+    "n_layers=1",
+    "max_len=400",
+    "n_classes=1",
+    "pooling=cls",
+    "positional=sinusoidal",
+]
 
 
 def params_json(capsys, *argv: str) -> dict:

@@ -15,16 +15,52 @@ PNG = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("plots") / "run"
-    assert main(["classify", "train", "--train", str(EXAMPLES), "--out", str(out), "--epochs", "2", "--quiet",
-                 "--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=2", "min_freq=1"]) == 0
+    assert (
+        main(
+            [
+                "classify",
+                "train",
+                "--train",
+                str(EXAMPLES),
+                "--out",
+                str(out),
+                "--epochs",
+                "2",
+                "--quiet",
+                "--set",
+                "d_model=16",
+                "n_heads=2",
+                "d_ff=32",
+                "n_layers=2",
+                "min_freq=1",
+            ]
+        )
+        == 0
+    )
     return out
 
 
 def test_attention_png_and_html(run, tmp_path, capsys):
     assert main(["plot", "attention", "--model", str(run), "--out", str(tmp_path / "a.png"), "a wonderful film"]) == 0
     assert (tmp_path / "a.png").read_bytes().startswith(PNG)
-    assert main(["plot", "attention", "--model", str(run), "--out", str(tmp_path / "a.html"), "--layer", "1",
-                 "--head", "0", "a wonderful film"]) == 0
+    assert (
+        main(
+            [
+                "plot",
+                "attention",
+                "--model",
+                str(run),
+                "--out",
+                str(tmp_path / "a.html"),
+                "--layer",
+                "1",
+                "--head",
+                "0",
+                "a wonderful film",
+            ]
+        )
+        == 0
+    )
     page = (tmp_path / "a.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "<script" not in page
     assert "wonderful" in page  # token labels are drawn
@@ -56,11 +92,14 @@ def test_curves_and_pe(run, tmp_path):
     assert "<svg" in (tmp_path / "pe.html").read_text()
 
 
-@pytest.mark.parametrize("argv, fragment", [
-    (["--out", "x.gif"], "unsupported figure format .gif"),
-    (["--out", "x.png", "--layer", "7"], "--layer 7"),
-    (["--out", "x.png", "--head", "5"], "--head 5"),
-])
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--out", "x.gif"], "unsupported figure format .gif"),
+        (["--out", "x.png", "--layer", "7"], "--layer 7"),
+        (["--out", "x.png", "--head", "5"], "--head 5"),
+    ],
+)
 def test_bad_plot_requests(run, tmp_path, capsys, argv, fragment):
     argv = [a if a != "x.png" and a != "x.gif" else str(tmp_path / a) for a in argv]
     assert main(["plot", "attention", "--model", str(run), *argv, "a film"]) == 2

@@ -32,8 +32,10 @@ def test_cli_is_a_package_of_small_modules():
 
 def test_parsing_arguments_does_not_import_torch():
     # build_parser() registers every command: its imports are all the CLI needs before a command runs.
-    out = _python("import sys; import attnkit.cli as c; c.build_parser().parse_args(['bench', 'scaling']); "
-                  "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    out = _python(
+        "import sys; import attnkit.cli as c; c.build_parser().parse_args(['bench', 'scaling']); "
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
+    )
     assert out.strip() == "[]"
 
 
@@ -42,8 +44,13 @@ def test_the_benchmark_library_does_not_import_the_cli():
     assert out.strip() == "[]"
     for path in (SRC / "attnkit" / "bench").glob("*.py"):  # lazy imports inside functions too
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             assert not any(n == "attnkit.cli" or n.startswith("attnkit.cli.") for n in names), path
 
 
@@ -57,10 +64,16 @@ def test_python_dash_m_is_the_attnkit_command(module):
     assert done.returncode == 2 and done.stderr.startswith("error: attnkit: argument command: invalid choice")
 
 
-@pytest.mark.parametrize("argv, fragment", [
-    (["bench", "train", "--threads", "0"], "bench: --threads=0 must be >= 1"),
-    (["bench", "scaling", "--impl", "ctranslate2"], "bench: suite scaling runs attnkit, torch.nn; --impl chose none"),
-])
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["bench", "train", "--threads", "0"], "bench: --threads=0 must be >= 1"),
+        (
+            ["bench", "scaling", "--impl", "ctranslate2"],
+            "bench: suite scaling runs attnkit, torch.nn; --impl chose none",
+        ),
+    ],
+)
 def test_bench_refuses_bad_arguments_before_measuring(argv, fragment, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err

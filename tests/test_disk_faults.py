@@ -18,35 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import torch
 from safetensors.torch import load_file
 
 from attnkit.cli import main
 from attnkit.tasks.classify import ClassifierRun
 from attnkit.tasks.translate import TranslatorRun
 
-SEED_TSV = Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv"
-TINY_SET = ["d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "min_freq=1"]
-PAIRS = "source\ttarget\na b c\tc b a\nd e\te d\nf g h i\ti h g f\n"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def classify_train(out: Path, *extra: str) -> list[str]:
-    return ["classify", "train", "--train", str(SEED_TSV), "--out", str(out), "--quiet", "--set", *TINY_SET, *extra]
-
-
-def translate_train(tmp_path: Path, out: Path, *extra: str) -> list[str]:
-    pairs = tmp_path / "pairs.tsv"
-    pairs.write_text(PAIRS, encoding="utf-8")
-    return ["translate", "train", "--train", str(pairs), "--out", str(out), "--quiet", "--set", *TINY_SET,
-            "tokenizer=word", "valid_bleu=false", "checkpoint_every=1", "max_len=16", *extra]
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def one_error_line(capsys, argv: list[str]) -> str:
@@ -80,7 +58,9 @@ def patch_open(monkeypatch, hook: Callable[[str, str, Callable[[], object]], obj
     real_open = builtins.open
 
     def patched(file, mode="r", *args, **kwargs):
-        do_open = lambda: real_open(file, mode, *args, **kwargs)
+        def do_open():
+            return real_open(file, mode, *args, **kwargs)
+
         return do_open() if isinstance(file, int) else hook(os.fspath(file), mode, do_open)
 
     monkeypatch.setattr(builtins, "open", patched)
@@ -108,6 +88,7 @@ def make_read_only(directory: Path, monkeypatch) -> None:
             for path in args[:n_paths]:
                 check(path)
             return real(*args, **kwargs)
+
         return guarded
 
     for name in ("mkdir", "unlink", "remove", "rmdir"):
@@ -176,24 +157,28 @@ def fill_disk_at(monkeypatch, name: str, nth: int) -> dict:
 
 
 @pytest.mark.parametrize("task", ["classify", "translate"])
-def test_read_only_parent_of_the_output_directory(task, tmp_path, capsys, monkeypatch, restore_permissions):
+def test_read_only_parent_of_the_output_directory(task, tmp_path, capsys, monkeypatch, restore_permissions, tiny):
     locked = tmp_path / "locked"
     locked.mkdir()
     out = locked / "run"
-    argv = classify_train(out, "epochs=1") if task == "classify" else translate_train(tmp_path, out, "max_steps=1")
+    argv = (
+        tiny.classify_train(out, "epochs=1")
+        if task == "classify"
+        else tiny.translate_train(tmp_path, out, "max_steps=1")
+    )
     make_read_only(locked, monkeypatch)
     line = one_error_line(capsys, argv)
     assert line == f"error: {out}: Permission denied"
     assert list(locked.iterdir()) == []
 
 
-def test_read_only_run_directory_is_left_as_it_was(tmp_path, capsys, monkeypatch, restore_permissions):
+def test_read_only_run_directory_is_left_as_it_was(tmp_path, capsys, monkeypatch, restore_permissions, tiny):
     run = tmp_path / "run"
-    assert main(classify_train(run, "epochs=1")) == 0
+    assert main(tiny.classify_train(run, "epochs=1")) == 0
     capsys.readouterr()
     before = snapshot(run)
     make_read_only(run, monkeypatch)
-    line = one_error_line(capsys, classify_train(run, "epochs=1", "seed=1"))  # train again over it
+    line = one_error_line(capsys, tiny.classify_train(run, "epochs=1", "seed=1"))  # train again over it
     assert line.startswith(f"error: {run}/") and line.endswith(": Permission denied"), line
     monkeypatch.undo()
     assert snapshot(run) == before
@@ -211,10 +196,10 @@ def every_epoch_improves(monkeypatch):
     monkeypatch.setattr("attnkit.tasks.classify.train.accuracy", lambda pred, gold: next(scores) / 100)
 
 
-def test_full_disk_during_the_second_best_model_save(tmp_path, capsys, monkeypatch, every_epoch_improves):
+def test_full_disk_during_the_second_best_model_save(tmp_path, capsys, monkeypatch, every_epoch_improves, tiny):
     run = tmp_path / "run"
     disk = fill_disk_at(monkeypatch, "model.safetensors", nth=2)
-    line = one_error_line(capsys, classify_train(run, "epochs=2", "patience=0"))
+    line = one_error_line(capsys, tiny.classify_train(run, "epochs=2", "patience=0"))
     assert disk["writes"] == 2, "epoch 2 did not save model.safetensors"
     assert "No space left on device" in line
     monkeypatch.undo()
@@ -225,17 +210,17 @@ def test_full_disk_during_the_second_best_model_save(tmp_path, capsys, monkeypat
     assert len(ClassifierRun(run).predict(["a wonderful film"])) == 1
 
 
-def test_full_disk_error_names_the_file(tmp_path, capsys, monkeypatch):
+def test_full_disk_error_names_the_file(tmp_path, capsys, monkeypatch, tiny):
     run = tmp_path / "run"
     fill_disk_at(monkeypatch, "model.safetensors", nth=1)
-    line = one_error_line(capsys, classify_train(run, "epochs=1"))
+    line = one_error_line(capsys, tiny.classify_train(run, "epochs=1"))
     assert "model.safetensors" in line
 
 
-def test_full_disk_during_a_translator_checkpoint(tmp_path, capsys, monkeypatch):
+def test_full_disk_during_a_translator_checkpoint(tmp_path, capsys, monkeypatch, tiny):
     run = tmp_path / "run"
     disk = fill_disk_at(monkeypatch, "model.safetensors", nth=2)
-    line = one_error_line(capsys, translate_train(tmp_path, run, "max_steps=2"))
+    line = one_error_line(capsys, tiny.translate_train(tmp_path, run, "max_steps=2"))
     assert "No space left on device" in line
     monkeypatch.undo()
     weights = run / "model.safetensors"
@@ -244,14 +229,14 @@ def test_full_disk_during_a_translator_checkpoint(tmp_path, capsys, monkeypatch)
     assert len(TranslatorRun(run).translate(["a b c"], beam=1)[0]) == 1
 
 
-def test_full_disk_while_writing_the_config_then_the_same_command_succeeds(tmp_path, capsys, monkeypatch):
+def test_full_disk_while_writing_the_config_then_the_same_command_succeeds(tmp_path, capsys, monkeypatch, tiny):
     run = tmp_path / "run"
     fill_disk_at(monkeypatch, "config.json", nth=1)
-    line = one_error_line(capsys, classify_train(run, "epochs=1"))
+    line = one_error_line(capsys, tiny.classify_train(run, "epochs=1"))
     assert "No space left on device" in line
     monkeypatch.undo()
     assert not (run / "config.json").exists()
     assert hidden_files(run) == []
     # Space freed, the user runs the same command again: the half-started directory must not be in the way.
-    assert main(classify_train(run, "epochs=1")) == 0, capsys.readouterr().err
+    assert main(tiny.classify_train(run, "epochs=1")) == 0, capsys.readouterr().err
     assert json.loads((run / "config.json").read_text())["task"] == "classify"

@@ -96,8 +96,10 @@ def attnkit_argvs(command_line: str) -> list[list[str]]:
             cleaned.append(word)
         if cleaned and cleaned[0] == "attnkit":
             found.append(cleaned[1:])
-        elif "-m" in cleaned and cleaned.index("-m") + 1 < len(cleaned) and cleaned[cleaned.index("-m") + 1] == "attnkit":
-            found.append(cleaned[cleaned.index("-m") + 2:])
+        elif (
+            "-m" in cleaned and cleaned.index("-m") + 1 < len(cleaned) and cleaned[cleaned.index("-m") + 1] == "attnkit"
+        ):
+            found.append(cleaned[cleaned.index("-m") + 2 :])
     return found
 
 
@@ -162,8 +164,11 @@ def test_documented_command_parses(where, argv, complete):
         pytest.fail(f"{where}\n  does not parse: {err}")
     if where.startswith("docs/bad-inputs.md"):
         return  # its rows give unknown keys on purpose (tests/test_bad_inputs.py runs them)
-    unknown = [pair.partition("=")[0] for pair in getattr(args, "overrides", []) or []
-               if pair.partition("=")[0] not in config_keys()]
+    unknown = [
+        pair.partition("=")[0]
+        for pair in getattr(args, "overrides", []) or []
+        if pair.partition("=")[0] not in config_keys()
+    ]
     assert not unknown, f"{where}\n  --set keys that are not config keys: {unknown}"
 
 
@@ -180,10 +185,16 @@ def test_the_command_check_rejects_a_broken_command():
 def test_command_extraction():
     line = 'echo "In the beginning." | attnkit translate run --model r && attnkit average --last 5 --out a r  # note'
     assert attnkit_argvs(line) == [["translate", "run", "--model", "r"], ["average", "--last", "5", "--out", "a", "r"]]
-    assert attnkit_argvs("attnkit classify predict --model r < examples/x.txt") == [["classify", "predict", "--model", "r"]]
-    assert attnkit_argvs("torchrun --nproc-per-node 2 -m attnkit params --task classify") == [["params", "--task", "classify"]]
+    assert attnkit_argvs("attnkit classify predict --model r < examples/x.txt") == [
+        ["classify", "predict", "--model", "r"]
+    ]
+    assert attnkit_argvs("torchrun --nproc-per-node 2 -m attnkit params --task classify") == [
+        ["params", "--task", "classify"]
+    ]
     assert join_continuations("attnkit ablate \\\n  --grid a=1 \\\n  --out d\nnext") == [
-        "attnkit ablate    --grid a=1    --out d", "next"]
+        "attnkit ablate    --grid a=1    --out d",
+        "next",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------

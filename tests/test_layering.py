@@ -13,17 +13,30 @@ SRC = Path(attnkit.__file__).parent
 # The first name under attnkit -> its layer. A module may import only from its own layer or below.
 LAYERS = {
     # 0: what everything may use: the error type, atomic files, environment checks, the configs.
-    "errors": 0, "atomic": 0, "compat": 0, "config": 0, "": 0,  # "" is attnkit/__init__ (the version)
+    "errors": 0,
+    "atomic": 0,
+    "compat": 0,
+    "config": 0,
+    "": 0,  # "" is attnkit/__init__ (the version)
     # 1: the paper's model, tokenizers and data reading / batching: built from configs, unaware of training.
-    "model": 1, "tokenization": 1, "data": 1,
+    "model": 1,
+    "tokenization": 1,
+    "data": 1,
     # 2: what runs a built model without changing it: searches (§6.1) and metrics.
-    "decoding": 2, "evaluation": 2,
+    "decoding": 2,
+    "evaluation": 2,
     # 3: training machinery (loop, optimizer, state) and the run-directory format it writes and readers load.
-    "training": 3, "runs": 3,
+    "training": 3,
+    "runs": 3,
     # 4: the tasks, each using training for its training and runs for its inference; the two user-facing facades.
-    "tasks": 4, "classify": 4, "translate": 4,
+    "tasks": 4,
+    "classify": 4,
+    "translate": 4,
     # 5: what works on trained runs from the outside: conversions, analyses, benchmarks, serving.
-    "interop": 5, "analysis": 5, "bench": 5, "serving": 5,
+    "interop": 5,
+    "analysis": 5,
+    "bench": 5,
+    "serving": 5,
     # 6: the command line, which may call anything.
     "cli": 6,
     # `python -m attnkit` (and `torchrun -m attnkit`): the command line under another name.
@@ -87,9 +100,12 @@ def test_the_graph_sees_imports_inside_functions():
 
 
 def test_every_import_goes_to_the_same_or_a_lower_layer():
-    upward = [f"{module} (layer {layer(module)}) imports {target} (layer {layer(target)})"
-              for module, targets in GRAPH.items() for target in sorted(targets)
-              if layer(target) > layer(module) and (module, target) not in KNOWN_UPWARD]
+    upward = [
+        f"{module} (layer {layer(module)}) imports {target} (layer {layer(target)})"
+        for module, targets in GRAPH.items()
+        for target in sorted(targets)
+        if layer(target) > layer(module) and (module, target) not in KNOWN_UPWARD
+    ]
     assert not upward, "\n".join(upward)
 
 

@@ -30,12 +30,7 @@ from attnkit.tokenization import train_tokenizer
 NUMERIC = settings(max_examples=60, deadline=None, derandomize=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -43,11 +38,43 @@ def one_thread():
 
 # Pieces of the formats, so that random files get past the first check often enough to reach the later ones.
 FRAGMENTS = [
-    b"text", b"label", b"source", b"target", b"\t", b",", b"\n", b"\r\n", b"\r", b" ", b'"', b'""', b"{", b"}",
-    b"[", b"]", b":", b'"text"', b'"label"', b"1", b"true", b"null", b"\xef\xbb\xbf", b"\xe9", b"\xc3\xa9", b"\x00",
-    b"\\", b"\\u0000", b"\\ud800", b"\xe2\x80\xa8", b"\x0c", b"good film", b"pos",
+    b"text",
+    b"label",
+    b"source",
+    b"target",
+    b"\t",
+    b",",
+    b"\n",
+    b"\r\n",
+    b"\r",
+    b" ",
+    b'"',
+    b'""',
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b":",
+    b'"text"',
+    b'"label"',
+    b"1",
+    b"true",
+    b"null",
+    b"\xef\xbb\xbf",
+    b"\xe9",
+    b"\xc3\xa9",
+    b"\x00",
+    b"\\",
+    b"\\u0000",
+    b"\\ud800",
+    b"\xe2\x80\xa8",
+    b"\x0c",
+    b"good film",
+    b"pos",
 ]
-FIELD = st.text(st.characters(codec="utf-8", exclude_characters="\t\n\r") | st.sampled_from(" \u2028\x0c\ufeff\x00"), max_size=8)
+FIELD = st.text(
+    st.characters(codec="utf-8", exclude_characters="\t\n\r") | st.sampled_from(" \u2028\x0c\ufeff\x00"), max_size=8
+)
 LINE_END = st.sampled_from(["\n", "\r\n", "\r"])
 BOM = st.sampled_from(["", "\ufeff"])
 
@@ -66,13 +93,23 @@ def table_text(draw):
 @st.composite
 def csv_text(draw):
     header = draw(st.sampled_from(["text,label", "label,text,id", "text"]))
-    rows = draw(st.lists(st.lists(FIELD.map(lambda f: f if draw(st.booleans()) else '"' + f.replace('"', '""') + '"'),
-                                  min_size=1, max_size=3).map(",".join), max_size=5))
+    rows = draw(
+        st.lists(
+            st.lists(
+                FIELD.map(lambda f: f if draw(st.booleans()) else '"' + f.replace('"', '""') + '"'),
+                min_size=1,
+                max_size=3,
+            ).map(",".join),
+            max_size=5,
+        )
+    )
     return draw(BOM) + draw(LINE_END).join([header, *rows]) + "\n"
 
 
 JSON_VALUE = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | FIELD, lambda inner: st.lists(inner, max_size=3), max_leaves=5
+    st.none() | st.booleans() | st.integers() | st.floats() | FIELD,
+    lambda inner: st.lists(inner, max_size=3),
+    max_leaves=5,
 )
 JSON_RECORD = st.fixed_dictionaries({"text": FIELD, "label": FIELD | st.integers() | st.booleans()}) | st.dictionaries(
     st.sampled_from(["text", "label", "id"]), JSON_VALUE, max_size=3
@@ -123,7 +160,7 @@ def test_readers_never_crash_on_any_bytes(suffix, data):
         else:
             assert rows  # an accepted file has at least one row
             for row in rows:
-                for field in (row if isinstance(row, tuple) else vars(row).values()):
+                for field in row if isinstance(row, tuple) else vars(row).values():
                     if isinstance(field, str):
                         assert field and field == field.strip() and "\r" not in field
 
@@ -203,8 +240,17 @@ def _pad(sentences: list[torch.Tensor]) -> torch.Tensor:
 def _classifier(pooling: str, norm: str) -> TransformerClassifier:
     with torch.random.fork_rng():
         torch.manual_seed(1)
-        cfg = ClassifierConfig(vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=MAX_LEN, n_classes=3,
-                               pooling=pooling, norm=norm)
+        cfg = ClassifierConfig(
+            vocab_size=V,
+            d_model=16,
+            n_heads=2,
+            d_ff=32,
+            n_layers=2,
+            max_len=MAX_LEN,
+            n_classes=3,
+            pooling=pooling,
+            norm=norm,
+        )
         return build_classifier(cfg, pad_id=PAD).eval()
 
 
@@ -233,8 +279,9 @@ def _translator(norm: str) -> Transformer:
     further so that some outputs end with EOS before their length limit and others run to it."""
     with torch.random.fork_rng():
         torch.manual_seed(2)
-        cfg = TranslatorConfig(vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=64, norm=norm,
-                               tie_embeddings=False)
+        cfg = TranslatorConfig(
+            vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=64, norm=norm, tie_embeddings=False
+        )
         model = build_translator(cfg, pad_id=PAD).eval()
         with torch.no_grad():
             model.output_proj.weight.mul_(3.0)
@@ -255,7 +302,8 @@ def _sources(lengths: list[int], seed: int) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("norm", list(TRANSLATORS))
 def test_the_random_translators_are_not_degenerate(norm):
-    # Otherwise batch invariance would hold trivially: some outputs stop at EOS, some at their limit, with varied tokens.
+    # Otherwise batch invariance would hold trivially: some outputs stop at EOS, some at their limit, with varied
+    # tokens.
     lengths = [3, 7, 12, 1] * 8
     sources = [s for seed in range(4) for s in _sources(lengths, seed)]
     outputs = greedy_decode(TRANSLATORS[norm], _pad(sources), **DECODE)

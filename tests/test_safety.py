@@ -11,7 +11,6 @@ import io
 import json
 import shutil
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -25,17 +24,7 @@ from attnkit.interop.pickle_import import import_pickle_into_run, load_pickle_st
 from attnkit.tasks.classify import ClassifierRun
 from attnkit.tasks.translate import TranslatorRun
 
-SEED_TSV = Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv"
-TINY_SET = ["d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "min_freq=1"]
 TEXTS = ["This movie was absolutely amazing", "Terrible, I hated it.", "an unseen zyzzyva"]
-
-
-def quietly(*argv: str) -> None:
-    """Run a command that must succeed, outside any test's capsys (for module fixtures)."""
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with redirect_stdout(stdout), redirect_stderr(stderr):
-        code = main(list(argv))
-    assert code == 0, stderr.getvalue()
 
 
 def error_line(capsys, *argv: object, stdin: str | None = None, monkeypatch=None) -> str:
@@ -62,29 +51,20 @@ def convert_is_wired() -> bool:
 needs_convert = pytest.mark.skipif(not convert_is_wired(), reason="`attnkit convert` is not wired into cli.py yet")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
+def runs(tmp_path_factory, quietly, tiny) -> dict[str, Path]:
     """Two tiny classifiers on the same data with different seeds (same tokenizer, different weights), and a tiny
     translator."""
     tmp = tmp_path_factory.mktemp("safety")
     out = {}
     for name, seed in (("a", "0"), ("b", "1")):
         out[name] = tmp / name
-        quietly("classify", "train", "--train", str(SEED_TSV), "--out", str(out[name]), "--epochs", "1",
-                "--seed", seed, "--quiet", "--set", *TINY_SET)
-    pairs = tmp / "pairs.tsv"
-    pairs.write_text("source\ttarget\na b c\tc b a\nd e\te d\nf g h i\ti h g f\n", encoding="utf-8")
+        quietly(*tiny.classify_train(out[name], "--epochs", "1", "--seed", seed))
     out["mt"] = tmp / "mt"
-    quietly("translate", "train", "--train", str(pairs), "--out", str(out["mt"]), "--max-steps", "2", "--quiet",
-            "--set", *TINY_SET, "tokenizer=word", "valid_bleu=false", "checkpoint_every=1", "max_len=16")
+    quietly(*tiny.translate_train(tmp, out["mt"], "--max-steps", "2"))
     return out
 
 
@@ -94,7 +74,8 @@ def save_pickle(path: Path, obj: object) -> Path:
 
 
 class RunsCodeWhenUnpickled:
-    """What a malicious pickle does: ``__reduce__`` makes the unpickler call any function, here ``open(marker, "w")``."""
+    """What a malicious pickle does: ``__reduce__`` makes the unpickler call any function, here
+    ``open(marker, "w")``."""
 
     def __init__(self, marker: Path):
         self.marker = marker
@@ -107,7 +88,9 @@ class RunsCodeWhenUnpickled:
 # The torch version
 
 
-@pytest.mark.parametrize("version", ["2.9.1", "2.6.0", "1.13.1+cu117", "2.10.0a0+git5f1e3a", "2.10.0rc1", "2.10.0.dev20251201"])
+@pytest.mark.parametrize(
+    "version", ["2.9.1", "2.6.0", "1.13.1+cu117", "2.10.0a0+git5f1e3a", "2.10.0rc1", "2.10.0.dev20251201"]
+)
 def test_torch_with_a_known_unpickler_escape_is_refused(version):
     with pytest.raises(InputError) as caught:
         compat.check_torch(version)
@@ -116,7 +99,9 @@ def test_torch_with_a_known_unpickler_escape_is_refused(version):
     assert "pip install torch==2.13.0" in message
 
 
-@pytest.mark.parametrize("version", ["2.13.0+cpu", "2.10.0", "2.10.1", "2.11.0.dev20260101", "2.10.0.post1", "3.0", "2.13.0"])
+@pytest.mark.parametrize(
+    "version", ["2.13.0+cpu", "2.10.0", "2.10.1", "2.11.0.dev20260101", "2.10.0.post1", "3.0", "2.13.0"]
+)
 def test_fixed_torch_passes(version):
     compat.check_torch(version)
 
@@ -161,7 +146,9 @@ def test_imported_pickle_predicts_exactly_like_the_run_it_came_from(runs, tmp_pa
     # result must be run b, bit for bit, and not run a.
     source, template = ClassifierRun(runs["b"]), ClassifierRun(runs["a"])
     state = source.model.state_dict()
-    saved = {"plain": state, "model": {"model": state, "epoch": 3}, "state_dict": {"state_dict": state, "step": 7}}[layout]
+    saved = {"plain": state, "model": {"model": state, "epoch": 3}, "state_dict": {"state_dict": state, "step": 7}}[
+        layout
+    ]
     path = save_pickle(tmp_path / "b.pt", saved)
     out = import_pickle_into_run(path, runs["a"], tmp_path / "imported", trust_pickle=True)
     imported = ClassifierRun(out)  # checks the new manifest
@@ -242,6 +229,10 @@ def test_pickle_that_does_not_fit_the_model_names_the_tensors(runs, tmp_path):
     save_pickle(path, state)
     with pytest.raises(InputError, match=r"tensor head.weight has shape \(3, 16\), the model expects \(2, 16\)"):
         import_pickle_into_run(path, runs["a"], tmp_path / "out", trust_pickle=True)
+    state["head.weight"] = torch.zeros(2, 16, dtype=torch.long)  # integers where the model has floats
+    save_pickle(path, state)
+    with pytest.raises(InputError, match=r"tensor head.weight has dtype torch.int64, the model expects torch.float32"):
+        import_pickle_into_run(path, runs["a"], tmp_path / "out", trust_pickle=True)
     assert not (tmp_path / "out").exists()
 
 
@@ -256,8 +247,18 @@ def test_convert_command_refuses_then_imports(runs, tmp_path, capsys):
     path = save_pickle(tmp_path / "b.pt", ClassifierRun(runs["b"]).model.state_dict())
     line = error_line(capsys, "convert", "--from-pickle", path, "--model", runs["a"], "--out", tmp_path / "out")
     assert str(path) in line and "--trust-pickle" in line
-    code = main(["convert", "--from-pickle", str(path), "--model", str(runs["a"]), "--out", str(tmp_path / "out"),
-                 "--trust-pickle"])
+    code = main(
+        [
+            "convert",
+            "--from-pickle",
+            str(path),
+            "--model",
+            str(runs["a"]),
+            "--out",
+            str(tmp_path / "out"),
+            "--trust-pickle",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert json.loads(out)["out"] == str(tmp_path / "out")
@@ -274,5 +275,7 @@ def test_flipped_byte_in_translator_weights_is_caught(runs, tmp_path, capsys, mo
     data = bytearray(weights.read_bytes())
     data[len(data) // 2] ^= 0x01  # inside the tensor data: the file still parses, only the hash can tell
     weights.write_bytes(bytes(data))
-    line = error_line(capsys, "translate", "run", "--model", run, "--beam", "1", stdin="a b c\n", monkeypatch=monkeypatch)
+    line = error_line(
+        capsys, "translate", "run", "--model", run, "--beam", "1", stdin="a b c\n", monkeypatch=monkeypatch
+    )
     assert line == f"error: {weights}: changed or corrupted since it was written (sha256 differs from manifest.json)"

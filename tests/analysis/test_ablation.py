@@ -20,9 +20,30 @@ def test_grid_varies_one_setting_at_a_time():
 
 def test_ablate_writes_a_report_whose_params_match_the_variants(tmp_path, capsys):
     out = tmp_path / "abl"
-    code = main(["ablate", "--task", "classify", "--train", str(EXAMPLES), "--valid", str(EXAMPLES),
-                 "--grid", "d_ff=64", "--grid", "positional=learned", "--out", str(out),
-                 "--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "epochs=1", "min_freq=1"])
+    code = main(
+        [
+            "ablate",
+            "--task",
+            "classify",
+            "--train",
+            str(EXAMPLES),
+            "--valid",
+            str(EXAMPLES),
+            "--grid",
+            "d_ff=64",
+            "--grid",
+            "positional=learned",
+            "--out",
+            str(out),
+            "--set",
+            "d_model=16",
+            "n_heads=2",
+            "d_ff=32",
+            "n_layers=1",
+            "epochs=1",
+            "min_freq=1",
+        ]
+    )
     assert code == 0
     rows = {r["name"]: r for r in json.loads((out / "ablation.json").read_text())}
     assert set(rows) == {"base", "d_ff=64", "positional=learned"}
@@ -35,8 +56,23 @@ def test_ablate_writes_a_report_whose_params_match_the_variants(tmp_path, capsys
 
 
 def test_a_bad_variant_is_refused_before_anything_trains(tmp_path, capsys):
-    code = main(["ablate", "--task", "classify", "--train", str(EXAMPLES), "--valid", str(EXAMPLES),
-                 "--grid", "n_heads=3", "--out", str(tmp_path / "abl"), "--set", "d_model=16"])
+    code = main(
+        [
+            "ablate",
+            "--task",
+            "classify",
+            "--train",
+            str(EXAMPLES),
+            "--valid",
+            str(EXAMPLES),
+            "--grid",
+            "n_heads=3",
+            "--out",
+            str(tmp_path / "abl"),
+            "--set",
+            "d_model=16",
+        ]
+    )
     assert code == 2
     assert "n_heads=3" in capsys.readouterr().err
     assert not (tmp_path / "abl" / "base").exists()
@@ -44,9 +80,26 @@ def test_a_bad_variant_is_refused_before_anything_trains(tmp_path, capsys):
 
 def test_report_only_rewrites_the_report_from_the_results(tmp_path, capsys):
     out = tmp_path / "abl"
-    argv = ["ablate", "--task", "classify", "--train", str(EXAMPLES), "--valid", str(EXAMPLES),
-            "--grid", "n_heads=1", "--out", str(out), "--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=1",
-            "epochs=1", "min_freq=1"]
+    argv = [
+        "ablate",
+        "--task",
+        "classify",
+        "--train",
+        str(EXAMPLES),
+        "--valid",
+        str(EXAMPLES),
+        "--grid",
+        "n_heads=1",
+        "--out",
+        str(out),
+        "--set",
+        "d_model=16",
+        "n_heads=2",
+        "d_ff=32",
+        "n_layers=1",
+        "epochs=1",
+        "min_freq=1",
+    ]
     assert main(argv) == 0
     rows = json.loads((out / "ablation.json").read_text())
     rows[1]["valid"] = 0.125  # a result the report must now show, without training again
@@ -59,8 +112,22 @@ def test_report_only_rewrites_the_report_from_the_results(tmp_path, capsys):
 
 
 def test_report_only_without_results_is_an_error(tmp_path, capsys):
-    code = main(["ablate", "--task", "classify", "--train", str(EXAMPLES), "--valid", str(EXAMPLES),
-                 "--grid", "n_heads=1", "--out", str(tmp_path), "--report-only"])
+    code = main(
+        [
+            "ablate",
+            "--task",
+            "classify",
+            "--train",
+            str(EXAMPLES),
+            "--valid",
+            str(EXAMPLES),
+            "--grid",
+            "n_heads=1",
+            "--out",
+            str(tmp_path),
+            "--report-only",
+        ]
+    )
     assert code == 2
     assert "ablation.json" in capsys.readouterr().err
 
@@ -73,8 +140,11 @@ def test_bar_chart_starts_at_zero_and_shows_the_values(tmp_path, monkeypatch):
     figures = []
     save = plots.save_figure
     monkeypatch.setattr(plots, "save_figure", lambda fig, out, title="": figures.append(fig) or save(fig, out, title))
-    variants = [Variant("base", {}, valid=0.775), Variant("n_heads=1", {"n_heads": "1"}, valid=0.765),
-                Variant("dropout=0.0", {"dropout": "0.0"}, valid=0.781)]
+    variants = [
+        Variant("base", {}, valid=0.775),
+        Variant("n_heads=1", {"n_heads": "1"}, valid=0.765),
+        Variant("dropout=0.0", {"dropout": "0.0"}, valid=0.781),
+    ]
     plot_ablation(variants, "classify", tmp_path / "a.png", n_valid=1057)
     (ax,) = figures[0].axes
     assert ax.get_ylim()[0] == 0

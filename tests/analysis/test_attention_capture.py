@@ -18,8 +18,9 @@ from attnkit.model.masking import padding_mask
 
 
 def tiny_classifier(norm: str = "post") -> TransformerClassifier:
-    cfg = ClassifierConfig(vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_layers=3, max_len=64, n_classes=3,
-                           norm=norm)
+    cfg = ClassifierConfig(
+        vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_layers=3, max_len=64, n_classes=3, norm=norm
+    )
     return build_classifier(cfg).eval()
 
 
@@ -98,6 +99,7 @@ def test_only_the_layers_asked_for_leave_the_fused_kernel(monkeypatch):
     _, maps, _ = model.decode(tgt, memory, src_mask, attn_layers=(1,))
     assert len(calls) == 2 and set(maps.cross) == {1}
 
+
 # ---------------------------------------------------------------------------------------------------------------
 # `plot attention` on a translator whose greedy output runs to the length limit (no EOS): the decoder rows are
 # the output tokens, one per position it has; BOS + the whole output would need one position more.
@@ -107,7 +109,7 @@ LONG_TEXT = " ".join(SYMBOLS * 3)  # 24 tokens, longer than max_len=16
 
 
 @pytest.fixture(scope="module", params=["sinusoidal", "learned"])
-def barely_trained_translator(request, tmp_path_factory):
+def barely_trained_translator(request, tmp_path_factory, quietly):
     """Two steps of training on a reverse task: far too few to learn to stop, so greedy output runs to its limit."""
     tmp = tmp_path_factory.mktemp(f"translator-{request.param}")
     rng = random.Random(0)
@@ -116,10 +118,29 @@ def barely_trained_translator(request, tmp_path_factory):
         seq = [rng.choice(SYMBOLS) for _ in range(rng.randint(1, 6))]
         lines.append(" ".join(seq) + "\t" + " ".join(reversed(seq)))
     (tmp / "train.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    code = main(["translate", "train", "--train", str(tmp / "train.tsv"), "--out", str(tmp / "run"), "--max-steps",
-                 "2", "--seed", "0", "--quiet", "--set", "tokenizer=word", "min_freq=1", "d_model=16", "n_heads=2",
-                 "d_ff=32", "n_layers=1", "max_len=16", f"positional={request.param}", "valid_bleu=false"])
-    assert code == 0
+    quietly(
+        "translate",
+        "train",
+        "--train",
+        str(tmp / "train.tsv"),
+        "--out",
+        str(tmp / "run"),
+        "--max-steps",
+        "2",
+        "--seed",
+        "0",
+        "--quiet",
+        "--set",
+        "tokenizer=word",
+        "min_freq=1",
+        "d_model=16",
+        "n_heads=2",
+        "d_ff=32",
+        "n_layers=1",
+        "max_len=16",
+        f"positional={request.param}",
+        "valid_bleu=false",
+    )
     return tmp / "run", request.param
 
 

@@ -147,8 +147,15 @@ def test_weight_tied_by_sharing_the_parameter_becomes_a_tied_row():
     ],
 )
 def test_classifier_rows_and_totals_match_closed_forms(overrides):
-    cfg = ClassifierConfig(vocab_size=101, d_model=overrides.pop("d_model", 32), n_heads=overrides.pop("n_heads", 4),
-                           d_ff=40, n_layers=2, max_len=24, **overrides)
+    cfg = ClassifierConfig(
+        vocab_size=101,
+        d_model=overrides.pop("d_model", 32),
+        n_heads=overrides.pop("n_heads", 4),
+        d_ff=40,
+        n_layers=2,
+        max_len=24,
+        **overrides,
+    )
     report = parameter_table(build_classifier(cfg))
     assert [r.module for r in report.rows if r.formula_value != r.params] == []
     assert report.total == classifier_param_formula(cfg)

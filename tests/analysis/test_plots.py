@@ -136,7 +136,10 @@ def _metrics():
 def test_curves_keep_smoothed_training_loss_and_validation_loss_apart():
     from attnkit.analysis.plots import curves_figure, smoothed_loss_floor
 
-    config = {"model": {"vocab_size": 8000}, "train": {"label_smoothing": 0.1, "schedule": "linear", "optimizer": "adam"}}
+    config = {
+        "model": {"vocab_size": 8000},
+        "train": {"label_smoothing": 0.1, "schedule": "linear", "optimizer": "adam"},
+    }
     fig = curves_figure(_metrics(), config=config)
     train_ax = next(ax for ax in fig.axes if "training loss" in ax.get_title())
     valid_ax = next(ax for ax in fig.axes if "validation loss" in ax.get_title())

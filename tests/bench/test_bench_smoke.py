@@ -100,8 +100,9 @@ def test_ct2_export_scores_like_attnkit(tmp_path, overrides):
 
     src = decode.make_sources(cfg, 4, 9, seed=4)
     tgt = decode.make_sources(cfg, 4, 6, seed=5)
-    scored = translator.score_batch([[tokens[i] for i in row] for row in src.tolist()],
-                                    [[tokens[i] for i in row] for row in tgt.tolist()])
+    scored = translator.score_batch(
+        [[tokens[i] for i in row] for row in src.tolist()], [[tokens[i] for i in row] for row in tgt.tolist()]
+    )
     tgt_in = torch.cat([torch.full((4, 1), BOS_ID), tgt], dim=1)  # (B, T + 1)
     tgt_out = torch.cat([tgt, torch.full((4, 1), EOS_ID)], dim=1)  # (B, T + 1)
     with torch.no_grad():
@@ -119,8 +120,13 @@ def test_ct2_export_decodes_exactly_fixed_length_like_attnkit(tmp_path):
     attnkit_to_ct2(model, tmp_path, tokens=tokens, add_source_eos=False)
     translator = ctranslate2.Translator(str(tmp_path), device="cpu", intra_threads=1)
     src = decode.make_sources(TINY, 4, 9, seed=6)
-    out = translator.translate_batch([[tokens[i] for i in row] for row in src.tolist()], beam_size=1,
-                                     min_decoding_length=15, max_decoding_length=15, suppress_sequences=[["<pad>"]])
+    out = translator.translate_batch(
+        [[tokens[i] for i in row] for row in src.tolist()],
+        beam_size=1,
+        min_decoding_length=15,
+        max_decoding_length=15,
+        suppress_sequences=[["<pad>"]],
+    )
     expected = greedy_decode(model, src, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=TINY.max_len, fixed_len=15)
     assert [[tokens.index(t) for t in r.hypotheses[0]] for r in out] == expected
 
@@ -141,9 +147,11 @@ def test_training_flops_formula_matches_pytorch_flop_counter():
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(src, tgt_in).sum().backward()
     lengths = [10] * src.size(0)
-    expected = training_flops(seq2seq_forward_flops(
-        lengths, lengths, d_model=TINY.d_model, d_ff=TINY.d_ff, n_layers=TINY.n_layers, vocab_size=TINY.vocab_size
-    ))
+    expected = training_flops(
+        seq2seq_forward_flops(
+            lengths, lengths, d_model=TINY.d_model, d_ff=TINY.d_ff, n_layers=TINY.n_layers, vocab_size=TINY.vocab_size
+        )
+    )
     assert counter.get_total_flops() == expected
 
 
@@ -168,8 +176,12 @@ def _installed(*names: str) -> set[str]:
 @pytest.mark.slow
 def test_train_suite_smoke():
     results = train.run(quick=True, threads=1, configs={"tiny": TINY}, lengths=(8,), tokens_per_batch=128)
-    _check(results, "train", {"attnkit", "torch.nn"} | _installed("transformers"),
-           ("tgt_tok_per_s", "sentences_per_s", "ms", "gflop_per_s", "mfu"))
+    _check(
+        results,
+        "train",
+        {"attnkit", "torch.nn"} | _installed("transformers"),
+        ("tgt_tok_per_s", "sentences_per_s", "ms", "gflop_per_s", "mfu"),
+    )
     # bfloat16 rows (ceiling and attnkit under autocast) only where the CPU has native bfloat16
     expected = {"float32", "bfloat16"} if native_bf16() else {"float32"}
     assert {r.dtype for r in results if r.impl == "matmul"} == expected
@@ -193,16 +205,21 @@ def test_classify_suite_smoke():
 @pytest.mark.slow
 def test_decode_suite_smoke():
     results = decode.run(quick=True, threads=1, configs={"tiny": TINY}, batch=3, src_len=5)
-    _check(results, "decode", {"attnkit", "torch.nn (no cache)"} | _installed("transformers", "ctranslate2"),
-           ("tgt_tok_per_s", "sentences_per_s", "ms"))
+    _check(
+        results,
+        "decode",
+        {"attnkit", "torch.nn (no cache)"} | _installed("transformers", "ctranslate2"),
+        ("tgt_tok_per_s", "sentences_per_s", "ms"),
+    )
     assert {r.search for r in results} == {"greedy", "beam4"}
     assert all(r.search == "greedy" for r in results if r.impl == "torch.nn (no cache)")
 
 
 @pytest.mark.slow
 def test_scaling_suite_smoke():
-    results = scaling.run(quick=True, threads=1, lengths=(32,), dropouts=(0.1,),
-                          layer=dict(d_model=16, n_heads=2, d_ff=32))
+    results = scaling.run(
+        quick=True, threads=1, lengths=(32,), dropouts=(0.1,), layer=dict(d_model=16, n_heads=2, d_ff=32)
+    )
     _check(results, "scaling", {"attnkit", "torch.nn"}, ("ms", "peak_mib"))
     assert {(r.impl, r.mode) for r in results} == {(i, m) for i in ("attnkit", "torch.nn") for m in ("infer", "train")}
 

@@ -30,7 +30,7 @@ def assert_rejects(read, path, line, problem):
 
 
 def test_tsv_round_trip_ignores_extra_columns_and_strips_fields(tmp_path):
-    path = write(tmp_path, "a.tsv", "id\tlabel\ttext\n1\tpos\t  good film \n2\t neg\tbad, \"really\" bad\n")
+    path = write(tmp_path, "a.tsv", 'id\tlabel\ttext\n1\tpos\t  good film \n2\t neg\tbad, "really" bad\n')
     assert read_labeled(path) == [Example("good film", "pos", 2), Example('bad, "really" bad', "neg", 3)]
 
 

@@ -16,14 +16,7 @@ PAD, BOS, EOS = 0, 3, 4  # attnkit's tokenizer ids, passed explicitly as the sea
 IDS = dict(bos_id=BOS, eos_id=EOS, max_positions=MAX_LEN)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Run on one thread: the tensors are tiny, and with the cores shared with other jobs, intra-op threads that
-    wait for each other made this file ten times slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _model(norm: str = "post") -> Transformer:
@@ -32,8 +25,9 @@ def _model(norm: str = "post") -> Transformer:
     Untied: with tied embeddings a random model copies its input token forever (BOS, BOS, ...). The output
     projection is scaled up so that the distributions are peaked and near ties between candidates are rare.
     """
-    cfg = TranslatorConfig(vocab_size=V, d_model=D, n_heads=H, d_ff=FF, n_layers=N, max_len=MAX_LEN, norm=norm,
-                           tie_embeddings=False)
+    cfg = TranslatorConfig(
+        vocab_size=V, d_model=D, n_heads=H, d_ff=FF, n_layers=N, max_len=MAX_LEN, norm=norm, tie_embeddings=False
+    )
     model = build_translator(cfg, pad_id=PAD).eval()
     with torch.no_grad():
         model.output_proj.weight.mul_(3.0)

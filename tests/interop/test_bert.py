@@ -9,7 +9,6 @@ never download."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import os
 import shutil
@@ -20,8 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from attnkit import runs
-from attnkit.tasks.classify import ClassifierRun
-from attnkit.config import ClassifierConfig, TrainConfig
+from attnkit.config import ClassifierConfig
 from attnkit.data.batching import pad
 from attnkit.data.recipes import default_cache_dir
 from attnkit.errors import InputError
@@ -34,6 +32,7 @@ from attnkit.interop.bert import (
     write_bert_folder,
 )
 from attnkit.model.build import build_classifier
+from attnkit.tasks.classify import ClassifierRun
 from attnkit.tasks.embed import sentence_embeddings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every folder here is local; never reach for the hub
@@ -67,8 +66,9 @@ def tiny_bert(tmp_path_factory) -> tuple[Path, object]:
     Every parameter is perturbed from transformers' init (LayerNorm weights 1, biases 0) so that a mapping that
     swapped two LayerNorms or dropped a bias would show."""
     torch.manual_seed(0)
-    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                                     vocab_size=100)
+    config = transformers.BertConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=100
+    )
     hf = transformers.BertModel(config).eval()
     with torch.no_grad():
         for param in hf.parameters():
@@ -107,19 +107,6 @@ def _copy_folder(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> Path:
     return dst
 
 
-def _write_run(run_dir: Path, model, cfg: ClassifierConfig, tokenizer, labels: list[str]) -> Path:
-    """A classifier run directory laid out as ``tasks.classify.train_classifier`` writes one."""
-    run_dir.mkdir()
-    config = {**runs.config_header("classify"), "model": dataclasses.asdict(cfg),
-              "train": dataclasses.asdict(TrainConfig()), "tokenizer": tokenizer.meta(), "pad_id": tokenizer.pad_id}
-    runs.atomic_write_json(run_dir / runs.CONFIG, config)
-    runs.atomic_write_json(run_dir / runs.LABELS, labels)
-    tokenizer.save(run_dir / runs.TOKENIZER)
-    runs.save_weights(run_dir, model)
-    runs.write_manifest(run_dir)
-    return run_dir
-
-
 def _perturb(model) -> None:
     """Stand-in for fine-tuning: every parameter moves, so an export of the unchanged import would not pass."""
     with torch.no_grad():
@@ -152,8 +139,12 @@ def test_minilm_hidden_states_match_transformers(minilm):
 
 @needs_minilm
 def test_minilm_reproduces_the_published_similarities():
-    a, b, c = embed("minilm", ["The new movie is awesome", "The new movie is so great", "The dog plays in the garden"],
-                    pool="mean", normalize=True)
+    a, b, c = embed(
+        "minilm",
+        ["The new movie is awesome", "The new movie is so great", "The dog plays in the garden"],
+        pool="mean",
+        normalize=True,
+    )
     assert abs(float(a @ b) - 0.8939) < 1e-3
     assert abs(float(a @ c) - 0.0543) < 1e-3
 
@@ -197,10 +188,10 @@ def test_long_text_is_truncated_keeping_the_final_sep(tiny_bert):
 # Export: attnkit -> BERT folder -> transformers
 
 
-def test_export_through_a_run_directory_loads_in_transformers(tiny_bert, tmp_path):
+def test_export_through_a_run_directory_loads_in_transformers(tiny_bert, tmp_path, write_run):
     model, cfg, tokenizer = load_bert_classifier(tiny_bert[0], n_classes=2)
     _perturb(model)
-    run_dir = _write_run(tmp_path / "run", model, cfg, tokenizer, ["neg", "pos"])
+    run_dir = write_run(tmp_path / "run", "classify", model, cfg, tokenizer, ["neg", "pos"])
 
     out = export_bert_folder(run_dir, tmp_path / "bert", encoder_only=True)
     exported = json.loads((out / "config.json").read_text())
@@ -230,19 +221,19 @@ def test_exported_minilm_loads_in_transformers(minilm, tmp_path):
     assert _max_diff_real_tokens(model, tokenizer, hf, SENTENCES) < 1e-4
 
 
-def test_export_refuses_a_model_that_is_not_bert_shaped(tiny_bert, tmp_path):
+def test_export_refuses_a_model_that_is_not_bert_shaped(tiny_bert, tmp_path, write_run):
     _, _, tokenizer = load_bert_classifier(tiny_bert[0], n_classes=2)
     # the paper's encoder
     cfg = ClassifierConfig(vocab_size=100, d_model=32, n_heads=4, d_ff=64, n_layers=1, n_classes=2)
-    run_dir = _write_run(tmp_path / "run", build_classifier(cfg), cfg, tokenizer, ["neg", "pos"])
+    run_dir = write_run(tmp_path / "run", "classify", build_classifier(cfg), cfg, tokenizer, ["neg", "pos"])
     with pytest.raises(InputError, match=r"only BERT-shaped encoders.*positional='sinusoidal'"):
         export_bert_folder(run_dir, tmp_path / "bert")
     assert not (tmp_path / "bert").exists()
 
 
-def test_export_refuses_to_overwrite_a_run_directory(tiny_bert, tmp_path):
+def test_export_refuses_to_overwrite_a_run_directory(tiny_bert, tmp_path, write_run):
     model, cfg, tokenizer = load_bert_classifier(tiny_bert[0], n_classes=2, pooling="cls")
-    run_dir = _write_run(tmp_path / "run", model, cfg, tokenizer, ["neg", "pos"])
+    run_dir = write_run(tmp_path / "run", "classify", model, cfg, tokenizer, ["neg", "pos"])
     with pytest.raises(InputError, match="is an attnkit run directory"):
         export_bert_folder(run_dir, run_dir)
     runs.check_run_dir(run_dir)  # untouched: still matches its manifest
@@ -259,21 +250,26 @@ def _hf_probabilities(folder: Path, texts: list[str]) -> torch.Tensor:
         return hf(**inputs).logits.softmax(dim=-1)  # (N, C)
 
 
-def _classifier_run(tiny_bert, tmp_path, n_classes: int, labels: list[str], head_scale: float = 1.0) -> Path:
+def _classifier_run(write_run, tiny_bert, tmp_path, n_classes: int, labels: list[str], head_scale: float = 1.0) -> Path:
     model, cfg, tokenizer = load_bert_classifier(tiny_bert[0], n_classes=n_classes, pooling="cls")
     _perturb(model)
     with torch.no_grad():
         model.head.weight.mul_(head_scale)  # confident heads: logits of several units, where tanh is far from linear
-    return _write_run(tmp_path / "run", model, cfg, tokenizer, labels)
+    return write_run(tmp_path / "run", "classify", model, cfg, tokenizer, labels)
 
 
-@pytest.mark.parametrize(("n_classes", "labels", "head_scale"), [
-    (3, ["anger", "joy", "fear"], 1.0),
-    (3, ["anger", "joy", "fear"], 8.0),
-    (1, ["neg", "pos"], 8.0),  # a single sigmoid logit becomes two softmax logits
-])
-def test_classifier_exports_as_bert_for_sequence_classification(tiny_bert, tmp_path, n_classes, labels, head_scale):
-    run_dir = _classifier_run(tiny_bert, tmp_path, n_classes, labels, head_scale)
+@pytest.mark.parametrize(
+    ("n_classes", "labels", "head_scale"),
+    [
+        (3, ["anger", "joy", "fear"], 1.0),
+        (3, ["anger", "joy", "fear"], 8.0),
+        (1, ["neg", "pos"], 8.0),  # a single sigmoid logit becomes two softmax logits
+    ],
+)
+def test_classifier_exports_as_bert_for_sequence_classification(
+    tiny_bert, tmp_path, n_classes, labels, head_scale, write_run
+):
+    run_dir = _classifier_run(write_run, tiny_bert, tmp_path, n_classes, labels, head_scale)
     run = ClassifierRun(run_dir)
     out = export_bert_folder(run_dir, tmp_path / "hf")
     config = json.loads((out / "config.json").read_text())
@@ -285,8 +281,10 @@ def test_classifier_exports_as_bert_for_sequence_classification(tiny_bert, tmp_p
     ours = torch.tensor([[p.probs[label] for label in labels] for p in run.predict(SENTENCES)])  # (N, C)
     theirs = _hf_probabilities(out, SENTENCES)  # (N, C)
     logits = run.logits(SENTENCES)
-    print(f"largest |logit| {logits.abs().max():.2f}, "
-          f"largest |p_attnkit - p_transformers| {(ours - theirs).abs().max():.2e}")
+    print(
+        f"largest |logit| {logits.abs().max():.2f}, "
+        f"largest |p_attnkit - p_transformers| {(ours - theirs).abs().max():.2e}"
+    )
     if head_scale > 1:
         assert logits.abs().max() > 1.0, "the confident head should give logits far from 0"
     torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
@@ -294,9 +292,9 @@ def test_classifier_exports_as_bert_for_sequence_classification(tiny_bert, tmp_p
     assert [hf_config.id2label[i] for i in theirs.argmax(dim=-1).tolist()] == [p.label for p in run.predict(SENTENCES)]
 
 
-def test_exported_pooler_is_not_linear_by_accident(tiny_bert, tmp_path):
+def test_exported_pooler_is_not_linear_by_accident(tiny_bert, tmp_path, write_run):
     """The check above can fail: without the scale (tanh of the raw logits) the probabilities differ."""
-    run_dir = _classifier_run(tiny_bert, tmp_path, 3, ["a", "b", "c"], head_scale=8.0)
+    run_dir = _classifier_run(write_run, tiny_bert, tmp_path, 3, ["a", "b", "c"], head_scale=8.0)
     out = export_bert_folder(run_dir, tmp_path / "hf")
     state = load_file(str(out / "model.safetensors"))
     state["bert.pooler.dense.weight"] /= POOLER_SCALE
@@ -307,9 +305,9 @@ def test_exported_pooler_is_not_linear_by_accident(tiny_bert, tmp_path):
     assert (_hf_probabilities(out, SENTENCES) - ours).abs().max() > 1e-2
 
 
-def test_mean_pooling_classifier_is_refused_with_what_works(tiny_bert, tmp_path):
+def test_mean_pooling_classifier_is_refused_with_what_works(tiny_bert, tmp_path, write_run):
     model, cfg, tokenizer = load_bert_classifier(tiny_bert[0], n_classes=2)  # pooling="mean", --init-from's default
-    run_dir = _write_run(tmp_path / "run", model, cfg, tokenizer, ["neg", "pos"])
+    run_dir = write_run(tmp_path / "run", "classify", model, cfg, tokenizer, ["neg", "pos"])
     with pytest.raises(InputError, match=r"pooling='mean'.*BertForSequenceClassification.*--encoder-only.*export onnx"):
         export_bert_folder(run_dir, tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
@@ -317,11 +315,11 @@ def test_mean_pooling_classifier_is_refused_with_what_works(tiny_bert, tmp_path)
     assert json.loads((out / "config.json").read_text())["architectures"] == ["BertModel"]
 
 
-def test_cli_export_hf_exit_codes(tiny_bert, tmp_path, capsys):
+def test_cli_export_hf_exit_codes(tiny_bert, tmp_path, capsys, write_run):
     from attnkit.cli import main
 
     model, cfg, tokenizer = load_bert_classifier(tiny_bert[0], n_classes=2)
-    run_dir = _write_run(tmp_path / "run", model, cfg, tokenizer, ["neg", "pos"])
+    run_dir = write_run(tmp_path / "run", "classify", model, cfg, tokenizer, ["neg", "pos"])
     assert main(["export", "hf", "--model", str(run_dir), "--out", str(tmp_path / "hf")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "--encoder-only" in err[0]
@@ -342,11 +340,14 @@ def test_folder_without_weights_is_refused(tiny_bert, tmp_path):
         load_bert_classifier(folder, n_classes=2)
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"model_type": "gpt2", "architectures": ["GPT2Model"]}, "model_type 'gpt2'.*not BERT"),
-    ({"hidden_act": "gelu_new"}, "hidden_act 'gelu_new' is not supported"),
-    ({"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key'"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"model_type": "gpt2", "architectures": ["GPT2Model"]}, "model_type 'gpt2'.*not BERT"),
+        ({"hidden_act": "gelu_new"}, "hidden_act 'gelu_new' is not supported"),
+        ({"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key'"),
+    ],
+)
 def test_config_of_another_architecture_is_refused(tiny_bert, tmp_path, change, message):
     folder = _copy_folder(tiny_bert[0], tmp_path / "other")
     config = json.loads((folder / "config.json").read_text())
@@ -372,6 +373,10 @@ def test_missing_tensors_are_listed_with_both_names(tiny_bert, tmp_path):
     save_file(state, str(folder / "model.safetensors"))
     with pytest.raises(InputError, match="missing 2 tensor") as err:
         load_bert_classifier(folder, n_classes=2)
-    for name in ("encoder.layers.0.norm1.bias", "encoder.layer.0.attention.output.LayerNorm.bias",
-                 "embeddings.token_type.weight", "embeddings.token_type_embeddings.weight"):
+    for name in (
+        "encoder.layers.0.norm1.bias",
+        "encoder.layer.0.attention.output.LayerNorm.bias",
+        "embeddings.token_type.weight",
+        "embeddings.token_type_embeddings.weight",
+    ):
         assert name in str(err.value)

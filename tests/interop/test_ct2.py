@@ -10,18 +10,15 @@ EOS at many lengths and some that run to the §6.1 limit (input length + 50), wh
 from __future__ import annotations
 
 import copy
-import io
 import json
 import os
 import random
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 import torch
 
-from attnkit.cli import main
 from attnkit.decoding.corpus import translate_ids
 from attnkit.errors import InputError
 from attnkit.interop import ct2  # imports ctranslate2 only when an export or a translator is made
@@ -30,7 +27,6 @@ from attnkit.tasks.translate import TranslatorRun
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 is optional (pip install ctranslate2)")
 
-SEED_TSV = Path(__file__).resolve().parents[2] / "examples" / "seed000_train.tsv"
 CT2_FILES = {"model.bin", "config.json", "shared_vocabulary.json", "tokenizer.json", "attnkit_ct2.json"}
 
 
@@ -41,30 +37,41 @@ def write_reverse(path: Path, n: int, rng: random.Random) -> None:
             f.write(" ".join(seq) + "\t" + " ".join(reversed(seq)) + "\n")
 
 
-def quietly(*argv: str) -> None:
-    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()) as err:
-        code = main(list(argv))
-    assert code == 0, err.getvalue()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
+def run_dir(tmp_path_factory, quietly) -> Path:
     tmp = tmp_path_factory.mktemp("ct2")
     write_reverse(tmp / "train.tsv", 300, random.Random(0))
     # A constant learning rate: the translator's default (noam, 4000 warm-up steps) barely moves in 150 steps, and
     # a model that emits only <bos> would make every comparison trivially equal.
-    quietly("translate", "train", "--train", str(tmp / "train.tsv"), "--out", str(tmp / "run"), "--max-steps", "150",
-            "--max-tokens", "400", "--seed", "1", "--quiet",
-            "--set", "d_model=32", "n_heads=2", "d_ff=64", "n_layers=1", "tokenizer=word", "min_freq=1",
-            "valid_bleu=false", "schedule=constant", "lr=5e-3", "warmup_steps=5")
+    quietly(
+        "translate",
+        "train",
+        "--train",
+        str(tmp / "train.tsv"),
+        "--out",
+        str(tmp / "run"),
+        "--max-steps",
+        "150",
+        "--max-tokens",
+        "400",
+        "--seed",
+        "1",
+        "--quiet",
+        "--set",
+        "d_model=32",
+        "n_heads=2",
+        "d_ff=64",
+        "n_layers=1",
+        "tokenizer=word",
+        "min_freq=1",
+        "valid_bleu=false",
+        "schedule=constant",
+        "lr=5e-3",
+        "warmup_steps=5",
+    )
     return tmp / "run"
 
 
@@ -260,9 +267,8 @@ def test_a_failed_export_leaves_no_directory_behind(run_dir, tmp_path, monkeypat
 # Refusals
 
 
-def test_refuses_a_classifier_run(tmp_path):
-    quietly("classify", "train", "--train", str(SEED_TSV), "--out", str(tmp_path / "cls"), "--epochs", "1", "--quiet",
-            "--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "min_freq=1")
+def test_refuses_a_classifier_run(tmp_path, quietly, tiny):
+    quietly(*tiny.classify_train(tmp_path / "cls", "--epochs", "1"))
     with pytest.raises(InputError, match="is a 'classify' run, not a translator"):
         export_ct2(tmp_path / "cls", tmp_path / "out")
     assert not (tmp_path / "out").exists()

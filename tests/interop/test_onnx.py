@@ -7,17 +7,14 @@ onnx, onnxscript and onnxruntime are test-only dependencies; without them the mo
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from attnkit.cli import main
 from attnkit.errors import InputError
 from attnkit.interop.onnx_export import (
     METADATA_KEY,
@@ -37,35 +34,55 @@ NEG = ["bad film", "awful", "hated it so much", "terrible acting and a boring st
 TRAIN_TSV = "text\tlabel\n" + "".join(f"{POS[i % 6]}\tpos\n{NEG[i % 6]}\tneg\n" for i in range(15))  # 30 lines
 PAIRS_TSV = "source\ttarget\na b c\tc b a\nd e\te d\nf g h i\ti h g f\n"
 # Different lengths, so the batch is padded; words unseen in training map to <unk>.
-TEXTS = ["good", "hated it so much, really", "a wonderful film with great acting and a fine story, loved it",
-         "bad film", "nice fun", "awful acting"]
+TEXTS = [
+    "good",
+    "hated it so much, really",
+    "a wonderful film with great acting and a fine story, loved it",
+    "bad film",
+    "nice fun",
+    "awful acting",
+]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _quietly(argv: list[str]) -> None:
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with redirect_stdout(stdout), redirect_stderr(stderr):
-        code = main(argv)
-    assert code == 0, stderr.getvalue()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
+def runs(tmp_path_factory, quietly) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("onnx-runs")
     (tmp / "train.tsv").write_text(TRAIN_TSV, encoding="utf-8")
     (tmp / "pairs.tsv").write_text(PAIRS_TSV, encoding="utf-8")
     for pooling in ("mean", "cls"):
-        _quietly(["classify", "train", "--train", str(tmp / "train.tsv"), "--out", str(tmp / pooling), "--epochs", "1",
-                  "--quiet", "--set", *TINY, f"pooling={pooling}"])
-    _quietly(["translate", "train", "--train", str(tmp / "pairs.tsv"), "--out", str(tmp / "mt"), "--max-steps", "1",
-              "--quiet", "--set", *TINY, "tokenizer=word", "valid_bleu=false", "max_len=16"])
+        quietly(
+            "classify",
+            "train",
+            "--train",
+            str(tmp / "train.tsv"),
+            "--out",
+            str(tmp / pooling),
+            "--epochs",
+            "1",
+            "--quiet",
+            "--set",
+            *TINY,
+            f"pooling={pooling}",
+        )
+    quietly(
+        "translate",
+        "train",
+        "--train",
+        str(tmp / "pairs.tsv"),
+        "--out",
+        str(tmp / "mt"),
+        "--max-steps",
+        "1",
+        "--quiet",
+        "--set",
+        *TINY,
+        "tokenizer=word",
+        "valid_bleu=false",
+        "max_len=16",
+    )
     return {"mean": tmp / "mean", "cls": tmp / "cls", "mt": tmp / "mt"}
 
 

@@ -1,4 +1,5 @@
-"""Encoder and decoder layers (§3.1) against nn.TransformerEncoderLayer / nn.TransformerDecoderLayer on copied weights."""
+"""Encoder and decoder layers (§3.1) against nn.TransformerEncoderLayer / nn.TransformerDecoderLayer on copied
+weights."""
 
 import pytest
 import torch
@@ -29,7 +30,12 @@ def _cfg(**overrides) -> TransformerConfig:
 
 def _torch_kwargs(norm: str, activation: str) -> dict:
     return dict(
-        d_model=D, nhead=H, dim_feedforward=FF, dropout=0.1, activation=activation, batch_first=True,
+        d_model=D,
+        nhead=H,
+        dim_feedforward=FF,
+        dropout=0.1,
+        activation=activation,
+        batch_first=True,
         norm_first=norm == "pre",
     )
 
@@ -66,7 +72,10 @@ def test_decoder_layer_matches_torch(norm, activation, grad):
     with torch.set_grad_enabled(grad):
         out, _, _ = ours(x, memory, tgt_mask & causal, memory_mask)
         ref_out = ref(
-            x, memory, tgt_mask=to_torch_attn_mask(causal), tgt_key_padding_mask=to_torch_key_padding_mask(tgt_mask),
+            x,
+            memory,
+            tgt_mask=to_torch_attn_mask(causal),
+            tgt_key_padding_mask=to_torch_key_padding_mask(tgt_mask),
             memory_key_padding_mask=to_torch_key_padding_mask(memory_mask),
         )
     assert_close(out, ref_out, atol=1e-5, rtol=0)

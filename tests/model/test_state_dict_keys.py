@@ -18,8 +18,14 @@ CLASSIFIERS = {
     "classifier_cls_pre_sinusoidal": dict(pooling="cls", norm="pre", n_classes=3),
     "classifier_mean_pre_learned": dict(pooling="mean", norm="pre", positional="learned", n_classes=1),
     "classifier_cls_post_learned_token_types_embedding_norm": dict(
-        pooling="cls", norm="post", positional="learned", n_token_types=2, embedding_norm=True, n_classes=2,
-        activation="gelu", layer_norm_eps=1e-12,
+        pooling="cls",
+        norm="post",
+        positional="learned",
+        n_token_types=2,
+        embedding_norm=True,
+        n_classes=2,
+        activation="gelu",
+        layer_norm_eps=1e-12,
     ),
 }
 TRANSLATORS = {

@@ -40,9 +40,11 @@ def test_transformer_matches_torch(norm):
 
     src_pad = to_torch_key_padding_mask(padding_mask(src, PAD))  # (B, S)
     ref_hidden = ref(
-        ours.embeddings(src), ours.embeddings(tgt_in),
+        ours.embeddings(src),
+        ours.embeddings(tgt_in),
         tgt_mask=to_torch_attn_mask(causal_mask(tgt_in.size(1))),
-        src_key_padding_mask=src_pad, memory_key_padding_mask=src_pad,
+        src_key_padding_mask=src_pad,
+        memory_key_padding_mask=src_pad,
         tgt_key_padding_mask=to_torch_key_padding_mask(padding_mask(tgt_in, PAD)),
     )  # (B, T, D)
     # nn.Transformer has no embeddings or output projection: ours wrap it on both sides.
@@ -97,7 +99,8 @@ def test_sinusoidal_table_matches_section_3_5():
     table = sinusoidal_table(50, D)
     # PE(pos, 2i) = sin(pos / 10000^(2i / d)), PE(pos, 2i+1) = cos(pos / 10000^(2i / d)), by hand for d = 16.
     expected = {
-        (0, 0): 0.0, (0, 1): 1.0,
+        (0, 0): 0.0,
+        (0, 1): 1.0,
         (1, 0): 0.8414709848078965,  # sin(1)
         (1, 1): 0.5403023058681398,  # cos(1)
         (3, 2): 0.8126488966420368,  # sin(3 / 10000^(2/16))

@@ -81,8 +81,9 @@ def _corrupted_state(change: str) -> dict[str, torch.Tensor]:
     return state
 
 
-@pytest.mark.parametrize(("change", "named"), [("missing", "head.bias"), ("mis-shaped", "head.weight"),
-                                               ("unexpected", "head.extra")])
+@pytest.mark.parametrize(
+    ("change", "named"), [("missing", "head.bias"), ("mis-shaped", "head.weight"), ("unexpected", "head.extra")]
+)
 def test_mismatched_weights_name_the_tensor(change, named, tmp_path):
     path = tmp_path / runs.WEIGHTS
     save_file(_corrupted_state(change), str(path))
@@ -92,6 +93,31 @@ def test_mismatched_weights_name_the_tensor(change, named, tmp_path):
         runs.load_weights(model, path)
     assert str(path) in str(info.value)
     assert all(torch.equal(before[name], t) for name, t in model.state_dict().items())  # nothing half-loaded
+
+
+def test_a_long_list_of_mismatched_names_is_cut_after_five(tmp_path):
+    path = tmp_path / runs.WEIGHTS
+    state = build_classifier(TINY).state_dict()
+    missing = sorted(state)[:7]
+    save_file({name: t for name, t in state.items() if name not in missing}, str(path))
+    with pytest.raises(InputError) as info:
+        runs.load_weights(build_classifier(TINY), path)
+    assert f"missing: {missing[:5]} ..., unexpected: []" in str(info.value)
+
+
+@pytest.mark.parametrize("content", ['{"0": "neg", "1": "pos"}', '["neg", 1]', '"neg"'])
+def test_labels_that_are_not_a_list_of_names_are_refused(tmp_path, content):
+    path = tmp_path / runs.LABELS
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(InputError, match="expected a JSON list of label names") as info:
+        runs.read_labels(path)
+    assert str(path) in str(info.value)
+
+
+def test_labels_are_read_in_id_order(tmp_path):
+    path = tmp_path / runs.LABELS
+    runs.atomic_write_json(path, ["neg", "pos", "mixed"])
+    assert runs.read_labels(path) == ["neg", "pos", "mixed"]
 
 
 def test_unreadable_weights_file_names_the_file(tmp_path):

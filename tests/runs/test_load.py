@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import uuid
 
@@ -23,32 +22,29 @@ TEXTS = ["the cat sat on the mat", "a dog ran in the park", "the bird sang a son
 SHAPE = {"d_model": 16, "n_heads": 2, "d_ff": 24, "n_layers": 1, "max_len": 24}
 
 
-def _write_run(run_dir, task: str, *, edit=lambda config: None):
-    """A run directory as the training entries write one (format 1), with ``edit`` applied to its config."""
-    if task == "classify":
-        tokenizer = train_tokenizer(TEXTS, vocab_size=60, min_freq=1)
-        cfg = ClassifierConfig(vocab_size=tokenizer.vocab_size, n_classes=2, **SHAPE)
-        model = build_classifier(cfg, pad_id=tokenizer.pad_id)
-    else:
-        tokenizer = train_tokenizer(TEXTS, kind="bpe", vocab_size=60, min_freq=1)
-        cfg = TranslatorConfig(vocab_size=tokenizer.vocab_size, **SHAPE)
-        model = build_translator(cfg, pad_id=tokenizer.pad_id)
-    run_dir.mkdir()
-    config = {**runs.config_header(task), "model": dataclasses.asdict(cfg), "train": dataclasses.asdict(TrainConfig()),
-              "tokenizer": tokenizer.meta(), "pad_id": tokenizer.pad_id}
-    edit(config)
-    runs.atomic_write_json(run_dir / runs.CONFIG, config)
-    if task == "classify":
-        runs.atomic_write_json(run_dir / runs.LABELS, ["neg", "pos"])
-    tokenizer.save(run_dir / runs.TOKENIZER)
-    runs.save_weights(run_dir, model)
-    runs.write_manifest(run_dir)
-    return run_dir, model
+@pytest.fixture
+def tiny_run(write_run):
+    """``tiny_run(run_dir, task, edit=...)`` -> (run_dir, model): a tiny run directory of ``task`` as the training
+    entries write one, with ``edit`` applied to its config."""
+
+    def make(run_dir, task: str, *, edit=lambda config: None):
+        if task == "classify":
+            tokenizer = train_tokenizer(TEXTS, vocab_size=60, min_freq=1)
+            cfg = ClassifierConfig(vocab_size=tokenizer.vocab_size, n_classes=2, **SHAPE)
+            model = build_classifier(cfg, pad_id=tokenizer.pad_id)
+        else:
+            tokenizer = train_tokenizer(TEXTS, kind="bpe", vocab_size=60, min_freq=1)
+            cfg = TranslatorConfig(vocab_size=tokenizer.vocab_size, **SHAPE)
+            model = build_translator(cfg, pad_id=tokenizer.pad_id)
+        labels = ["neg", "pos"] if task == "classify" else None
+        return write_run(run_dir, task, model, cfg, tokenizer, labels, edit), model
+
+    return make
 
 
 @pytest.mark.parametrize("task, model_type", [("classify", TransformerClassifier), ("translate", Transformer)])
-def test_load_run_dispatches_on_the_task_and_loads_the_weights(tmp_path, task, model_type):
-    run_dir, saved = _write_run(tmp_path / "run", task)
+def test_load_run_dispatches_on_the_task_and_loads_the_weights(tmp_path, task, model_type, tiny_run):
+    run_dir, saved = tiny_run(tmp_path / "run", task)
     loaded = runs.load_run(run_dir)
     assert loaded.task == task and loaded.run_dir == run_dir
     assert isinstance(loaded.model, model_type) and not loaded.model.training
@@ -58,21 +54,21 @@ def test_load_run_dispatches_on_the_task_and_loads_the_weights(tmp_path, task, m
         assert torch.equal(loaded.model.state_dict()[name], tensor), name
 
 
-def test_new_runs_are_written_in_the_current_format(tmp_path):
-    run_dir, _ = _write_run(tmp_path / "run", "classify")
+def test_new_runs_are_written_in_the_current_format(tmp_path, tiny_run):
+    run_dir, _ = tiny_run(tmp_path / "run", "classify")
     assert json.loads((run_dir / runs.CONFIG).read_text())["format"] == "attnkit-run/1" == runs.FORMAT
 
 
-def test_a_run_of_the_first_release_without_a_format_still_loads(tmp_path):
-    run_dir, saved = _write_run(tmp_path / "run", "classify", edit=lambda config: config.pop("format"))
+def test_a_run_of_the_first_release_without_a_format_still_loads(tmp_path, tiny_run):
+    run_dir, saved = tiny_run(tmp_path / "run", "classify", edit=lambda config: config.pop("format"))
     assert "format" not in json.loads((run_dir / runs.CONFIG).read_text())
     run = ClassifierRun(run_dir)
     assert torch.equal(run.model.head.weight, saved.head.weight)
     assert [p.label for p in run.predict(TEXTS)]  # it predicts
 
 
-def test_an_unknown_format_is_refused_naming_the_file_and_the_format(tmp_path):
-    run_dir, _ = _write_run(tmp_path / "run", "translate", edit=lambda config: config.update(format="attnkit-run/9"))
+def test_an_unknown_format_is_refused_naming_the_file_and_the_format(tmp_path, tiny_run):
+    run_dir, _ = tiny_run(tmp_path / "run", "translate", edit=lambda config: config.update(format="attnkit-run/9"))
     with pytest.raises(InputError, match="attnkit-run/9") as info:
         runs.load_run(run_dir)
     assert str(run_dir / runs.CONFIG) in str(info.value)
@@ -82,29 +78,32 @@ def test_an_unknown_format_is_refused_naming_the_file_and_the_format(tmp_path):
         runs.prepare_run_dir(run_dir, resume=True)
 
 
-def test_an_unknown_task_is_refused_naming_it(tmp_path):
-    run_dir, _ = _write_run(tmp_path / "run", "classify", edit=lambda config: config.update(task="summarize"))
+def test_an_unknown_task_is_refused_naming_it(tmp_path, tiny_run):
+    run_dir, _ = tiny_run(tmp_path / "run", "classify", edit=lambda config: config.update(task="summarize"))
     with pytest.raises(InputError, match="unknown task 'summarize'"):
         runs.load_run(run_dir)
 
 
-def test_a_run_of_the_other_task_is_refused_by_the_task_runs(tmp_path):
-    classifier, _ = _write_run(tmp_path / "classifier", "classify")
-    translator, _ = _write_run(tmp_path / "translator", "translate")
+def test_a_run_of_the_other_task_is_refused_by_the_task_runs(tmp_path, tiny_run):
+    classifier, _ = tiny_run(tmp_path / "classifier", "classify")
+    translator, _ = tiny_run(tmp_path / "translator", "translate")
     with pytest.raises(InputError, match="is a 'translate' run, not a classifier"):
         ClassifierRun(translator)
     with pytest.raises(InputError, match="is a 'classify' run, not a translator"):
         TranslatorRun(classifier)
 
 
-def test_remove_temporary_files_deletes_only_what_interrupted_writes_left(tmp_path):
-    run_dir, _ = _write_run(tmp_path / "run", "translate")
+def test_remove_temporary_files_deletes_only_what_interrupted_writes_left(tmp_path, tiny_run):
+    run_dir, _ = tiny_run(tmp_path / "run", "translate")
     (run_dir / runs.CHECKPOINTS).mkdir()
-    runs.save_weights(run_dir / runs.CHECKPOINTS, build_translator(TranslatorConfig(vocab_size=60, **SHAPE)),
-                      "step_5.safetensors")
+    runs.save_weights(
+        run_dir / runs.CHECKPOINTS, build_translator(TranslatorConfig(vocab_size=60, **SHAPE)), "step_5.safetensors"
+    )
     # What a kill inside atomic.open_atomic leaves: its temporary name, ".NAME.<uuid4 hex>.tmp", beside the target.
-    leftovers = [run_dir / f".{runs.WEIGHTS}.{uuid.uuid4().hex}.tmp",
-                 run_dir / runs.CHECKPOINTS / f".step_10.safetensors.{uuid.uuid4().hex}.tmp"]
+    leftovers = [
+        run_dir / f".{runs.WEIGHTS}.{uuid.uuid4().hex}.tmp",
+        run_dir / runs.CHECKPOINTS / f".step_10.safetensors.{uuid.uuid4().hex}.tmp",
+    ]
     for path in leftovers:
         path.write_bytes(b"half")
     keep = [run_dir / ".hidden_note", run_dir / "notes.tmp"]  # not the atomic writer's pattern

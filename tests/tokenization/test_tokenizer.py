@@ -52,7 +52,11 @@ def test_save_and_load_restore_identical_encodings(kind, tmp_path):
     ids = [original.encode(text) for text in UNSEEN]
     assert loaded.decode_batch(ids) == original.decode_batch(ids)
     assert (loaded.vocab_size, loaded.pad_id, loaded.unk_id, loaded.kind) == (
-        original.vocab_size, original.pad_id, original.unk_id, kind)
+        original.vocab_size,
+        original.pad_id,
+        original.unk_id,
+        kind,
+    )
     assert loaded.fingerprint() == original.fingerprint()
     assert [p.name for p in tmp_path.iterdir()] == ["tokenizer.json"]  # no temporary file left behind
 
@@ -62,12 +66,15 @@ def test_fingerprint_tells_tokenizers_apart(kind):
     assert tokenizer(kind).fingerprint() != tokenizer(kind, OTHER_CORPUS).fingerprint()
 
 
-@pytest.mark.parametrize("kind", [
-    "word",
-    "bpe",
-    # The trainer numbers "##" pieces in hash-map order, so ties and ids differ from run to run (upstream bug).
-    pytest.param("wordpiece", marks=pytest.mark.xfail(reason="huggingface/tokenizers#1794", strict=False)),
-])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "word",
+        "bpe",
+        # The trainer numbers "##" pieces in hash-map order, so ties and ids differ from run to run (upstream bug).
+        pytest.param("wordpiece", marks=pytest.mark.xfail(reason="huggingface/tokenizers#1794", strict=False)),
+    ],
+)
 def test_training_is_deterministic(kind):
     assert tokenizer(kind).fingerprint() == tokenizer(kind).fingerprint()
 

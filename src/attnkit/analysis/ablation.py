@@ -31,8 +31,16 @@ class Variant:
 
 
 # The rows of the paper's Table 3 that each setting belongs to.
-TABLE3_ROWS = {"n_heads": "A", "d_head": "B", "n_layers": "C", "d_model": "C", "d_ff": "C", "dropout": "D",
-               "label_smoothing": "D", "positional": "E"}
+TABLE3_ROWS = {
+    "n_heads": "A",
+    "d_head": "B",
+    "n_layers": "C",
+    "d_model": "C",
+    "d_ff": "C",
+    "dropout": "D",
+    "label_smoothing": "D",
+    "positional": "E",
+}
 
 
 def table3_row(variant: Variant) -> str:
@@ -59,24 +67,33 @@ def parse_grid(grid: list[str]) -> list[Variant]:
 def variant_configs(task: str, preset_name: str | None, overrides: dict) -> tuple:
     """(model config, train config) of one variant: the task's preset (classify: ``default``, translate: ``small``,
     unless ``preset_name``) with ``overrides``, checked as for any training run."""
-    from attnkit.config import (CLASSIFIER_PRESETS, TRANSLATE_TRAIN_DEFAULTS, TRANSLATOR_PRESETS, ClassifierConfig,
-                                TranslatorConfig, build_configs, preset)
+    from attnkit.config import (
+        CLASSIFIER_PRESETS,
+        TRANSLATE_TRAIN_DEFAULTS,
+        TRANSLATOR_PRESETS,
+        ClassifierConfig,
+        TranslatorConfig,
+        build_configs,
+        preset,
+    )
 
     if task == "classify":
         return build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, preset_name or "default"), {}, overrides)
-    return build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, preset_name or "small"), TRANSLATE_TRAIN_DEFAULTS,
-                         overrides)
+    return build_configs(
+        TranslatorConfig, preset(TRANSLATOR_PRESETS, preset_name or "small"), TRANSLATE_TRAIN_DEFAULTS, overrides
+    )
 
 
-def train_variant(task: str, preset_name: str | None, overrides: dict, train: list, valid: list,
-                  out_dir: Path) -> tuple[int, float, float | None]:
+def train_variant(
+    task: str, preset_name: str | None, overrides: dict, train: list, valid: list, out_dir: Path
+) -> tuple[int, float, float | None]:
     """Train one variant into ``out_dir``; return (parameters, validation metric, BLEU or None).
 
     The metric is accuracy for ``classify`` and perplexity exp(loss) for ``translate`` (Table 3 reports PPL)."""
+    from attnkit import runs
     from attnkit.analysis.params import parameter_table
     from attnkit.config import ClassifierConfig, TranslatorConfig
     from attnkit.model.build import build_classifier, build_translator
-    from attnkit import runs
 
     model_cfg, train_cfg = variant_configs(task, preset_name, overrides)
     if task == "classify":
@@ -88,10 +105,12 @@ def train_variant(task: str, preset_name: str | None, overrides: dict, train: li
         return params, summary.best_valid_accuracy, None
     from attnkit.tasks.translate import train_translator
 
-    summary = train_translator(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir)
+    translated = train_translator(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir)
     saved = runs.read_json(out_dir / runs.CONFIG)
     params = parameter_table(build_translator(TranslatorConfig(**saved["model"]))).total
-    return params, math.exp(min(summary.valid_loss, 50.0)), summary.valid_bleu
+    if translated.valid_loss is None:
+        raise ValueError("an ablation variant needs validation data: its metric is the validation perplexity")
+    return params, math.exp(min(translated.valid_loss, 50.0)), translated.valid_bleu
 
 
 def run_ablation(
@@ -116,8 +135,12 @@ def markdown_table(variants: list[Variant], task: str, budget: str, n_valid: int
     header = f"| row | variant | params | {metric} |" + (" valid BLEU (greedy) |" if task == "translate" else "")
     header += " train time |"
     rule = "|---|---|---:|---:|" + ("---:|" if task == "translate" else "") + "---:|"
-    lines = [f"Budget: {budget}. Same data, seed and budget for every row; each row changes one setting of the base.",
-             "", header, rule]
+    lines = [
+        f"Budget: {budget}. Same data, seed and budget for every row; each row changes one setting of the base.",
+        "",
+        header,
+        rule,
+    ]
     for v in variants:
         value = f"{v.valid:.4f}" if task == "classify" else f"{v.valid:.2f}"
         bleu = f" {v.bleu:.2f} |" if task == "translate" else ""
@@ -125,8 +148,11 @@ def markdown_table(variants: list[Variant], task: str, budget: str, n_valid: int
         lines.append(f"| {row} | {v.name} | {v.params / 1e6:.2f}M | {value} |{bleu} {v.seconds / 60:.1f} min |")
     if task == "classify" and n_valid:
         base = variants[0].valid
-        lines += ["", f"Validation set: {n_valid} examples; one standard error of an accuracy near the base's "
-                  f"{base:.3f} is {standard_error(base, n_valid):.3f} (sqrt(p(1 - p) / n); error bars in the figure)."]
+        lines += [
+            "",
+            f"Validation set: {n_valid} examples; one standard error of an accuracy near the base's "
+            f"{base:.3f} is {standard_error(base, n_valid):.3f} (sqrt(p(1 - p) / n); error bars in the figure).",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -140,8 +166,13 @@ def plot_ablation(variants: list[Variant], task: str, out: Path, n_valid: int = 
     values = [v.valid for v in variants]
     errors = [standard_error(x, n_valid) for x in values] if task == "classify" and n_valid else None
     bars = ax.bar(range(len(variants)), values, yerr=errors, capsize=3, color=["#888"] + ["#3a7"] * (len(variants) - 1))
-    ax.bar_label(bars, fmt="%.3f" if task == "classify" else "%.1f", fontsize=plots.MIN_FONT, padding=2,
-                 bbox=dict(facecolor="white", edgecolor="none", pad=0.5))
+    ax.bar_label(
+        bars,
+        fmt="%.3f" if task == "classify" else "%.1f",
+        fontsize=plots.MIN_FONT,
+        padding=2,
+        bbox=dict(facecolor="white", edgecolor="none", pad=0.5),
+    )
     if variants and math.isfinite(values[0]):
         ax.axhline(values[0], color="k", linestyle="--", linewidth=0.8, label=f"base ({values[0]:.3g})", zorder=0)
         ax.legend(fontsize=plots.MIN_FONT, loc="lower right")
@@ -149,8 +180,12 @@ def plot_ablation(variants: list[Variant], task: str, out: Path, n_valid: int = 
     ax.tick_params(axis="y", labelsize=plots.MIN_FONT)
     finite = [x + (e if errors else 0.0) for x, e in zip(values, errors or [0.0] * len(values)) if math.isfinite(x)]
     ax.set_ylim(0, 1.12 * max(finite) if finite else None)  # bars start at zero; room above for the labels
-    ax.set_ylabel("validation accuracy" + (" (± 1 s.e.)" if errors else "") if task == "classify"
-                  else "validation perplexity (lower is better)", fontsize=9)
+    ax.set_ylabel(
+        "validation accuracy" + (" (± 1 s.e.)" if errors else "")
+        if task == "classify"
+        else "validation perplexity (lower is better)",
+        fontsize=9,
+    )
     ax.set_title("Variations on the base model (cf. Table 3), one run each", fontsize=10)
     return plots.save_figure(fig, out, "ablation")
 

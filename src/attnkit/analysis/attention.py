@@ -79,8 +79,11 @@ def translator_attention(run, text: str, layers: list[int] | None = None) -> Cap
     src_ids = tokenizer.encode(text) + [tokenizer.eos_id]
     src_tokens = tokenizer.tokens(text) + ["</s>"]
     # The decoder needs as many positions as the output may have tokens: input length + 50 (§6.1).
-    note = _fit_positions(model.embeddings, len(src_ids) + 50,
-                          f"input of {len(src_ids)} tokens with up to {len(src_ids) + 50} output tokens")
+    note = _fit_positions(
+        model.embeddings,
+        len(src_ids) + 50,
+        f"input of {len(src_ids)} tokens with up to {len(src_ids) + 50} output tokens",
+    )
     max_positions = model.embeddings.position.max_len
     if len(src_ids) > max_positions:
         note = f"input of {len(src_ids)} tokens truncated to the model's max_len={max_positions} (learned positions)"
@@ -99,8 +102,9 @@ def translator_attention(run, text: str, layers: list[int] | None = None) -> Cap
     memory, src_mask, _ = model.encode(src)  # (1, S, D), (1, 1, 1, S)
     _, maps, _ = model.decode(tgt_in, memory, src_mask, attn_layers=chosen)
     weights = {i: m[0] for i, m in maps.cross.items()}  # layer -> (H, T, S)
-    return CapturedAttention("cross-attention (output rows, source columns)", weights, out_tokens,
-                             src_tokens[: src.size(1)], note)
+    return CapturedAttention(
+        "cross-attention (output rows, source columns)", weights, out_tokens, src_tokens[: src.size(1)], note
+    )
 
 
 def attention_for_text(run_dir: str | Path, text: str, layers: list[int] | None = None) -> CapturedAttention:

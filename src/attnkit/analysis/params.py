@@ -20,9 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import cast
 
-from torch import Tensor, nn
+from torch import nn
 
 from attnkit.config import ClassifierConfig, TransformerConfig, TranslatorConfig
 from attnkit.model.attention import MultiHeadAttention
@@ -90,7 +89,7 @@ def _linear(d_in: int, d_out: int, bias: bool, a: str, b: str) -> tuple[str, int
 def _describe(path: str, module: nn.Module) -> tuple[str, str, int, dict[str, int]] | None:
     """(kind, formula, formula_value, dims) if ``module`` is a leaf concept, else None (look at its children)."""
     if isinstance(module, SinusoidalPositionalEncoding):
-        max_len, d = cast(Tensor, module.table).shape  # a registered buffer (typed Tensor | Module)
+        max_len, d = module.table.shape  # a registered buffer
         return "positional (sinusoidal)", "0 (buffer max_len*d)", 0, {"max_len": max_len, "d": d}
     if isinstance(module, LearnedPositionalEmbedding):
         max_len, d = module.embedding.num_embeddings, module.embedding.embedding_dim
@@ -166,22 +165,45 @@ def parameter_table(model: nn.Module) -> ParamReport:
         new_buffers = [b for b in module.buffers() if id(b) not in seen_buffers]
         seen_buffers.update(id(b) for b in new_buffers)
         all_trainable = bool(params) and all(p.requires_grad for p in params)
-        rows.append(Row(path, kind, sum(p.numel() for p in params), sum(b.numel() for b in new_buffers), formula,
-                        value, all_trainable, dims))
+        rows.append(
+            Row(
+                path,
+                kind,
+                sum(p.numel() for p in params),
+                sum(b.numel() for b in new_buffers),
+                formula,
+                value,
+                all_trainable,
+                dims,
+            )
+        )
     if isinstance(model, Transformer) and model.output_proj is None:
         # §3.4: the pre-softmax projection is F.linear(x, embeddings.token.weight); it owns no tensor of its own.
         weight = model.embeddings.token.weight
         first = owner[id(weight)]
-        rows.append(Row("output_proj", "output_projection (tied)", 0, 0, f"0 (tied to {first})", 0, False,
-                        {"V": weight.size(0), "d": weight.size(1)}, f"tied to {first}"))
+        rows.append(
+            Row(
+                "output_proj",
+                "output_projection (tied)",
+                0,
+                0,
+                f"0 (tied to {first})",
+                0,
+                False,
+                {"V": weight.size(0), "d": weight.size(1)},
+                f"tied to {first}",
+            )
+        )
 
     unique = list(model.parameters())  # deduplicated by identity: a tied weight appears once
     total = sum(p.numel() for p in unique)
     counted = sum(row.params for row in rows)
     missing = [name for name, p in model.named_parameters() if id(p) not in owner]
     if missing or counted != total:
-        raise RuntimeError(f"parameter rows add up to {counted:,} but the model has {total:,} unique parameters"
-                           f" (not covered: {', '.join(missing) or 'none'})")
+        raise RuntimeError(
+            f"parameter rows add up to {counted:,} but the model has {total:,} unique parameters"
+            f" (not covered: {', '.join(missing) or 'none'})"
+        )
     buffers = sum(b.numel() for b in model.buffers())
     if sum(row.buffers for row in rows) != buffers:
         raise RuntimeError(f"buffer rows add up to {sum(row.buffers for row in rows):,}, the model has {buffers:,}")
@@ -192,8 +214,17 @@ def parameter_table(model: nn.Module) -> ParamReport:
 def to_json(report: ParamReport) -> dict:
     """A JSON-ready dict: ``total``, ``trainable``, ``buffers`` and one dict per row."""
     rows = [
-        dict(module=r.module, kind=r.kind, params=r.params, formula=r.formula, formula_value=r.formula_value,
-             buffers=r.buffers, trainable=r.trainable, dims=dict(r.dims), note=r.note)
+        dict(
+            module=r.module,
+            kind=r.kind,
+            params=r.params,
+            formula=r.formula,
+            formula_value=r.formula_value,
+            buffers=r.buffers,
+            trainable=r.trainable,
+            dims=dict(r.dims),
+            note=r.note,
+        )
         for r in report.rows
     ]
     return dict(total=report.total, trainable=report.trainable, buffers=report.buffers, rows=rows)
@@ -203,9 +234,15 @@ def format_table(report: ParamReport) -> str:
     """An aligned text table, thousands separated, ending with the totals."""
     header = ("module", "kind", "params", "formula", "= value", "where", "buffers")
     body = [
-        (r.module, r.kind, f"{r.params:,}", r.formula,
-         f"{r.formula_value:,}" + ("" if r.formula_value == r.params else " !"),  # "!": closed form disagrees
-         " ".join(f"{k}={v}" for k, v in r.dims.items()), f"{r.buffers:,}")
+        (
+            r.module,
+            r.kind,
+            f"{r.params:,}",
+            r.formula,
+            f"{r.formula_value:,}" + ("" if r.formula_value == r.params else " !"),  # "!": closed form disagrees
+            " ".join(f"{k}={v}" for k, v in r.dims.items()),
+            f"{r.buffers:,}",
+        )
         for r in report.rows
     ]
     totals = ("total", f"{report.trainable:,} trainable", f"{report.total:,}", "", "", "", f"{report.buffers:,}")

@@ -62,9 +62,11 @@ def save_figure(fig, out: str | Path, title: str = "attnkit") -> Path:
             buffer = io.StringIO()
             fig.savefig(buffer, format="svg", metadata=metadata)
             svg = buffer.getvalue()
-            svg = svg[svg.index("<svg"):]  # drop the XML prolog: the SVG is inline
-            page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title></head>"
-                    f"<body style=\"margin:0\">\n{svg}\n</body></html>\n")
+            svg = svg[svg.index("<svg") :]  # drop the XML prolog: the SVG is inline
+            page = (
+                f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>'
+                f'<body style="margin:0">\n{svg}\n</body></html>\n'
+            )
             f.write(page.encode("utf-8"))
         else:
             fig.savefig(f, format=suffix[1:], dpi=DPI, metadata=metadata)
@@ -110,8 +112,7 @@ def plot_positional_encoding(d_model: int, max_len: int, out: Path) -> Path:
     dot_ax.set_xlabel("offset k", fontsize=9)
     dot_ax.set_ylabel("PE(pos) · PE(pos + k)", fontsize=9)
     # A consequence of §3.5's reason (PE(pos + k) is a linear function of PE(pos)), not the reason itself.
-    dot_ax.set_title("PE(pos)·PE(pos+k): a function of k alone\n(a consequence of §3.5's reason)",
-                     fontsize=9)
+    dot_ax.set_title("PE(pos)·PE(pos+k): a function of k alone\n(a consequence of §3.5's reason)", fontsize=9)
     dot_ax.legend(fontsize=MIN_FONT)
     for ax in (heat_ax, dot_ax, bar.ax):
         ax.tick_params(labelsize=MIN_FONT)
@@ -158,14 +159,17 @@ def curves_figure(metrics: list[dict], title: str = "training curves", config: d
     if epsilon:
         floor = smoothed_loss_floor(epsilon, n_outputs) if n_outputs else 0.0
         if floor:
-            train_ax.axhline(floor, color="k", linestyle="--", linewidth=1,
-                             label=f"floor {floor:.2f} ({n_outputs:,} outputs)")
+            train_ax.axhline(
+                floor, color="k", linestyle="--", linewidth=1, label=f"floor {floor:.2f} ({n_outputs:,} outputs)"
+            )
             train_ax.legend(fontsize=MIN_FONT, loc="best")
         train_ax.set_title(f"training loss\n(label-smoothed, ε_ls={epsilon:g})", fontsize=9)
     else:
         train_ax.set_title("training loss\n(cross-entropy)", fontsize=9)
-    train_ax.set(xlabel="step", ylabel="nats per token" if model_cfg.get("vocab_size") and not model_cfg.get("n_classes")
-                 else "nats")
+    train_ax.set(
+        xlabel="step",
+        ylabel="nats per token" if model_cfg.get("vocab_size") and not model_cfg.get("n_classes") else "nats",
+    )
     train_ax.set_ylim(bottom=0)
     if valid_loss_ax is not None:
         points = [(r["step"], r["valid_loss"]) for r in evals if "valid_loss" in r]
@@ -174,8 +178,12 @@ def curves_figure(metrics: list[dict], title: str = "training curves", config: d
         valid_loss_ax.set(xlabel="step", ylabel="nats per token")
         valid_loss_ax.set_ylim(bottom=0)
 
-    for key, label in (("valid_accuracy", "valid accuracy"), ("train_accuracy", "train accuracy"),
-                       ("valid_bleu", "valid BLEU (greedy)"), ("valid_chrf", "valid chrF")):
+    for key, label in (
+        ("valid_accuracy", "valid accuracy"),
+        ("train_accuracy", "train accuracy"),
+        ("valid_bleu", "valid BLEU (greedy)"),
+        ("valid_chrf", "valid chrF"),
+    ):
         points = [(r["step"], r[key]) for r in evals if key in r]
         if points:
             score_ax.plot(*zip(*points), marker="o", label=label)
@@ -198,7 +206,9 @@ def curves_figure(metrics: list[dict], title: str = "training curves", config: d
     return fig
 
 
-def plot_curves(metrics: list[dict], out: str | Path, title: str = "training curves", config: dict | None = None) -> Path:
+def plot_curves(
+    metrics: list[dict], out: str | Path, title: str = "training curves", config: dict | None = None
+) -> Path:
     """Training loss, validation loss (translator), accuracy or BLEU, and learning rate against step.
 
     ``metrics`` are the rows of a run's metrics log; ``config`` is the run's ``config.json`` (optional): with it
@@ -236,10 +246,17 @@ MAX_COLUMNS = 4  # panels per row of an attention grid; more heads wrap onto fur
 LABEL_PITCH = 0.16  # inches per token label on an attention map's axes: 11.5 points for 8-point text
 
 
-def attention_figure(maps: dict[int, Tensor], labels_q: list[str], labels_k: list[str], *,
-                     heads: list[int] | None = None, title: str = "attention", caption: str = "",
-                     query_label: str = "query (row): the position that attends",
-                     key_label: str = "key (column): the position attended to"):
+def attention_figure(
+    maps: dict[int, Tensor],
+    labels_q: list[str],
+    labels_k: list[str],
+    *,
+    heads: list[int] | None = None,
+    title: str = "attention",
+    caption: str = "",
+    query_label: str = "query (row): the position that attends",
+    key_label: str = "key (column): the position attended to",
+):
     """The figure of ``plot_attention_grid``: one panel per (layer, head), all on one colour scale.
 
     Panels share the scale 0 .. the largest weight shown, so that a bright cell means the same weight in every
@@ -264,16 +281,19 @@ def attention_figure(maps: dict[int, Tensor], labels_q: list[str], labels_k: lis
     columns = max(1, min(MAX_COLUMNS, len(panels), int(room // max(1.5, labelled_k * LABEL_PITCH))))
     rows = -(-len(panels) // columns)
     panel_height = max(room / columns * 0.8, labelled_q * LABEL_PITCH)
-    height = rows * (panel_height + 0.3) + 0.6 + 0.07 * max((len(t) for t in labels_k), default=1) + (
-        0.18 * (caption.count("\n") + 1) if caption else 0)
+    height = (
+        rows * (panel_height + 0.3)
+        + 0.6
+        + 0.07 * max((len(t) for t in labels_k), default=1)
+        + (0.18 * (caption.count("\n") + 1) if caption else 0)
+    )
 
     fig = new_figure(width, height)
     axes = fig.subplots(rows, columns, squeeze=False, sharex=True, sharey=True)
     image = None
     for index, (layer, head, weights, q, k) in enumerate(panels):
         ax = axes[index // columns][index % columns]
-        image = ax.imshow(weights.numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto",
-                          interpolation="nearest")
+        image = ax.imshow(weights.numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
         ax.set_title(f"layer {layer}, head {head}", fontsize=9)
         ax.set_xticks(range(len(k)), k, rotation=90, fontsize=MIN_FONT)
         ax.set_yticks(range(len(q)), q, fontsize=MIN_FONT)
@@ -290,14 +310,30 @@ def attention_figure(maps: dict[int, Tensor], labels_q: list[str], labels_k: lis
     return fig
 
 
-def plot_attention_grid(maps: dict[int, Tensor], labels_q: list[str], labels_k: list[str], out: str | Path,
-                        *, heads: list[int] | None = None, title: str = "attention", caption: str = "",
-                        query_label: str = "query (row): the position that attends",
-                        key_label: str = "key (column): the position attended to") -> Path:
+def plot_attention_grid(
+    maps: dict[int, Tensor],
+    labels_q: list[str],
+    labels_k: list[str],
+    out: str | Path,
+    *,
+    heads: list[int] | None = None,
+    title: str = "attention",
+    caption: str = "",
+    query_label: str = "query (row): the position that attends",
+    key_label: str = "key (column): the position attended to",
+) -> Path:
     """A grid of layers x heads; each panel one (T, S) map with token labels, one colour scale for all panels.
 
     ``caption`` is printed under the grid: the place to say what the model produced and whether it is right.
     """
-    fig = attention_figure(maps, labels_q, labels_k, heads=heads, title=title, caption=caption,
-                           query_label=query_label, key_label=key_label)
+    fig = attention_figure(
+        maps,
+        labels_q,
+        labels_k,
+        heads=heads,
+        title=title,
+        caption=caption,
+        query_label=query_label,
+        key_label=key_label,
+    )
     return save_figure(fig, out, title)

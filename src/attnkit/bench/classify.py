@@ -15,6 +15,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +36,7 @@ from attnkit.bench.common import (
 )
 from attnkit.config import CLASSIFIER_PRESETS, ClassifierConfig
 from attnkit.model.build import build_classifier, prepare_for_inference
+from attnkit.model.classifier import TransformerClassifier
 from attnkit.training.losses import autocast, native_bf16
 
 CONFIGS: dict[str, ClassifierConfig] = {"seed000": ClassifierConfig(**CLASSIFIER_PRESETS["vocab10k"])}
@@ -57,12 +59,14 @@ def make_batch(
     return ids, labels, lengths.tolist()
 
 
-def forward_fn(impl: str, cfg: ClassifierConfig, ours: nn.Module) -> tuple[nn.Module, Callable[[Tensor], Tensor]]:
+def forward_fn(
+    impl: str, cfg: ClassifierConfig, ours: TransformerClassifier
+) -> tuple[nn.Module, Callable[[Tensor], Tensor]]:
     """The model of ``impl`` and its forward pass ids (B, L) -> logits (B, C)."""
     if impl == "attnkit":
         return ours, ours
     if impl == "torch.nn":
-        model = peers.TorchNNClassifier(ours)
+        model: nn.Module = peers.TorchNNClassifier(ours)
         return model, model
     if impl == "transformers":
         model = peers.bert_classifier(cfg)
@@ -127,7 +131,7 @@ def iter_results(
     """Yield the matmul ceilings, then per (padding, implementation) a training and an inference result.
     ``quick``: 1 warm-up and 2 timed calls (3 for inference)."""
     configs = configs or CONFIGS
-    impls = [i for i in (impls or IMPLS) if i != "transformers" or peers.available("transformers")]
+    chosen = [i for i in (impls or IMPLS) if i != "transformers" or peers.available("transformers")]
     warmup = warmup if warmup is not None else (1 if quick else 3)
     reps = reps if reps is not None else (2 if quick else 10)
 
@@ -139,38 +143,67 @@ def iter_results(
                 raise ValueError(f"length={length} is past the model's max_len={cfg.max_len}")
             for padded in (False, True):
                 ids, labels, lengths = make_batch(cfg, batch, length, padded, seed)
-                flop = training_flops(encoder_forward_flops(lengths, d_model=cfg.d_model, d_ff=cfg.d_ff,
-                                                            n_layers=cfg.n_layers))
-                common = dict(suite="classify", config=name, seq_len=length, search=None, dtype="float32",
-                              batch=batch, threads=threads)
+                flop = training_flops(
+                    encoder_forward_flops(lengths, d_model=cfg.d_model, d_ff=cfg.d_ff, n_layers=cfg.n_layers)
+                )
+                common: dict[str, Any] = dict(  # the fields every result of this batch shares
+                    suite="classify",
+                    config=name,
+                    seq_len=length,
+                    search=None,
+                    dtype="float32",
+                    batch=batch,
+                    threads=threads,
+                )
                 variant = "padded" if padded else "full"
                 torch.manual_seed(seed)
                 ours = build_classifier(cfg, pad_id=PAD_ID)
                 models = {}
-                for impl in impls:
+                for impl in chosen:
                     torch.manual_seed(seed)
                     models[impl] = forward_fn(impl, cfg, ours)
-                steps = [training_step(*models[impl], ids, labels) for impl in impls]
+                steps = [training_step(*models[impl], ids, labels) for impl in chosen]
                 timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0)
-                for impl, timing in zip(impls, timings):
+                for impl, timing in zip(chosen, timings):
                     t = timing.median_s
-                    yield Result(**common, impl=impl, mode="train", variant=variant, sentences_per_s=batch / t,
-                                 ms=t * 1e3, gflop_per_s=gflops(flop, t), mfu=mfu(flop, t, fp32_gflops),
-                                 reps=len(timing.times_s))
+                    yield Result(
+                        **common,
+                        impl=impl,
+                        mode="train",
+                        variant=variant,
+                        sentences_per_s=batch / t,
+                        ms=t * 1e3,
+                        gflop_per_s=gflops(flop, t),
+                        mfu=mfu(flop, t, fp32_gflops),
+                        reps=len(timing.times_s),
+                    )
                 # Inference: every implementation with its default settings; also torch.nn with its fast path off,
                 # and attnkit under bfloat16 autocast (`classify predict/eval --precision bf16`) where the CPU has
                 # native bfloat16.
-                calls = [(impl, variant, "float32", inference_call(*models[impl], ids)) for impl in impls]
+                calls = [(impl, variant, "float32", inference_call(*models[impl], ids)) for impl in chosen]
                 if "torch.nn" in models:
-                    calls.append(("torch.nn", f"{variant}, fastpath-off", "float32",
-                                  inference_call(*models["torch.nn"], ids, fastpath=False)))
+                    calls.append(
+                        (
+                            "torch.nn",
+                            f"{variant}, fastpath-off",
+                            "float32",
+                            inference_call(*models["torch.nn"], ids, fastpath=False),
+                        )
+                    )
                 if "attnkit" in models and native_bf16():
                     calls.append(("attnkit", variant, "bfloat16", inference_call(*models["attnkit"], ids, "bf16")))
                 timings = measure_interleaved([c[3] for c in calls], warmup=warmup, reps=reps + 1, budget_s=20.0)
                 for (impl, label, dtype, _), timing in zip(calls, timings):
                     t = timing.median_s
-                    yield Result(**{**common, "dtype": dtype}, impl=impl, mode="infer", variant=label,
-                                 sentences_per_s=batch / t, ms=t * 1e3, reps=len(timing.times_s))
+                    yield Result(
+                        **{**common, "dtype": dtype},
+                        impl=impl,
+                        mode="infer",
+                        variant=label,
+                        sentences_per_s=batch / t,
+                        ms=t * 1e3,
+                        reps=len(timing.times_s),
+                    )
                 del models, steps, calls
 
 

@@ -219,19 +219,31 @@ def ceiling_results(suite: str, *, threads: int, quick: bool) -> tuple[list[Resu
     (``native_bf16``): emulated, it takes minutes and means nothing.
     """
     sizes = (512, 1024) if quick else (512, 1024, 2048)
-    results = []
+    results: list[Result] = []
+    rates: list[float] = []  # the GFLOP/s of each of results
     dtypes = [(torch.float32, "float32")] + ([(torch.bfloat16, "bfloat16")] if native_bf16() else [])
     for dtype, name in dtypes:
-        per_size = []
+        per_size: list[tuple[float, Result]] = []
         for n in sizes:
             timing = matmul_ceiling(dtype, n=n, warmup=1 if quick else 3, reps=3 if quick else 10)
-            per_size.append(Result(
-                suite=suite, impl="matmul", config=f"{n}x{n}", seq_len=None, search=None, dtype=name,
-                ms=timing.median_s * 1e3, gflop_per_s=gflops(2 * n**3, timing.median_s), threads=threads,
+            rate = gflops(2 * n**3, timing.median_s)
+            result = Result(
+                suite=suite,
+                impl="matmul",
+                config=f"{n}x{n}",
+                seq_len=None,
+                search=None,
+                dtype=name,
+                ms=timing.median_s * 1e3,
+                gflop_per_s=rate,
+                threads=threads,
                 reps=len(timing.times_s),
-            ))
-        results.append(max(per_size, key=lambda r: r.gflop_per_s))
-    return results, results[0].gflop_per_s
+            )
+            per_size.append((rate, result))
+        rate, best = max(per_size, key=lambda pair: pair[0])
+        results.append(best)
+        rates.append(rate)
+    return results, rates[0]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -253,7 +265,8 @@ def seq2seq_forward_flops(
     src_tokens, tgt_tokens = sum(src_lengths), sum(tgt_lengths)
     encoder = encoder_forward_flops(src_lengths, d_model=D, d_ff=F, n_layers=n_layers)
     decoder_layer = (
-        2 * tgt_tokens * (6 * D * D + 2 * D * F) + 2 * src_tokens * 2 * D * D
+        2 * tgt_tokens * (6 * D * D + 2 * D * F)
+        + 2 * src_tokens * 2 * D * D
         + 4 * D * sum(t * t + t * s for s, t in zip(src_lengths, tgt_lengths))
     )
     return encoder + n_layers * decoder_layer + 2 * tgt_tokens * D * vocab_size
@@ -279,8 +292,16 @@ _FIGURES = (
     ("gflop_per_s", "GFLOP/s", "{:,.1f}"),
     ("mfu", "MFU", "{:.1%}"),
 )
-_KEYS = (("impl", "impl"), ("config", "config"), ("variant", "variant"), ("mode", "mode"), ("seq_len", "len"),
-         ("search", "search"), ("dtype", "dtype"), ("batch", "batch"))
+_KEYS = (
+    ("impl", "impl"),
+    ("config", "config"),
+    ("variant", "variant"),
+    ("mode", "mode"),
+    ("seq_len", "len"),
+    ("search", "search"),
+    ("dtype", "dtype"),
+    ("batch", "batch"),
+)
 
 
 def format_table(results: Iterable[Result]) -> str:
@@ -309,10 +330,23 @@ _NUMERIC = {key for key, _, _ in _FIGURES} | {"seq_len", "batch"}
 
 def describe(result: Result) -> str:
     """One short line for progress output: what was measured and its figures."""
-    what = " ".join(str(v) for v in (result.suite, result.config, result.variant, result.mode,
-                                     f"L={result.seq_len}" if result.seq_len else None, result.search,
-                                     result.dtype, result.impl) if v)
-    figures = [f"{fmt.format(getattr(result, key))} {title}" for key, title, fmt in _FIGURES
-               if getattr(result, key) is not None]
+    what = " ".join(
+        str(v)
+        for v in (
+            result.suite,
+            result.config,
+            result.variant,
+            result.mode,
+            f"L={result.seq_len}" if result.seq_len else None,
+            result.search,
+            result.dtype,
+            result.impl,
+        )
+        if v
+    )
+    figures = [
+        f"{fmt.format(getattr(result, key))} {title}"
+        for key, title, fmt in _FIGURES
+        if getattr(result, key) is not None
+    ]
     return f"{what}: {', '.join(figures)}"
-

@@ -55,8 +55,9 @@ def _attnkit(model, src: Tensor, beam: int, steps: int, max_positions: int) -> C
         if beam == 1:
             hyps = greedy_decode(model, src, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=max_positions, fixed_len=steps)
         else:
-            hyps = beam_search(model, src, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=max_positions,
-                               beam_size=beam, fixed_len=steps)
+            hyps = beam_search(
+                model, src, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=max_positions, beam_size=beam, fixed_len=steps
+            )
         return sum(len(h) for h in hyps)
 
     return call
@@ -73,8 +74,14 @@ def _transformers(model, src: Tensor, beam: int, steps: int) -> Callable[[], int
 
     def call() -> int:
         with torch.inference_mode():
-            out = model.generate(input_ids=src, attention_mask=mask, num_beams=beam, min_new_tokens=steps,
-                                 max_new_tokens=steps, do_sample=False)  # (B, 1 + steps), decoder start first
+            out = model.generate(
+                input_ids=src,
+                attention_mask=mask,
+                num_beams=beam,
+                min_new_tokens=steps,
+                max_new_tokens=steps,
+                do_sample=False,
+            )  # (B, 1 + steps), decoder start first
         return int((out[:, 1:] != PAD_ID).sum())
 
     return call
@@ -83,7 +90,11 @@ def _transformers(model, src: Tensor, beam: int, steps: int) -> Callable[[], int
 def _ctranslate2(translator, tokens: list[list[str]], beam: int, steps: int) -> Callable[[], int]:
     def call() -> int:
         results = translator.translate_batch(
-            tokens, beam_size=beam, min_decoding_length=steps, max_decoding_length=steps, return_scores=False,
+            tokens,
+            beam_size=beam,
+            min_decoding_length=steps,
+            max_decoding_length=steps,
+            return_scores=False,
             suppress_sequences=[["<pad>"]],  # as attnkit, which never emits padding
         )
         return sum(len(r.hypotheses[0]) for r in results)
@@ -107,7 +118,7 @@ def iter_results(
 ) -> Iterator[Result]:
     """Yield one result per (search, implementation, compute type). ``quick``: 8 tokens, 1 warm-up, 2 timed calls."""
     configs = configs or CONFIGS
-    impls = [i for i in (impls or IMPLS) if i in ("attnkit", "torch.nn") or peers.available(i)]
+    chosen = [i for i in (impls or IMPLS) if i in ("attnkit", "torch.nn") or peers.available(i)]
     searches = searches or tuple(SEARCHES)
     steps = 8 if quick else steps
     warmup = warmup if warmup is not None else (1 if quick else 2)
@@ -118,26 +129,39 @@ def iter_results(
             torch.manual_seed(seed)
             ours = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))  # as TranslatorRun does
             src = make_sources(cfg, batch, src_len, seed)
-            calls = list(_calls(impls, searches, ours, cfg, src, steps, Path(tmp, name), threads, seed))
+            calls = list(_calls(chosen, searches, ours, cfg, src, steps, Path(tmp, name), threads, seed))
             for search in searches:  # the implementations of one search are timed in turns
                 group = [c for c in calls if c[1] == search]
                 for impl, _, _, call in group:
                     produced = call()  # also the first warm-up call
                     if produced != batch * steps:
                         raise RuntimeError(f"{impl} {search} returned {produced} tokens, expected {batch} x {steps}")
-                timings = measure_interleaved([c[3] for c in group], warmup=max(0, warmup - 1), reps=reps,
-                                              budget_s=30.0)
+                timings = measure_interleaved(
+                    [c[3] for c in group], warmup=max(0, warmup - 1), reps=reps, budget_s=30.0
+                )
                 for (impl, _, dtype, _), timing in zip(group, timings):
                     t = timing.median_s
                     yield Result(
-                        suite="decode", impl=impl, config=name, seq_len=src_len, search=search, dtype=dtype,
-                        mode="infer", variant=f"{steps} tokens", batch=batch, tgt_tok_per_s=batch * steps / t,
-                        sentences_per_s=batch / t, ms=t * 1e3, threads=threads, reps=len(timing.times_s),
+                        suite="decode",
+                        impl=impl,
+                        config=name,
+                        seq_len=src_len,
+                        search=search,
+                        dtype=dtype,
+                        mode="infer",
+                        variant=f"{steps} tokens",
+                        batch=batch,
+                        tgt_tok_per_s=batch * steps / t,
+                        sentences_per_s=batch / t,
+                        ms=t * 1e3,
+                        threads=threads,
+                        reps=len(timing.times_s),
                     )
 
 
-def _calls(impls, searches, ours, cfg: TranslatorConfig, src: Tensor, steps: int, ct2_dir: Path, threads: int,
-           seed: int) -> Iterator[tuple[str, str, str, Callable[[], int]]]:
+def _calls(
+    impls, searches, ours, cfg: TranslatorConfig, src: Tensor, steps: int, ct2_dir: Path, threads: int, seed: int
+) -> Iterator[tuple[str, str, str, Callable[[], int]]]:
     """(impl, search, dtype, call) for every implementation and search; each peer is built once."""
     torch_nn = peers.TorchNNTranslator(ours) if "torch.nn" in impls else None
     marian = None
@@ -167,8 +191,9 @@ def _ct2_translators(ours, src: Tensor, out_dir: Path, threads: int):
     attnkit_to_ct2(ours, out_dir, tokens=tokens, add_source_eos=False)  # the sources are passed complete
     source = [[tokens[i] for i in row] for row in src.tolist()]  # (B, S) token strings
     for dtype in ("float32", "int8"):
-        translator = ctranslate2.Translator(str(out_dir), device="cpu", compute_type=dtype, inter_threads=1,
-                                            intra_threads=threads)
+        translator = ctranslate2.Translator(
+            str(out_dir), device="cpu", compute_type=dtype, inter_threads=1, intra_threads=threads
+        )
         yield dtype, translator, source
 
 

@@ -60,8 +60,12 @@ class TorchNNTranslator(nn.Module):
         """Re-runs the decoder over the whole prefix tgt_in (B, T) -> logits (B, T, V); no key/value cache."""
         T = tgt_in.size(1)
         out = self.transformer.decoder(
-            self.embeddings(tgt_in), memory, tgt_mask=_causal_blocked(T, tgt_in.device), tgt_is_causal=True,
-            tgt_key_padding_mask=tgt_in == self.pad_id, memory_key_padding_mask=src_pad,
+            self.embeddings(tgt_in),
+            memory,
+            tgt_mask=_causal_blocked(T, tgt_in.device),
+            tgt_is_causal=True,
+            tgt_key_padding_mask=tgt_in == self.pad_id,
+            memory_key_padding_mask=src_pad,
         )  # (B, T, D)
         return self.logits(out)
 
@@ -123,13 +127,26 @@ def marian_translator(cfg: TranslatorConfig, *, pad_id: int, bos_id: int, eos_id
     from transformers import MarianConfig, MarianMTModel
 
     config = MarianConfig(
-        d_model=cfg.d_model, encoder_layers=cfg.n_layers, decoder_layers=cfg.n_layers,
-        encoder_attention_heads=cfg.n_heads, decoder_attention_heads=cfg.n_heads,
-        encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff, vocab_size=cfg.vocab_size,
-        max_position_embeddings=cfg.max_len, dropout=cfg.dropout, attention_dropout=0.0, activation_dropout=0.0,
-        activation_function=cfg.activation, scale_embedding=cfg.scale_embeddings,
-        share_encoder_decoder_embeddings=True, tie_word_embeddings=cfg.tie_embeddings,
-        pad_token_id=pad_id, bos_token_id=bos_id, eos_token_id=eos_id, decoder_start_token_id=bos_id,
+        d_model=cfg.d_model,
+        encoder_layers=cfg.n_layers,
+        decoder_layers=cfg.n_layers,
+        encoder_attention_heads=cfg.n_heads,
+        decoder_attention_heads=cfg.n_heads,
+        encoder_ffn_dim=cfg.d_ff,
+        decoder_ffn_dim=cfg.d_ff,
+        vocab_size=cfg.vocab_size,
+        max_position_embeddings=cfg.max_len,
+        dropout=cfg.dropout,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        activation_function=cfg.activation,
+        scale_embedding=cfg.scale_embeddings,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=cfg.tie_embeddings,
+        pad_token_id=pad_id,
+        bos_token_id=bos_id,
+        eos_token_id=eos_id,
+        decoder_start_token_id=bos_id,
         forced_eos_token_id=None,
     )
     return MarianMTModel(config)
@@ -145,9 +162,18 @@ def bert_classifier(cfg: ClassifierConfig) -> nn.Module:
     from transformers import BertConfig, BertForSequenceClassification
 
     config = BertConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
-        num_attention_heads=cfg.n_heads, intermediate_size=cfg.d_ff, hidden_act=cfg.activation,
-        max_position_embeddings=cfg.max_len, hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=0.0,
-        layer_norm_eps=cfg.layer_norm_eps, num_labels=cfg.n_classes or 2, pad_token_id=0,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        intermediate_size=cfg.d_ff,
+        hidden_act=cfg.activation,
+        max_position_embeddings=cfg.max_len,
+        hidden_dropout_prob=cfg.dropout,
+        attention_probs_dropout_prob=0.0,
+        layer_norm_eps=cfg.layer_norm_eps,
+        # transformers 5 accepts num_labels at run time (it sizes id2label) but its dataclass signature omits it
+        num_labels=cfg.n_classes or 2,  # type: ignore[call-arg]
+        pad_token_id=0,
     )
     return BertForSequenceClassification(config)

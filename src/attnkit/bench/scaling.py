@@ -60,13 +60,33 @@ def iter_results(
     config = f"layer-d{layer['d_model']}"
     for length in lengths:
         for impl, mode, dropout in _cases(impls, dropouts):
-            job = dict(impl=impl, mode=mode, dropout=dropout, length=length, layer=layer, threads=threads,
-                       warmup=warmup, reps=reps, budget_s=budget_s, seed=seed)
+            job = dict(
+                impl=impl,
+                mode=mode,
+                dropout=dropout,
+                length=length,
+                layer=layer,
+                threads=threads,
+                warmup=warmup,
+                reps=reps,
+                budget_s=budget_s,
+                seed=seed,
+            )
             out = _run_child(job)
             yield Result(
-                suite="scaling", impl=impl, config=config, seq_len=length, search=None, dtype="float32", mode=mode,
-                variant=f"dropout={dropout:g}" if mode == "train" else None, batch=1, ms=out["ms"],
-                peak_mib=out["peak_mib"], threads=threads, reps=out["reps"],
+                suite="scaling",
+                impl=impl,
+                config=config,
+                seq_len=length,
+                search=None,
+                dtype="float32",
+                mode=mode,
+                variant=f"dropout={dropout:g}" if mode == "train" else None,
+                batch=1,
+                ms=out["ms"],
+                peak_mib=out["peak_mib"],
+                threads=threads,
+                reps=out["reps"],
             )
 
 
@@ -77,8 +97,13 @@ def run(*, quick: bool = False, **kwargs) -> list[Result]:
 
 def _run_child(job: dict) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(job["threads"])}
-    proc = subprocess.run([sys.executable, "-m", "attnkit.bench.scaling", json.dumps(job)],
-                          capture_output=True, text=True, env=env, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnkit.bench.scaling", json.dumps(job)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"scaling measurement {job} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -93,8 +118,9 @@ def _layer(impl: str, dropout: float, layer: dict) -> torch.nn.Module:
     from attnkit.interop.torch_nn import encoder_layer_to_torch
     from attnkit.model.build import encoder_layer
 
-    ours = encoder_layer(TransformerConfig(d_model=layer["d_model"], n_heads=layer["n_heads"], d_ff=layer["d_ff"],
-                                           dropout=dropout))
+    ours = encoder_layer(
+        TransformerConfig(d_model=layer["d_model"], n_heads=layer["n_heads"], d_ff=layer["d_ff"], dropout=dropout)
+    )
     if impl == "attnkit":
         return ours
     if impl == "torch.nn":

@@ -35,6 +35,7 @@ from attnkit.bench.common import (
 )
 from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig
 from attnkit.model.build import build_translator
+from attnkit.model.transformer import Transformer
 from attnkit.training.losses import autocast, native_bf16, sequence_loss
 
 CONFIGS: dict[str, TranslatorConfig] = {
@@ -66,20 +67,22 @@ def batch_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
 
 
 def forward_fn(
-    impl: str, cfg: TranslatorConfig, ours: nn.Module
+    impl: str, cfg: TranslatorConfig, ours: Transformer
 ) -> tuple[nn.Module, Callable[[Tensor, Tensor], Tensor]]:
     """The model of ``impl`` and its teacher-forced forward pass (src, tgt_in) -> logits (B, T, V)."""
     if impl == "attnkit":
         return ours, ours
     if impl == "torch.nn":
-        model = peers.TorchNNTranslator(ours)
+        model: nn.Module = peers.TorchNNTranslator(ours)
         return model, model
     if impl == "transformers":
         model = peers.marian_translator(cfg, pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID)
 
         def forward(src: Tensor, tgt_in: Tensor) -> Tensor:
             return model(
-                input_ids=src, attention_mask=(src != PAD_ID).long(), decoder_input_ids=tgt_in,
+                input_ids=src,
+                attention_mask=(src != PAD_ID).long(),
+                decoder_input_ids=tgt_in,
                 decoder_attention_mask=(tgt_in != PAD_ID).long(),
             ).logits  # (B, T, V)
 
@@ -124,7 +127,7 @@ def iter_results(
     configs = configs or ({"small": CONFIGS["small"]} if quick else CONFIGS)
     lengths = lengths or ((32,) if quick else LENGTHS)
     tokens_per_batch = tokens_per_batch or (1024 if quick else 4096)
-    impls = [i for i in (impls or IMPLS) if i != "transformers" or peers.available("transformers")]
+    chosen = [i for i in (impls or IMPLS) if i != "transformers" or peers.available("transformers")]
     warmup = warmup if warmup is not None else (1 if quick else 2)
     reps = reps if reps is not None else (2 if quick else 5)
 
@@ -135,16 +138,22 @@ def iter_results(
             for length in lengths:
                 src, tgt_in, tgt_out = make_batch(cfg, length, tokens_per_batch, seed)
                 B = src.size(0)
-                flop = training_flops(seq2seq_forward_flops(
-                    [length] * B, [length] * B, d_model=cfg.d_model, d_ff=cfg.d_ff, n_layers=cfg.n_layers,
-                    vocab_size=cfg.vocab_size,
-                ))
+                flop = training_flops(
+                    seq2seq_forward_flops(
+                        [length] * B,
+                        [length] * B,
+                        d_model=cfg.d_model,
+                        d_ff=cfg.d_ff,
+                        n_layers=cfg.n_layers,
+                        vocab_size=cfg.vocab_size,
+                    )
+                )
                 torch.manual_seed(seed)
                 ours = build_translator(cfg, pad_id=PAD_ID)
                 # attnkit also with bfloat16 autocast (--set precision=bf16) where the CPU has native bfloat16; the
                 # peers in float32, as users run them.
-                bf16 = "attnkit" in impls and native_bf16()
-                runs = [(impl, "fp32") for impl in impls] + ([("attnkit", "bf16")] if bf16 else [])
+                bf16 = "attnkit" in chosen and native_bf16()
+                runs = [(impl, "fp32") for impl in chosen] + ([("attnkit", "bf16")] if bf16 else [])
                 steps = []
                 for impl, precision in runs:
                     torch.manual_seed(seed)  # same dropout masks' seed and, for peers, same initialisation seed
@@ -154,10 +163,20 @@ def iter_results(
                 for (impl, precision), timing in zip(runs, timings):
                     t = timing.median_s
                     yield Result(
-                        suite="train", impl=impl, config=name, seq_len=length, search=None,
+                        suite="train",
+                        impl=impl,
+                        config=name,
+                        seq_len=length,
+                        search=None,
                         dtype="bfloat16" if precision == "bf16" else "float32",
-                        mode="train", batch=B, tgt_tok_per_s=tgt_out.numel() / t, sentences_per_s=B / t, ms=t * 1e3,
-                        gflop_per_s=gflops(flop, t), mfu=mfu(flop, t, fp32_gflops), threads=threads,
+                        mode="train",
+                        batch=B,
+                        tgt_tok_per_s=tgt_out.numel() / t,
+                        sentences_per_s=B / t,
+                        ms=t * 1e3,
+                        gflop_per_s=gflops(flop, t),
+                        mfu=mfu(flop, t, fp32_gflops),
+                        threads=threads,
                         reps=len(timing.times_s),
                     )
                 del steps, ours

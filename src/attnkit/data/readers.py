@@ -263,9 +263,7 @@ def _json_label(path: Path, number: int, record: dict) -> str:
     elif isinstance(value, str):
         label = value.replace("\r\n", "\n").replace("\r", "\n").strip()
     else:
-        raise InputError(
-            f"{path}:{number}: 'label' must be a string, integer or boolean, found {_json_type(value)}"
-        )
+        raise InputError(f"{path}:{number}: 'label' must be a string, integer or boolean, found {_json_type(value)}")
     if not label:
         raise InputError(f"{path}:{number}: empty label")
     return label

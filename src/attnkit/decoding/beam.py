@@ -85,8 +85,17 @@ def beam_search(
         fixed_len: if given, decode exactly this many tokens per sentence, with EOS masked out (benchmarks).
     """
     nbest = beam_search_nbest(
-        model, src, bos_id=bos_id, eos_id=eos_id, max_positions=max_positions, n_best=1, beam_size=beam_size,
-        alpha=alpha, length_penalty=length_penalty, max_extra=max_extra, fixed_len=fixed_len,
+        model,
+        src,
+        bos_id=bos_id,
+        eos_id=eos_id,
+        max_positions=max_positions,
+        n_best=1,
+        beam_size=beam_size,
+        alpha=alpha,
+        length_penalty=length_penalty,
+        max_extra=max_extra,
+        fixed_len=fixed_len,
     )
     return [hyps[0].tokens if hyps else [] for hyps in nbest]
 
@@ -126,8 +135,16 @@ def beam_search_nbest(
     model.eval()  # no dropout (§5.4 applies it in training only)
     try:
         return _beam_search(
-            model, src, limits, beam_size=beam_size, n_best=n_best, kind=length_penalty, alpha=alpha,
-            bos_id=bos_id, eos_id=eos_id, suppress_eos=fixed_len is not None,
+            model,
+            src,
+            limits,
+            beam_size=beam_size,
+            n_best=n_best,
+            kind=length_penalty,
+            alpha=alpha,
+            bos_id=bos_id,
+            eos_id=eos_id,
+            suppress_eos=fixed_len is not None,
         )
     finally:
         model.train(was_training)

@@ -24,14 +24,25 @@ def translate_ids(
     beam 1 is greedy search; beam > 1 is beam search with the paper's length penalty (§6.1: beam 4, alpha 0.6).
     """
     max_positions = model.embeddings.position.max_len
+    bos_id, eos_id = tokenizer.bos_id, tokenizer.eos_id
+    if bos_id is None or eos_id is None:
+        raise ValueError("decoding needs a tokenizer with BOS and EOS tokens (a translator's)")
     out: list[list[int]] = [[] for _ in sources]
     for batch in bucketed_batches([len(s) for s in sources], batch_size, generator=None, bucket_factor=10**9):
         src = pad([sources[i] for i in batch], tokenizer.pad_id)  # (B, S)
         if beam == 1:
-            hyps = greedy_decode(model, src, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_positions=max_positions)
+            hyps = greedy_decode(model, src, bos_id=bos_id, eos_id=eos_id, max_positions=max_positions)
         else:
-            hyps = beam_search(model, src, beam_size=beam, alpha=alpha, length_penalty=length_penalty,
-                               bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_positions=max_positions)
+            hyps = beam_search(
+                model,
+                src,
+                beam_size=beam,
+                alpha=alpha,
+                length_penalty=length_penalty,
+                bos_id=bos_id,
+                eos_id=eos_id,
+                max_positions=max_positions,
+            )
         for i, hyp in zip(batch, hyps):
             out[i] = hyp
     return out

@@ -11,9 +11,7 @@ import torch
 from torch import Tensor
 
 
-def output_limits(
-    src: Tensor, *, pad_id: int, max_extra: int, max_positions: int, fixed_len: int | None
-) -> Tensor:
+def output_limits(src: Tensor, *, pad_id: int, max_extra: int, max_positions: int, fixed_len: int | None) -> Tensor:
     """The maximum number of output tokens (EOS not counted) of each sentence: (B, S) ids -> (B,) long.
 
     Args:

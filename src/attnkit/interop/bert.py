@@ -73,7 +73,11 @@ _LAYER_NAMES = {  # module under attnkit's encoder.layers.{i} -> module under BE
 }
 # The traits that make an attnkit classifier config a BERT encoder (besides token types and d_head = D / H).
 BERT_TRAITS: dict[str, Any] = {
-    "positional": "learned", "scale_embeddings": False, "embedding_norm": True, "norm": "post", "activation": "gelu",
+    "positional": "learned",
+    "scale_embeddings": False,
+    "embedding_norm": True,
+    "norm": "post",
+    "activation": "gelu",
 }
 
 
@@ -90,29 +94,45 @@ def bert_config(folder: str | Path, *, n_classes: int = 0, pooling: str = "mean"
     model_type, architectures = raw.get("model_type"), raw.get("architectures") or []
     is_bert = model_type == "bert" or (model_type is None and any(str(a).startswith("Bert") for a in architectures))
     if not is_bert:
-        raise InputError(f"{folder}: model_type {model_type!r} (architectures {architectures}) is not BERT; "
-                         "attnkit loads BERT-format encoders only")
-    missing = [k for k in ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers", "vocab_size")
-               if k not in raw]
+        raise InputError(
+            f"{folder}: model_type {model_type!r} (architectures {architectures}) is not BERT; "
+            "attnkit loads BERT-format encoders only"
+        )
+    missing = [
+        k
+        for k in ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers", "vocab_size")
+        if k not in raw
+    ]
     if missing:
         raise InputError(f"{path}: missing key(s) {', '.join(missing)}")
     # The remaining keys default as in transformers' BertConfig.
     if raw.get("hidden_act", "gelu") != "gelu":
-        raise InputError(f"{path}: hidden_act {raw['hidden_act']!r} is not supported; attnkit's GELU is the exact "
-                         "erf form, BERT's 'gelu' (a tanh approximation such as 'gelu_new' would give other outputs)")
+        raise InputError(
+            f"{path}: hidden_act {raw['hidden_act']!r} is not supported; attnkit's GELU is the exact "
+            "erf form, BERT's 'gelu' (a tanh approximation such as 'gelu_new' would give other outputs)"
+        )
     if raw.get("position_embedding_type", "absolute") != "absolute":
-        raise InputError(f"{path}: position_embedding_type {raw['position_embedding_type']!r} is not supported "
-                         "(attnkit has absolute learned positions only)")
+        raise InputError(
+            f"{path}: position_embedding_type {raw['position_embedding_type']!r} is not supported "
+            "(attnkit has absolute learned positions only)"
+        )
     if raw.get("is_decoder", False):
         raise InputError(f"{path}: is_decoder is true; attnkit loads bidirectional BERT encoders only")
     try:
         return ClassifierConfig(
-            vocab_size=raw["vocab_size"], d_model=raw["hidden_size"], n_heads=raw["num_attention_heads"],
-            d_ff=raw["intermediate_size"], n_layers=raw["num_hidden_layers"],
-            max_len=raw.get("max_position_embeddings", 512), dropout=raw.get("hidden_dropout_prob", 0.1),
+            vocab_size=raw["vocab_size"],
+            d_model=raw["hidden_size"],
+            n_heads=raw["num_attention_heads"],
+            d_ff=raw["intermediate_size"],
+            n_layers=raw["num_hidden_layers"],
+            max_len=raw.get("max_position_embeddings", 512),
+            dropout=raw.get("hidden_dropout_prob", 0.1),
             attention_dropout=raw.get("attention_probs_dropout_prob", 0.1),
-            layer_norm_eps=raw.get("layer_norm_eps", 1e-12), n_token_types=raw.get("type_vocab_size", 2),
-            n_classes=n_classes, pooling=pooling, **BERT_TRAITS,
+            layer_norm_eps=raw.get("layer_norm_eps", 1e-12),
+            n_token_types=raw.get("type_vocab_size", 2),
+            n_classes=n_classes,
+            pooling=pooling,
+            **BERT_TRAITS,
         )
     except InputError as err:
         raise InputError(f"{path}: {err}") from None
@@ -143,8 +163,11 @@ def bert_state_dict_to_attnkit(
     """BERT tensor names -> attnkit's. Pooler, task heads and the ``position_ids`` buffer are ignored; a missing
     encoder tensor, or an encoder tensor with no attnkit counterpart, is an InputError naming it."""
     state = {_bert_key(name): tensor for name, tensor in hf_state.items()}
-    encoder = {name: t for name, t in state.items()
-               if name.split(".")[0] in ("embeddings", "encoder") and name != "embeddings.position_ids"}
+    encoder = {
+        name: t
+        for name, t in state.items()
+        if name.split(".")[0] in ("embeddings", "encoder") and name != "embeddings.position_ids"
+    }
     pairs = name_pairs(n_layers)
     missing = [f"{ours} (BERT: {theirs})" for ours, theirs in pairs if theirs not in encoder]
     if missing:
@@ -152,8 +175,9 @@ def bert_state_dict_to_attnkit(
         raise InputError(f"{source}: missing {len(missing)} tensor(s): {', '.join(missing[:6])}{more}")
     unexpected = sorted(set(encoder) - {theirs for _, theirs in pairs})
     if unexpected:
-        raise InputError(f"{source}: tensor(s) with no place in a {n_layers}-layer attnkit encoder: "
-                         f"{', '.join(unexpected[:6])}")
+        raise InputError(
+            f"{source}: tensor(s) with no place in a {n_layers}-layer attnkit encoder: {', '.join(unexpected[:6])}"
+        )
     return {ours: encoder[theirs] for ours, theirs in pairs}
 
 
@@ -161,8 +185,9 @@ def attnkit_to_bert_state_dict(state: dict[str, Tensor], n_layers: int) -> dict[
     """attnkit encoder tensors -> BERT names (``BertModel`` layout, no prefix); the classifier head is dropped."""
     missing = [ours for ours, _ in name_pairs(n_layers) if ours not in state]
     if missing:
-        raise InputError(f"attnkit state dict lacks {', '.join(missing[:6])}: "
-                         f"not a BERT-shaped {n_layers}-layer encoder")
+        raise InputError(
+            f"attnkit state dict lacks {', '.join(missing[:6])}: not a BERT-shaped {n_layers}-layer encoder"
+        )
     return {theirs: state[ours].detach().contiguous() for ours, theirs in name_pairs(n_layers)}
 
 
@@ -202,13 +227,16 @@ def load_encoder_weights(model: TransformerClassifier, state: dict[str, Tensor],
     bert_name = dict(name_pairs(len(model.encoder.layers)))
     for name, tensor in state.items():
         if tensor.shape != expected[name].shape:
-            raise InputError(f"{source}: tensor {bert_name.get(name, name)} (attnkit {name}) has shape "
-                             f"{tuple(tensor.shape)}, config.json implies {tuple(expected[name].shape)}")
+            raise InputError(
+                f"{source}: tensor {bert_name.get(name, name)} (attnkit {name}) has shape "
+                f"{tuple(tensor.shape)}, config.json implies {tuple(expected[name].shape)}"
+            )
     result = model.load_state_dict(state, strict=False)
     not_loaded = [name for name in result.missing_keys if not name.startswith("head.")]
     if not_loaded or result.unexpected_keys:
-        raise InputError(f"{source}: weights do not fit the encoder (not loaded: {not_loaded}, "
-                         f"unexpected: {result.unexpected_keys})")
+        raise InputError(
+            f"{source}: weights do not fit the encoder (not loaded: {not_loaded}, unexpected: {result.unexpected_keys})"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -230,8 +258,14 @@ def _special_token_names(folder: Path) -> dict[str, str]:
     return names
 
 
-def wordpiece_from_vocab(vocab_path: Path, *, lowercase: bool, names: dict[str, str], strip_accents: bool | None = None,
-                         chinese_chars: bool = True) -> Backend:
+def wordpiece_from_vocab(
+    vocab_path: Path,
+    *,
+    lowercase: bool,
+    names: dict[str, str],
+    strip_accents: bool | None = None,
+    chinese_chars: bool = True,
+) -> Backend:
     """BERT's tokenizer rebuilt from ``vocab.txt`` (one token per line, id = line number) with the `tokenizers`
     components of its BertWordPieceTokenizer: BertNormalizer, BertPreTokenizer, WordPiece, [CLS] $A [SEP]."""
     lines = vocab_path.read_text(encoding="utf-8").split("\n")
@@ -246,12 +280,14 @@ def wordpiece_from_vocab(vocab_path: Path, *, lowercase: bool, names: dict[str, 
     backend = Backend(models.WordPiece(vocab, unk_token=names["unk"], max_input_chars_per_word=100))
     specials = (names["pad"], names["unk"], names["cls"], names["sep"], "[MASK]")
     backend.add_special_tokens([t for t in specials if t in vocab])
-    backend.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=chinese_chars,
-                                                    strip_accents=strip_accents, lowercase=lowercase)
+    backend.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=chinese_chars, strip_accents=strip_accents, lowercase=lowercase
+    )
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     cls, sep = names["cls"], names["sep"]
     backend.post_processor = processors.TemplateProcessing(
-        single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        single=f"{cls} $A {sep}",
+        pair=f"{cls} $A {sep} $B:1 {sep}:1",
         special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])],
     )
     backend.decoder = decoders.WordPiece(prefix="##")
@@ -268,10 +304,16 @@ def load_bert_tokenizer(folder: str | Path) -> Tokenizer:
         except Exception as err:  # the Rust side raises plain Exceptions on malformed files
             raise InputError(f"{folder / 'tokenizer.json'}: not a valid tokenizer file ({err})") from None
     elif (folder / "vocab.txt").is_file():
-        settings = runs.read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
-        backend = wordpiece_from_vocab(folder / "vocab.txt", lowercase=settings.get("do_lower_case", True), names=names,
-                                       strip_accents=settings.get("strip_accents"),
-                                       chinese_chars=settings.get("tokenize_chinese_chars", True))
+        settings = (
+            runs.read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+        )
+        backend = wordpiece_from_vocab(
+            folder / "vocab.txt",
+            lowercase=settings.get("do_lower_case", True),
+            names=names,
+            strip_accents=settings.get("strip_accents"),
+            chinese_chars=settings.get("tokenize_chinese_chars", True),
+        )
     else:
         raise InputError(f"{folder}: no tokenizer.json or vocab.txt")
     # attnkit pads and truncates itself (``data.batching``); a fixed padding saved in the file would add pad tokens.
@@ -308,8 +350,9 @@ def load_bert_classifier(
     cfg = bert_config(folder, n_classes=n_classes, pooling=pooling)
     tokenizer = load_bert_tokenizer(folder)
     if tokenizer.vocab_size > cfg.vocab_size:
-        raise InputError(f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but config.json vocab_size is "
-                         f"{cfg.vocab_size}")
+        raise InputError(
+            f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but config.json vocab_size is {cfg.vocab_size}"
+        )
     state = bert_state_dict_to_attnkit(read_bert_weights(folder), cfg.n_layers, source=str(folder))
     model = build_classifier(cfg, pad_id=tokenizer.pad_id)
     load_encoder_weights(model, state, source=str(folder))
@@ -323,15 +366,23 @@ def load_pretrained(spec: str | Path, *, pooling: str = "mean") -> Pretrained:
     return Pretrained(model, cfg, tokenizer, source=str(spec))
 
 
-def embed(model_spec: str | Path, texts: Iterable[str], *, pool: str = "mean", normalize: bool = False,
-          batch_size: int = 32) -> Tensor:
+def embed(
+    model_spec: str | Path, texts: Iterable[str], *, pool: str = "mean", normalize: bool = False, batch_size: int = 32
+) -> Tensor:
     """Sentence vectors (N, D) from a BERT folder, the word ``minilm``, or an attnkit classifier run directory."""
     folder = resolve_bert_folder(model_spec)
     config_path = folder / runs.CONFIG
     if config_path.is_file() and "task" in runs.read_json(config_path):
         run = ClassifierRun(folder)
-        return sentence_embeddings(run.model, run.tokenizer, texts, pool=pool, normalize=normalize,
-                                   batch_size=batch_size, max_len_policy=run.max_len_policy)
+        return sentence_embeddings(
+            run.model,
+            run.tokenizer,
+            texts,
+            pool=pool,
+            normalize=normalize,
+            batch_size=batch_size,
+            max_len_policy=run.max_len_policy,
+        )
     model, _, tokenizer = load_bert_classifier(folder, n_classes=1)
     return sentence_embeddings(model, tokenizer, texts, pool=pool, normalize=normalize, batch_size=batch_size)
 
@@ -342,27 +393,42 @@ def embed(model_spec: str | Path, texts: Iterable[str], *, pool: str = "mean", n
 
 def check_bert_shaped(cfg: ClassifierConfig) -> None:
     """InputError listing what keeps ``cfg`` from being a BERT encoder (only those can be written as BERT folders)."""
-    problems = [f"{key}={getattr(cfg, key)!r} (BERT: {value!r})"
-                for key, value in BERT_TRAITS.items() if getattr(cfg, key) != value]
+    problems = [
+        f"{key}={getattr(cfg, key)!r} (BERT: {value!r})"
+        for key, value in BERT_TRAITS.items()
+        if getattr(cfg, key) != value
+    ]
     if cfg.n_token_types < 1:
         problems.append("n_token_types=0 (BERT: at least 1)")
     if cfg.d_head is not None and cfg.d_head * cfg.n_heads != cfg.d_model:
         problems.append(f"d_head={cfg.d_head} (BERT: d_model / n_heads = {cfg.d_model / cfg.n_heads:g})")
     if problems:
-        raise InputError("only BERT-shaped encoders can be exported as BERT folders; this model has "
-                         + ", ".join(problems)
-                         + ". Train with these keys set as BERT has them, or start from --init-from")
+        raise InputError(
+            "only BERT-shaped encoders can be exported as BERT folders; this model has "
+            + ", ".join(problems)
+            + ". Train with these keys set as BERT has them, or start from --init-from"
+        )
 
 
 def bert_config_dict(cfg: ClassifierConfig, pad_id: int) -> dict:
     """``config.json`` of the BERT folder for ``cfg``, every field written out."""
     return {
-        "architectures": ["BertModel"], "model_type": "bert", "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
-        "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads, "intermediate_size": cfg.d_ff,
-        "hidden_act": "gelu", "hidden_dropout_prob": cfg.dropout,
+        "architectures": ["BertModel"],
+        "model_type": "bert",
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "intermediate_size": cfg.d_ff,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": cfg.dropout,
         "attention_probs_dropout_prob": cfg.attention_dropout,
-        "max_position_embeddings": cfg.max_len, "type_vocab_size": cfg.n_token_types, "initializer_range": 0.02,
-        "layer_norm_eps": cfg.layer_norm_eps, "pad_token_id": pad_id, "position_embedding_type": "absolute",
+        "max_position_embeddings": cfg.max_len,
+        "type_vocab_size": cfg.n_token_types,
+        "initializer_range": 0.02,
+        "layer_norm_eps": cfg.layer_norm_eps,
+        "pad_token_id": pad_id,
+        "position_embedding_type": "absolute",
         "use_cache": False,
     }
 
@@ -395,8 +461,10 @@ def classification_head_tensors(head_weight: Tensor, head_bias: Tensor, d_model:
     classifier_weight[:, :n_labels] = torch.eye(n_labels, dtype=torch.float64) / POOLER_SCALE
     dtype = head_weight.dtype
     return {
-        "bert.pooler.dense.weight": pooler_weight.to(dtype), "bert.pooler.dense.bias": pooler_bias.to(dtype),
-        "classifier.weight": classifier_weight.to(dtype), "classifier.bias": torch.zeros(n_labels, dtype=dtype),
+        "bert.pooler.dense.weight": pooler_weight.to(dtype),
+        "bert.pooler.dense.bias": pooler_bias.to(dtype),
+        "classifier.weight": classifier_weight.to(dtype),
+        "classifier.bias": torch.zeros(n_labels, dtype=dtype),
     }
 
 
@@ -408,7 +476,8 @@ def check_exportable_head(cfg: ClassifierConfig, labels: list[str]) -> None:
             "cannot average over the tokens, so its predictions would differ from this model's. What works: "
             "`attnkit export hf --encoder-only` (the fine-tuned encoder as a BertModel; average its last hidden states "
             "over the attention mask and apply the head yourself), `attnkit export onnx` (the whole classifier), or "
-            "training with --set pooling=cls, which exports as BertForSequenceClassification")
+            "training with --set pooling=cls, which exports as BertForSequenceClassification"
+        )
     n_labels = max(cfg.n_classes or 2, 2)
     if len(labels) != n_labels:
         raise InputError(f"the run has {len(labels)} labels but its head has {n_labels} classes")
@@ -439,8 +508,14 @@ def _prepare_out(out_dir: Path) -> None:
         raise InputError(f"{out_dir}: is an attnkit run directory; choose a new --out")
 
 
-def write_bert_folder(model: TransformerClassifier, cfg: ClassifierConfig, tokenizer: Tokenizer, out_dir: str | Path,
-                      *, labels: list[str] | None = None) -> Path:
+def write_bert_folder(
+    model: TransformerClassifier,
+    cfg: ClassifierConfig,
+    tokenizer: Tokenizer,
+    out_dir: str | Path,
+    *,
+    labels: list[str] | None = None,
+) -> Path:
     """Write ``model`` as a BERT folder: config.json, model.safetensors, tokenizer.json, tokenizer_config.json and,
     for WordPiece vocabularies, vocab.txt.
 
@@ -459,10 +534,13 @@ def write_bert_folder(model: TransformerClassifier, cfg: ClassifierConfig, token
     config = bert_config_dict(cfg, tokenizer.pad_id)
     weights = attnkit_to_bert_state_dict(model.state_dict(), cfg.n_layers)
     if labels is not None:
-        config.update(architectures=["BertForSequenceClassification"], num_labels=len(labels),
-                      id2label={str(i): label for i, label in enumerate(labels)},
-                      label2id={label: i for i, label in enumerate(labels)},
-                      problem_type="single_label_classification")
+        config.update(
+            architectures=["BertForSequenceClassification"],
+            num_labels=len(labels),
+            id2label={str(i): label for i, label in enumerate(labels)},
+            label2id={label: i for i, label in enumerate(labels)},
+            problem_type="single_label_classification",
+        )
         weights = {f"bert.{name}": tensor for name, tensor in weights.items()}
         weights.update(classification_head_tensors(model.head.weight, model.head.bias, cfg.d_model))
     with atomic_directory(out_dir) as work:
@@ -470,8 +548,10 @@ def write_bert_folder(model: TransformerClassifier, cfg: ClassifierConfig, token
         atomic_write_bytes(work / "model.safetensors", safetensors_bytes(weights, metadata={"format": "pt"}))
         atomic_write_bytes(work / "tokenizer.json", tokenizer.backend.to_str(pretty=True).encode("utf-8"))
         roles = {f"{role}_token": token for role, token in dataclasses.asdict(tokenizer.specials).items() if token}
-        atomic_write_json(work / "tokenizer_config.json", {
-            "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.max_len, **roles})
+        atomic_write_json(
+            work / "tokenizer_config.json",
+            {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.max_len, **roles},
+        )
         vocab = _vocab_txt(tokenizer)
         if vocab is not None:
             atomic_write_bytes(work / "vocab.txt", vocab.encode("utf-8"))
@@ -488,5 +568,6 @@ def export_bert_folder(run_dir: str | Path, out_dir: str | Path, *, encoder_only
             check_exportable_head(run.model_cfg, run.labels)
     except InputError as err:
         raise InputError(f"{run.run_dir}: {err}") from None
-    return write_bert_folder(run.model, run.model_cfg, run.tokenizer, out_dir,
-                             labels=None if encoder_only else run.labels)
+    return write_bert_folder(
+        run.model, run.model_cfg, run.tokenizer, out_dir, labels=None if encoder_only else run.labels
+    )

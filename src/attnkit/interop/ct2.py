@@ -99,8 +99,9 @@ def tokenizer_tokens(tokenizer: Tokenizer) -> list[str]:
     found = [tokenizer.backend.id_to_token(i) for i in range(tokenizer.vocab_size)]
     tokens = [token for token in found if token is not None]
     if len(tokens) != len(found) or len(set(tokens)) != len(tokens):
-        raise InputError("the tokenizer's ids are not one distinct token each, so CTranslate2's strings would not "
-                         "map back to ids")
+        raise InputError(
+            "the tokenizer's ids are not one distinct token each, so CTranslate2's strings would not map back to ids"
+        )
     return tokens
 
 
@@ -213,7 +214,7 @@ class _Weights:
         if isinstance(position, LearnedPositionalEmbedding):
             table = position.embedding.weight  # (max_len, D)
         else:
-            table = cast(torch.Tensor, position.table)  # the sinusoidal buffer (typed Tensor | Module)
+            table = position.table  # the sinusoidal buffer
         stack_spec.position_encodings.encodings = self.array(table)  # (max_len, D)
 
     def linear(self, linear_spec, *linears: torch.nn.Linear) -> None:
@@ -280,7 +281,9 @@ def export_ct2(run_dir: str | Path, out_dir: str | Path, *, quantization: str | 
         "tokens": {
             "vocabulary": "the tokenizer's token of each id, in id order (shared by source and target)",
             "vocab_size": len(tokens),
-            "pad_id": tokenizer.pad_id, "unk_id": tokenizer.unk_id, "bos_id": tokenizer.bos_id,
+            "pad_id": tokenizer.pad_id,
+            "unk_id": tokenizer.unk_id,
+            "bos_id": tokenizer.bos_id,
             "eos_id": tokenizer.eos_id,
             "decoder_start_token": tokens[tokenizer.bos_id],
             "add_source_eos": True,  # pass a source's tokens without its EOS; CTranslate2 appends it
@@ -292,8 +295,16 @@ def export_ct2(run_dir: str | Path, out_dir: str | Path, *, quantization: str | 
     _check_out(out_dir)
     with atomic_directory(out_dir) as work:
         try:
-            attnkit_to_ct2(run.model, work, tokens=tokens, bos=tokens[tokenizer.bos_id], eos=tokens[tokenizer.eos_id],
-                           unk=tokens[tokenizer.unk_id], add_source_eos=True, quantization=quantization)
+            attnkit_to_ct2(
+                run.model,
+                work,
+                tokens=tokens,
+                bos=tokens[tokenizer.bos_id],
+                eos=tokens[tokenizer.eos_id],
+                unk=tokens[tokenizer.unk_id],
+                add_source_eos=True,
+                quantization=quantization,
+            )
         except ValueError as err:
             raise InputError(f"{run.run_dir}: cannot be expressed as a CTranslate2 Transformer ({err})") from None
         tokenizer.save(work / TOKENIZER)
@@ -329,8 +340,9 @@ class CT2Translator:
         ctranslate2 = _ctranslate2()
         model_dir = Path(model_dir)
         if not (model_dir / META).is_file():
-            raise InputError(f"{model_dir}: not an attnkit CTranslate2 export (no {META}); write one with "
-                             f"`attnkit export ct2`")
+            raise InputError(
+                f"{model_dir}: not an attnkit CTranslate2 export (no {META}); write one with `attnkit export ct2`"
+            )
         meta = read_json(model_dir / META)
         try:
             self.tokenizer = Tokenizer.load(model_dir / TOKENIZER, meta["tokenizer"])
@@ -344,8 +356,9 @@ class CT2Translator:
         self.tokens = tokenizer_tokens(self.tokenizer)  # id -> token
         self.ids = {token: i for i, token in enumerate(self.tokens)}  # token -> id
         try:
-            self.translator = ctranslate2.Translator(str(model_dir), device="cpu", compute_type=compute_type,
-                                                     intra_threads=threads)
+            self.translator = ctranslate2.Translator(
+                str(model_dir), device="cpu", compute_type=compute_type, intra_threads=threads
+            )
         except (RuntimeError, ValueError) as err:
             raise InputError(f"{model_dir}: CTranslate2 cannot load it ({err})") from None
         self.model_dir = model_dir
@@ -357,8 +370,15 @@ class CT2Translator:
 
         return encode_sources(self.tokenizer, texts, self.max_len, self.max_len_policy)
 
-    def translate_ids(self, sources: list[list[int]], *, beam: int = 4, alpha: float = 0.6,
-                      length_penalty: str = "gnmt", batch_size: int = 32) -> list[list[int]]:
+    def translate_ids(
+        self,
+        sources: list[list[int]],
+        *,
+        beam: int = 4,
+        alpha: float = 0.6,
+        length_penalty: str = "gnmt",
+        batch_size: int = 32,
+    ) -> list[list[int]]:
         """Output ids (no BOS, no EOS) of encoded sources (each ending with EOS), in input order.
 
         beam 1 is greedy search; beam > 1 is beam search ranked by attnkit's ``length_penalty`` (the module
@@ -378,9 +398,16 @@ class CT2Translator:
         for limit, rows in by_limit.items():
             results = self.translator.translate_batch(
                 [[self.tokens[t] for t in sources[i][:-1]] for i in rows],  # CTranslate2 appends the EOS
-                max_batch_size=batch_size, beam_size=beam, num_hypotheses=beam, length_penalty=0,
-                return_scores=beam > 1, return_end_token=True, max_decoding_length=limit, min_decoding_length=0,
-                max_input_length=0, suppress_sequences=[[self.tokens[self.tokenizer.pad_id]]] if beam == 1 else None,
+                max_batch_size=batch_size,
+                beam_size=beam,
+                num_hypotheses=beam,
+                length_penalty=0,
+                return_scores=beam > 1,
+                return_end_token=True,
+                max_decoding_length=limit,
+                min_decoding_length=0,
+                max_input_length=0,
+                suppress_sequences=[[self.tokens[self.tokenizer.pad_id]]] if beam == 1 else None,
             )
             for i, result in zip(rows, results):
                 out[i] = self._best(result, kind=length_penalty, alpha=alpha)
@@ -396,8 +423,9 @@ class CT2Translator:
         best = hyps[0]
         return best[:-1] if best and best[-1] == self.tokenizer.eos_id else best
 
-    def translate(self, texts: list[str], *, beam: int = 4, alpha: float = 0.6, length_penalty: str = "gnmt",
-                  batch_size: int = 32) -> tuple[list[str], int]:
+    def translate(
+        self, texts: list[str], *, beam: int = 4, alpha: float = 0.6, length_penalty: str = "gnmt", batch_size: int = 32
+    ) -> tuple[list[str], int]:
         """Detokenized translations in input order, and how many sources were truncated."""
         ids, n_truncated = self.encode_sources(texts)
         hyps = self.translate_ids(ids, beam=beam, alpha=alpha, length_penalty=length_penalty, batch_size=batch_size)

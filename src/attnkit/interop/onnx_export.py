@@ -119,8 +119,16 @@ def export_onnx(run_dir: str | Path, out_path: str | Path, *, opset: int | None 
     example[1, length // 2 :] = tokenizer.pad_id
     dynamic = {INPUT: {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=cfg.max_len)}}
     with _quiet_exporter(), torch.no_grad():
-        program = torch.onnx.export(run.model, (example,), input_names=[INPUT], output_names=[OUTPUT], dynamo=True,
-                                    dynamic_shapes=dynamic, opset_version=opset, verbose=False)
+        program = torch.onnx.export(
+            run.model,
+            (example,),
+            input_names=[INPUT],
+            output_names=[OUTPUT],
+            dynamo=True,
+            dynamic_shapes=dynamic,
+            opset_version=opset,
+            verbose=False,
+        )
     if program is None:  # torch returns None only for the legacy (dynamo=False) exporter
         raise RuntimeError("torch.onnx.export(dynamo=True) returned no program")
     proto = program.model_proto
@@ -133,11 +141,21 @@ def export_onnx(run_dir: str | Path, out_path: str | Path, *, opset: int | None 
         "attnkit_version": __version__,
         "exporter": f"torch.onnx.export(dynamo=True), torch {torch.__version__}",
         "opset": written,
-        "input": {"name": INPUT, "dtype": "int64", "shape": ["batch", "seq"], "pad_id": tokenizer.pad_id,
-                  "max_len": cfg.max_len, "max_len_policy": run.max_len_policy,
-                  "keep_last": tokenizer.n_trailing_specials},
-        "output": {"name": OUTPUT, "dtype": "float32", "shape": ["batch", cfg.n_classes],
-                   "activation": "sigmoid" if cfg.n_classes == 1 else "softmax"},
+        "input": {
+            "name": INPUT,
+            "dtype": "int64",
+            "shape": ["batch", "seq"],
+            "pad_id": tokenizer.pad_id,
+            "max_len": cfg.max_len,
+            "max_len_policy": run.max_len_policy,
+            "keep_last": tokenizer.n_trailing_specials,
+        },
+        "output": {
+            "name": OUTPUT,
+            "dtype": "float32",
+            "shape": ["batch", cfg.n_classes],
+            "activation": "sigmoid" if cfg.n_classes == 1 else "softmax",
+        },
         "labels": run.labels,
         "pooling": cfg.pooling,
         "tokenizer": tokenizer.meta(),  # kind, special-token roles and fingerprint
@@ -151,13 +169,16 @@ def export_onnx(run_dir: str | Path, out_path: str | Path, *, opset: int | None 
     out_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out_path, data)
     atomic_write_bytes(tokenizer_path, (run.run_dir / runs.TOKENIZER).read_bytes())
-    atomic_write_json(meta_path, {
-        **meta,
-        "onnx": {"file": out_path.name, "sha256": hashlib.sha256(data).hexdigest()},
-        "tokenizer": {"file": tokenizer_path.name, **meta["tokenizer"]},
-        "source_run": str(run.run_dir.resolve()),
-        "source_manifest_sha256": runs.sha256_file(run.run_dir / runs.MANIFEST),
-    })
+    atomic_write_json(
+        meta_path,
+        {
+            **meta,
+            "onnx": {"file": out_path.name, "sha256": hashlib.sha256(data).hexdigest()},
+            "tokenizer": {"file": tokenizer_path.name, **meta["tokenizer"]},
+            "source_run": str(run.run_dir.resolve()),
+            "source_manifest_sha256": runs.sha256_file(run.run_dir / runs.MANIFEST),
+        },
+    )
     return out_path
 
 
@@ -190,6 +211,7 @@ def check_onnx(run_dir: str | Path, onnx_path: str | Path, texts: list[str]) -> 
         raise InputError(f"{onnx_path}: onnxruntime cannot run it on the run's input ({err})") from None
     expected = run.logits(texts).numpy()  # (N, C)
     if got.shape != expected.shape:
-        raise InputError(f"{onnx_path}: gives logits of shape {got.shape}, the run {expected.shape}: "
-                         f"exported from another run?")
+        raise InputError(
+            f"{onnx_path}: gives logits of shape {got.shape}, the run {expected.shape}: exported from another run?"
+        )
     return float(np.abs(got - expected).max())

@@ -67,10 +67,9 @@ def _state_dict_of(path: Path, obj: object) -> dict[str, Tensor]:
     nested = [key for key in _NESTED_KEYS if isinstance(obj.get(key), Mapping)]
     if len(nested) > 1:
         raise InputError(f"{path}: holds both 'model' and 'state_dict' entries; save only the one to import")
-    if nested:
-        obj = obj[nested[0]]
+    entries: Mapping = obj[nested[0]] if nested else obj
     state: dict[str, Tensor] = {}
-    for name, value in obj.items():
+    for name, value in entries.items():
         if not isinstance(name, str):
             raise InputError(f"{path}: key {name!r} is a {type(name).__name__}, expected a parameter name (str)")
         if not isinstance(value, Tensor):
@@ -84,22 +83,15 @@ def _state_dict_of(path: Path, obj: object) -> dict[str, Tensor]:
 
 
 def check_state_dict(path: Path, model: nn.Module, state: Mapping[str, Tensor]) -> None:
-    """InputError naming the missing, unexpected or mis-shaped tensors if ``state`` does not fit ``model``."""
+    """InputError naming the missing, unexpected, mis-shaped or mis-typed tensors if ``state`` does not fit ``model``:
+    the checks of a run's own weights, and the dtype kind, since a pickle may hold integers where floats belong."""
+    runs.check_state_dict(path, model, state)
     expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        raise InputError(
-            f"{path}: weights do not match the model of the run (missing: {missing[:5]}"
-            f"{' ...' if len(missing) > 5 else ''}, unexpected: {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''})"
-        )
     for name, tensor in state.items():
-        if tensor.shape != expected[name].shape:
-            raise InputError(
-                f"{path}: tensor {name} has shape {tuple(tensor.shape)}, the model expects {tuple(expected[name].shape)}"
-            )
         if tensor.is_floating_point() != expected[name].is_floating_point():
-            raise InputError(f"{path}: tensor {name} has dtype {tensor.dtype}, the model expects {expected[name].dtype}")
+            raise InputError(
+                f"{path}: tensor {name} has dtype {tensor.dtype}, the model expects {expected[name].dtype}"
+            )
 
 
 def import_pickle_into_run(

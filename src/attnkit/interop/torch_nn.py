@@ -179,17 +179,23 @@ def _encoder_layer_pairs(ours: EncoderLayer, ref: nn.TransformerEncoderLayer) ->
     _check_layer(ours, ref)
     return (
         _mha_pairs(ours.self_attn, ref.self_attn)
-        + _linear_pairs(ours.ffn.linear1, ref.linear1) + _linear_pairs(ours.ffn.linear2, ref.linear2)
-        + _norm_pairs(ours.norm1, ref.norm1) + _norm_pairs(ours.norm2, ref.norm2)
+        + _linear_pairs(ours.ffn.linear1, ref.linear1)
+        + _linear_pairs(ours.ffn.linear2, ref.linear2)
+        + _norm_pairs(ours.norm1, ref.norm1)
+        + _norm_pairs(ours.norm2, ref.norm2)
     )
 
 
 def _decoder_layer_pairs(ours: DecoderLayer, ref: nn.TransformerDecoderLayer) -> Pairs:
     _check_layer(ours, ref)
     return (
-        _mha_pairs(ours.self_attn, ref.self_attn) + _mha_pairs(ours.cross_attn, ref.multihead_attn)
-        + _linear_pairs(ours.ffn.linear1, ref.linear1) + _linear_pairs(ours.ffn.linear2, ref.linear2)
-        + _norm_pairs(ours.norm1, ref.norm1) + _norm_pairs(ours.norm2, ref.norm2) + _norm_pairs(ours.norm3, ref.norm3)
+        _mha_pairs(ours.self_attn, ref.self_attn)
+        + _mha_pairs(ours.cross_attn, ref.multihead_attn)
+        + _linear_pairs(ours.ffn.linear1, ref.linear1)
+        + _linear_pairs(ours.ffn.linear2, ref.linear2)
+        + _norm_pairs(ours.norm1, ref.norm1)
+        + _norm_pairs(ours.norm2, ref.norm2)
+        + _norm_pairs(ours.norm3, ref.norm3)
     )
 
 
@@ -209,9 +215,8 @@ def _stack_pairs(ours: Encoder | Decoder, ref: nn.TransformerEncoder | nn.Transf
 
 
 def _transformer_pairs(ours: Transformer, ref: nn.Transformer) -> Pairs:
-    return (
-        _stack_pairs(ours.encoder, ref.encoder, _encoder_layer_pairs)
-        + _stack_pairs(ours.decoder, ref.decoder, _decoder_layer_pairs)
+    return _stack_pairs(ours.encoder, ref.encoder, _encoder_layer_pairs) + _stack_pairs(
+        ours.decoder, ref.decoder, _decoder_layer_pairs
     )
 
 
@@ -281,9 +286,14 @@ def _layer_kwargs(layer: EncoderLayer) -> dict:
             "torch.nn.MultiheadAttention requires d_model = n_heads * d_head"
         )
     return dict(
-        d_model=d_model, nhead=attn.n_heads, dim_feedforward=layer.ffn.linear1.out_features,
-        dropout=layer.residual.dropout.p, activation=layer.ffn.activation, layer_norm_eps=layer.norm1.eps,
-        batch_first=True, norm_first=layer.residual.pre_norm,
+        d_model=d_model,
+        nhead=attn.n_heads,
+        dim_feedforward=layer.ffn.linear1.out_features,
+        dropout=layer.residual.dropout.p,
+        activation=layer.ffn.activation,
+        layer_norm_eps=layer.norm1.eps,
+        batch_first=True,
+        norm_first=layer.residual.pre_norm,
     )
 
 
@@ -301,7 +311,9 @@ def reference_encoder(ours: Encoder, *, enable_nested_tensor: bool = False) -> n
     """
     kwargs = _layer_kwargs(cast(EncoderLayer, ours.layers[0]))  # nn.ModuleList items are typed as Module
     ref = nn.TransformerEncoder(
-        nn.TransformerEncoderLayer(**kwargs), len(ours.layers), norm=_final_norm(ours),
+        nn.TransformerEncoderLayer(**kwargs),
+        len(ours.layers),
+        norm=_final_norm(ours),
         enable_nested_tensor=enable_nested_tensor,
     )
     return _finish(ours, ref, lambda: encoder_to_torch(ours, ref))
@@ -317,17 +329,27 @@ def reference_transformer(ours: Transformer, *, enable_nested_tensor: bool = Fal
     """
     kwargs = _layer_kwargs(cast(EncoderLayer, ours.encoder.layers[0]))  # nn.ModuleList items are typed as Module
     encoder = nn.TransformerEncoder(
-        nn.TransformerEncoderLayer(**kwargs), len(ours.encoder.layers), norm=_final_norm(ours.encoder),
+        nn.TransformerEncoderLayer(**kwargs),
+        len(ours.encoder.layers),
+        norm=_final_norm(ours.encoder),
         enable_nested_tensor=enable_nested_tensor,
     )
     decoder = nn.TransformerDecoder(
         nn.TransformerDecoderLayer(**kwargs), len(ours.decoder.layers), norm=_final_norm(ours.decoder)
     )
     ref = nn.Transformer(
-        d_model=kwargs["d_model"], nhead=kwargs["nhead"], num_encoder_layers=len(ours.encoder.layers),
-        num_decoder_layers=len(ours.decoder.layers), dim_feedforward=kwargs["dim_feedforward"],
-        dropout=kwargs["dropout"], activation=kwargs["activation"], custom_encoder=encoder, custom_decoder=decoder,
-        layer_norm_eps=kwargs["layer_norm_eps"], batch_first=True, norm_first=kwargs["norm_first"],
+        d_model=kwargs["d_model"],
+        nhead=kwargs["nhead"],
+        num_encoder_layers=len(ours.encoder.layers),
+        num_decoder_layers=len(ours.decoder.layers),
+        dim_feedforward=kwargs["dim_feedforward"],
+        dropout=kwargs["dropout"],
+        activation=kwargs["activation"],
+        custom_encoder=encoder,
+        custom_decoder=decoder,
+        layer_norm_eps=kwargs["layer_norm_eps"],
+        batch_first=True,
+        norm_first=kwargs["norm_first"],
     )
     return _finish(ours, ref, lambda: transformer_to_torch(ours, ref))
 

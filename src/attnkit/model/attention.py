@@ -55,7 +55,7 @@ class KVCache:
     static: bool = False
 
     @classmethod
-    def empty(cls, batch: int, n_heads: int, d_head: int, capacity: int, like: Tensor) -> "KVCache":
+    def empty(cls, batch: int, n_heads: int, d_head: int, capacity: int, like: Tensor) -> KVCache:
         """An empty self-attention cache with room for ``capacity`` positions (dtype and device of ``like``)."""
         buf = like.new_empty((batch, n_heads, max(1, capacity), d_head))  # (B, H, capacity, Dh)
         return cls(buf, torch.empty_like(buf), 0)
@@ -68,7 +68,7 @@ class KVCache:
     def v(self) -> Tensor:
         return self.v_buf[:, :, : self.length]  # (B, H, L, Dh)
 
-    def append(self, k: Tensor, v: Tensor) -> "KVCache":
+    def append(self, k: Tensor, v: Tensor) -> KVCache:
         """The cache extended by ``k``, ``v`` (B, H, T, Dh), written into the buffers in place."""
         start, end = self.length, self.length + k.size(2)
         k_buf, v_buf = self.k_buf, self.v_buf
@@ -80,7 +80,7 @@ class KVCache:
         k_buf[:, :, start:end], v_buf[:, :, start:end] = k, v
         return KVCache(k_buf, v_buf, end)
 
-    def select(self, index: Tensor, spare: tuple[Tensor, Tensor] | None = None) -> "KVCache":
+    def select(self, index: Tensor, spare: tuple[Tensor, Tensor] | None = None) -> KVCache:
         """Keep batch rows ``index`` (beam search reorders and prunes hypotheses), copying only the filled positions
         into buffers of the same capacity: ``spare`` ones if given (buffers nothing reads any more, with at least
         ``len(index)`` rows; beam search alternates between two sets, since fresh memory costs page faults at every
@@ -148,7 +148,8 @@ class MultiHeadAttention(nn.Module):
         """q_proj(x), k_proj(x), v_proj(x) in one matrix multiplication: (B, L, D) -> 3 x (B, H, L, Dh)."""
         weight, bias = self._fused if self._fused is not None else self._concat_qkv()  # (3 H Dh, D), (3 H Dh,)
         qkv = F.linear(x, weight, bias)  # (B, L, 3 H Dh)
-        return tuple(self._split_heads(t) for t in qkv.chunk(3, dim=-1))  # 3 x (B, H, L, Dh)
+        q, k, v = (self._split_heads(t) for t in qkv.chunk(3, dim=-1))  # 3 x (B, H, L, Dh)
+        return q, k, v
 
     def _concat_qkv(self) -> tuple[Tensor, Tensor | None]:
         """W^Q, W^K, W^V (and biases) stacked; a new tensor at every call, so gradients reach the three parameters."""

@@ -41,7 +41,10 @@ def _final_norm(cfg: TransformerConfig) -> nn.LayerNorm | None:
 def encoder_layer(cfg: TransformerConfig) -> EncoderLayer:
     """Self-attention and the FFN (§3.1), each inside a residual sub-layer of ``cfg.norm`` order."""
     return EncoderLayer(
-        self_attn=_attention(cfg), ffn=_ffn(cfg), norm1=_layer_norm(cfg), norm2=_layer_norm(cfg),
+        self_attn=_attention(cfg),
+        ffn=_ffn(cfg),
+        norm1=_layer_norm(cfg),
+        norm2=_layer_norm(cfg),
         residual=Residual(dropout=cfg.dropout, norm=cfg.norm),
     )
 
@@ -49,8 +52,12 @@ def encoder_layer(cfg: TransformerConfig) -> EncoderLayer:
 def decoder_layer(cfg: TransformerConfig) -> DecoderLayer:
     """Masked self-attention, encoder-decoder attention and the FFN (§3.1), each inside a residual sub-layer."""
     return DecoderLayer(
-        self_attn=_attention(cfg), cross_attn=_attention(cfg), ffn=_ffn(cfg),
-        norm1=_layer_norm(cfg), norm2=_layer_norm(cfg), norm3=_layer_norm(cfg),
+        self_attn=_attention(cfg),
+        cross_attn=_attention(cfg),
+        ffn=_ffn(cfg),
+        norm1=_layer_norm(cfg),
+        norm2=_layer_norm(cfg),
+        norm3=_layer_norm(cfg),
         residual=Residual(dropout=cfg.dropout, norm=cfg.norm),
     )
 
@@ -68,9 +75,15 @@ def decoder(cfg: TransformerConfig) -> Decoder:
 def embeddings(cfg: TransformerConfig, *, n_token_types: int = 0, embedding_norm: bool = False) -> Embeddings:
     """Token embeddings and positional encodings (§3.4, §3.5); BERT's token types and LayerNorm on request."""
     return Embeddings(
-        vocab_size=cfg.vocab_size, d_model=cfg.d_model, max_len=cfg.max_len, positional=cfg.positional,
-        scale_embeddings=cfg.scale_embeddings, dropout=cfg.dropout, n_token_types=n_token_types,
-        embedding_norm=embedding_norm, layer_norm_eps=cfg.layer_norm_eps,
+        vocab_size=cfg.vocab_size,
+        d_model=cfg.d_model,
+        max_len=cfg.max_len,
+        positional=cfg.positional,
+        scale_embeddings=cfg.scale_embeddings,
+        dropout=cfg.dropout,
+        n_token_types=n_token_types,
+        embedding_norm=embedding_norm,
+        layer_norm_eps=cfg.layer_norm_eps,
     )
 
 

@@ -10,6 +10,7 @@ The layers receive their sub-modules already built (``build`` does the wiring); 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch.nn.functional as F
@@ -17,7 +18,8 @@ from torch import Tensor, nn
 
 from attnkit.model.attention import KVCache, MultiHeadAttention
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}  # gelu = the exact erf form, as in BERT
+# gelu = the exact erf form, as in BERT
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -115,7 +117,7 @@ class DecoderLayerCache:
     self_kv: KVCache | None
     cross_kv: KVCache
 
-    def select(self, index: Tensor) -> "DecoderLayerCache":
+    def select(self, index: Tensor) -> DecoderLayerCache:
         """Keep batch rows ``index`` (reorder beams, drop finished sentences)."""
         self_kv = None if self.self_kv is None else self.self_kv.select(index)
         return DecoderLayerCache(self_kv, self.cross_kv.select(index))
@@ -181,5 +183,5 @@ class DecoderLayer(nn.Module):
 
         x = self.residual(x, self.norm3, self.ffn(self.residual.sublayer_input(x, self.norm3)))  # (B, T, D)
 
-        new_cache = DecoderLayerCache(self_kv, cross_kv) if cache is not None else None
+        new_cache = DecoderLayerCache(self_kv, cache.cross_kv) if cache is not None else None
         return x, (self_w, cross_w), new_cache  # (B, T, D)

@@ -1,7 +1,7 @@
 """Positional encodings (§3.5): the paper's sinusoids, and the learned variant it compares them with (Table 3 E).
 
-    PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
-    PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
+PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
+PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
 
 class SinusoidalPositionalEncoding(nn.Module):
     """Adds nothing trainable: the table is a buffer, rebuilt on load rather than saved."""
+
+    table: Tensor  # (max_len, D), registered as a buffer below
 
     def __init__(self, *, max_len: int, d_model: int):
         super().__init__()

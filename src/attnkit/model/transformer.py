@@ -39,6 +39,7 @@ class Embeddings(nn.Module):
         # entries, comparable in scale to the sinusoids they are added to, which lie in [-1, 1] (a sinusoid over
         # whole periods has variance 1/2, so the positional encodings are not unit-variance).
         nn.init.normal_(self.token.weight, std=d_model**-0.5 if scale_embeddings else 1.0)
+        self.position: SinusoidalPositionalEncoding | LearnedPositionalEmbedding
         if positional == "sinusoidal":
             self.position = SinusoidalPositionalEncoding(max_len=max_len, d_model=d_model)
         else:
@@ -108,7 +109,7 @@ class Decoder(nn.Module):
         (``AttentionMaps.decoder_self`` and ``.cross``), and the updated cache.
         """
         maps = AttentionMaps()
-        new_cache = [] if cache is not None else None
+        new_cache: list[DecoderLayerCache] | None = [] if cache is not None else None
         for i, layer in enumerate(self.layers):
             layer_cache = cache[i] if cache is not None else None
             x, (self_w, cross_w), layer_cache = layer(
@@ -184,8 +185,11 @@ class Transformer(nn.Module):
         self-attention buffers with room for ``capacity`` steps (0: allocated at the first step, grown as needed)."""
         caches = []
         for layer in self.decoder.layers:
+            assert isinstance(layer, DecoderLayer)  # nn.ModuleList yields plain Modules to the type checker
             attn = layer.self_attn
-            self_kv = None if not capacity else KVCache.empty(memory.size(0), attn.n_heads, attn.d_head, capacity, memory)
+            self_kv = (
+                None if not capacity else KVCache.empty(memory.size(0), attn.n_heads, attn.d_head, capacity, memory)
+            )
             caches.append(DecoderLayerCache(self_kv, layer.cross_attn.project_kv(memory)))
         return caches
 

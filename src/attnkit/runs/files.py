@@ -18,13 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
-from torch import nn
+from torch import Tensor, nn
 
 from attnkit import __version__
 from attnkit.atomic import atomic_write_bytes, atomic_write_json
@@ -67,8 +68,15 @@ def save_weights(run_dir: Path, model: nn.Module, filename: str = WEIGHTS) -> No
 
 def write_manifest(run_dir: Path) -> None:
     """Record the sha256 of every artifact (not the metrics log, which grows) in ``manifest.json``."""
-    files = sorted(p.name for p in run_dir.iterdir() if p.is_file() and p.name not in (MANIFEST, METRICS) and not p.name.startswith("."))
-    atomic_write_json(run_dir / MANIFEST, {"attnkit_version": __version__, "sha256": {name: sha256_file(run_dir / name) for name in files}})
+    files = sorted(
+        p.name
+        for p in run_dir.iterdir()
+        if p.is_file() and p.name not in (MANIFEST, METRICS) and not p.name.startswith(".")
+    )
+    atomic_write_json(
+        run_dir / MANIFEST,
+        {"attnkit_version": __version__, "sha256": {name: sha256_file(run_dir / name) for name in files}},
+    )
 
 
 def check_run_dir(run_dir: str | Path) -> Path:
@@ -83,8 +91,10 @@ def check_run_dir(run_dir: str | Path) -> Path:
     manifest_path = run_dir / MANIFEST
     if not manifest_path.is_file():
         # Written last, when a run finishes: without it the weights cannot be checked, and the run may be unfinished.
-        raise InputError(f"{run_dir}: no {MANIFEST}, so its files cannot be checked: a run killed before its first "
-                         f"save (train it again) or a damaged one")
+        raise InputError(
+            f"{run_dir}: no {MANIFEST}, so its files cannot be checked: a run killed before its first "
+            f"save (train it again) or a damaged one"
+        )
     manifest = read_json(manifest_path)
     for name, expected in manifest.get("sha256", {}).items():
         path = run_dir / name
@@ -102,20 +112,42 @@ def read_json(path: Path) -> dict:
         raise InputError(f"{path}: cannot be read as JSON ({err})") from None
 
 
+def read_labels(path: Path) -> list[str]:
+    """A classifier's label names in id order (``labels.json``)."""
+    labels: object = read_json(path)  # read_json says dict, but any JSON value can stand in the file
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        raise InputError(f"{path}: expected a JSON list of label names")
+    return labels
+
+
+def _first_five(names: list[str]) -> str:
+    return f"{names[:5]}{' ...' if len(names) > 5 else ''}"
+
+
+def check_state_dict(path: Path, model: nn.Module, state: Mapping[str, Tensor]) -> None:
+    """InputError naming the missing, unexpected or mis-shaped tensors if ``state`` (read from ``path``) does not
+    fit ``model``."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise InputError(
+            f"{path}: weights do not match the model "
+            f"(missing: {_first_five(missing)}, unexpected: {_first_five(unexpected)})"
+        )
+    for name, tensor in state.items():
+        want = tuple(expected[name].shape)
+        if tuple(tensor.shape) != want:
+            raise InputError(f"{path}: tensor {name} has shape {tuple(tensor.shape)}, the model expects {want}")
+
+
 def load_weights(model: nn.Module, path: Path) -> None:
     """Load safetensors weights into ``model``; missing, unexpected or mis-shaped tensors are named in the error."""
     try:
         state = load_file(str(path))
     except (SafetensorError, OSError) as err:
         raise InputError(f"{path}: not a readable safetensors file ({err})") from None
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        raise InputError(f"{path}: weights do not match the model (missing: {missing[:5]}, unexpected: {unexpected[:5]})")
-    for name, tensor in state.items():
-        if tensor.shape != expected[name].shape:
-            raise InputError(f"{path}: tensor {name} has shape {tuple(tensor.shape)}, the model expects {tuple(expected[name].shape)}")
+    check_state_dict(path, model, state)
     model.load_state_dict(state)
 
 
@@ -127,8 +159,10 @@ def check_format(config: dict, path: Path) -> str:
     """The format of a run's ``config`` (read from ``path``); one this attnkit cannot read is an InputError."""
     run_format = config.get("format", FORMAT_BEFORE_VERSIONING)
     if run_format not in READABLE_FORMATS:
-        raise InputError(f"{path}: run format {run_format!r} is not one this attnkit ({__version__}) reads "
-                         f"({', '.join(READABLE_FORMATS)}); it was written by another version")
+        raise InputError(
+            f"{path}: run format {run_format!r} is not one this attnkit ({__version__}) reads "
+            f"({', '.join(READABLE_FORMATS)}); it was written by another version"
+        )
     return run_format
 
 

@@ -6,6 +6,7 @@ against the manifest and the format, builds the model the config describes and l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,11 +24,12 @@ from attnkit.runs.files import (
     check_run_dir,
     load_weights,
     read_json,
+    read_labels,
 )
 from attnkit.tokenization import Tokenizer
 
 # task -> (config class, builder, what a run of it is called in errors)
-TASKS = {
+TASKS: dict[str, tuple[type[ClassifierConfig] | type[TranslatorConfig], Callable[..., nn.Module], str]] = {
     "classify": (ClassifierConfig, build_classifier, "a classifier"),
     "translate": (TranslatorConfig, build_translator, "a translator"),
 }
@@ -66,7 +68,7 @@ def load_run(run_dir: str | Path, task: str | None = None) -> LoadedRun:
     except (KeyError, TypeError) as err:
         raise InputError(f"{config_path}: missing or unknown key ({err})") from None
     tokenizer = Tokenizer.load(run_dir / TOKENIZER, tokenizer_meta)
-    labels = read_json(run_dir / LABELS) if run_task == "classify" else None
+    labels = read_labels(run_dir / LABELS) if run_task == "classify" else None
     model = build(model_cfg, pad_id=tokenizer.pad_id)
     load_weights(model, run_dir / WEIGHTS)
     prepare_for_inference(model)  # eval mode, W^Q W^K W^V fused once; .train() undoes both

@@ -26,7 +26,9 @@ class MetricsLog:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
-                raise InputError("config key tensorboard=true needs the tensorboard package: pip install tensorboard") from None
+                raise InputError(
+                    "config key tensorboard=true needs the tensorboard package: pip install tensorboard"
+                ) from None
             self._writer = SummaryWriter(log_dir=str(path.parent / "tensorboard"))
         if keep is None:
             path.unlink(missing_ok=True)

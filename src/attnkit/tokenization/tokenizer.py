@@ -115,8 +115,9 @@ class Tokenizer:
         tokenizer = cls(backend, meta["kind"], SpecialTokens(**meta["specials"]))
         expected = meta.get("fingerprint")
         if expected and tokenizer.fingerprint() != expected:
-            raise InputError(f"{path}: tokenizer differs from the one the model was trained with "
-                             "(fingerprint mismatch)")
+            raise InputError(
+                f"{path}: tokenizer differs from the one the model was trained with (fingerprint mismatch)"
+            )
         return tokenizer
 
     @classmethod
@@ -157,15 +158,17 @@ def train_tokenizer(
     if kind not in KINDS:
         raise InputError(f"tokenizer kind {kind!r}; expected one of {', '.join(KINDS)}")
     if vocab_size <= len(SPECIAL_TOKENS):
-        raise InputError(f"config key vocab_size={vocab_size} leaves no room beyond the "
-                         f"{len(SPECIAL_TOKENS)} special tokens")
+        raise InputError(
+            f"config key vocab_size={vocab_size} leaves no room beyond the {len(SPECIAL_TOKENS)} special tokens"
+        )
     if lowercase is None:
         lowercase = kind != "bpe"
     specials = list(SPECIAL_TOKENS)
     steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
     # No progress bars: the Rust trainers draw them on stdout, which belongs to the CLI (library code never prints).
-    trainer_args: dict[str, Any] = dict(vocab_size=vocab_size, min_frequency=min_freq, special_tokens=specials,
-                                        show_progress=False)
+    trainer_args: dict[str, Any] = dict(
+        vocab_size=vocab_size, min_frequency=min_freq, special_tokens=specials, show_progress=False
+    )
     trainer: trainers.Trainer
 
     if kind == "word":
