@@ -1,0 +1,92 @@
+"""Shared fixtures of the serving tests: a tiny classifier and a tiny translator, trained in-process once per
+session (a few seconds each) and saved as run directories, and in-process clients of their apps."""
+
+from __future__ import annotations
+
+import io
+import random
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("fastapi", reason="the serve extra is not installed (pip install 'attnkit[serve]')")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from attnkit.cli import main  # noqa: E402
+from attnkit.serving.app import Limits, create_app  # noqa: E402
+from attnkit.serving.models import load_model  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TINY = ["d_model=16", "n_heads=2", "d_ff=32", "n_layers=2", "min_freq=1", "max_len=32"]
+
+
+def quiet_main(argv: list[str]) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(argv)
+    assert code == 0, err.getvalue()
+
+
+@pytest.fixture(scope="session")
+def classifier_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("serve-classifier") / "run"
+    quiet_main(["classify", "train", "--train", str(EXAMPLES / "seed000_train.tsv"), "--out", str(out),
+                "--epochs", "3", "--seed", "0", "--quiet", "--set", *TINY, "patience=0"])
+    return out
+
+
+@pytest.fixture(scope="session")
+def translator_dir(tmp_path_factory) -> Path:
+    """A reverse-the-words task, trained for a few steps: the translations are poor but deterministic, which is
+    all the equality tests need."""
+    tmp = tmp_path_factory.mktemp("serve-translator")
+    rng = random.Random(0)
+    words = "a b c d e f g h".split()
+    with open(tmp / "train.tsv", "w", encoding="utf-8") as f:
+        for _ in range(300):
+            src = [rng.choice(words) for _ in range(rng.randint(2, 7))]
+            f.write(f"{' '.join(src)}\t{' '.join(reversed(src))}\n")
+    quiet_main(["translate", "train", "--train", str(tmp / "train.tsv"), "--out", str(tmp / "run"), "--max-steps", "40",
+                "--max-tokens", "512", "--seed", "0", "--quiet", "--set", "tokenizer=word", *TINY, "dropout=0.0",
+                "valid_bleu=false", "warmup_steps=10", "lr=3e-3"])
+    return tmp / "run"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    """Tiny models spend more on intra-op threading than they gain, most of all on shared cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def client_for(model_dir: Path, **limits) -> TestClient:
+    return TestClient(create_app(load_model(model_dir), Limits(**limits)))
+
+
+def wait_ready(client: TestClient) -> None:
+    for _ in range(600):  # bounded: 60 s
+        if client.get("/ready").status_code == 200:
+            return
+        import time
+
+        time.sleep(0.1)
+    raise AssertionError(f"not ready: {client.get('/ready').json()}")
+
+
+@pytest.fixture(scope="session")
+def classifier_client(classifier_dir):
+    with client_for(classifier_dir) as client:
+        wait_ready(client)
+        yield client
+
+
+@pytest.fixture(scope="session")
+def translator_client(translator_dir):
+    with client_for(translator_dir, max_beam=8) as client:
+        wait_ready(client)
+        yield client
