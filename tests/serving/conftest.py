@@ -78,6 +78,20 @@ def wait_ready(client: TestClient) -> None:
     raise AssertionError(f"not ready: {client.get('/ready').json()}")
 
 
+@pytest.fixture
+def serve_client():
+    """A factory: ``with serve_client(model_dir, **limits) as client:`` gives a started, ready client."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def make(model_dir: Path, **limits):
+        with client_for(model_dir, **limits) as client:
+            wait_ready(client)
+            yield client
+
+    return make
+
+
 @pytest.fixture(scope="session")
 def classifier_client(classifier_dir):
     with client_for(classifier_dir) as client:

@@ -117,16 +117,20 @@ class BodyLimit:
 
 
 def _validation_message(err: RequestValidationError) -> str:
-    """The first problem, with where it is: ``body.beam: Input should be less than or equal to 8``."""
-    first = err.errors()[0] if err.errors() else {}
-    # "body" is where every field is; "str" / "list[str]" name the branch of a union the value failed, not a field.
-    parts = [str(p) for p in first.get("loc", ()) if p != "body" and not (isinstance(p, str) and (p in ("str", "int",
-             "float", "bool") or "[" in p or p.startswith("function-")))]
-    where = ".".join(parts)
+    """The first problem, with where it is: ``beam: Input should be less than or equal to 16``. Of the errors of one
+    field, the deepest is named: for ``"inputs": [1, 2]`` that is ``inputs.0``, not "inputs is not a string"."""
+    errors = err.errors()
+    if not errors:
+        return "invalid request"
+    first = errors[0]
     if first.get("type") == "json_invalid":
         return f"malformed JSON ({first.get('ctx', {}).get('error', 'cannot parse')})"
-    msg = first.get("msg", "invalid request")
-    return f"{where}: {msg}" if where else msg
+    same_field = [e for e in errors if tuple(e.get("loc", ()))[:2] == tuple(first.get("loc", ()))[:2]]
+    chosen = max(same_field, key=lambda e: len(e.get("loc", ())))
+    # "body" is where every field is; "str" / "list[str]" name the branch of a union the value failed, not a field.
+    parts = [str(p) for p in chosen.get("loc", ()) if p != "body" and not (isinstance(p, str) and (
+             p in ("str", "int", "float", "bool") or "[" in p or p.startswith("function-")))]
+    return f"{'.'.join(parts) or 'body'}: {chosen.get('msg', 'invalid')}"
 
 
 def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | None = None) -> FastAPI:
