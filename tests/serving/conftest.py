@@ -40,8 +40,13 @@ def classifier_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def translator_dir(tmp_path_factory) -> Path:
-    """A reverse-the-words task, trained for a few steps: the translations are poor but deterministic, which is
-    all the equality tests need."""
+    """A translator run directory with fixed random weights (N(0, 1), seed 0) in place of trained ones: a few
+    training steps only teach a tiny model to stop at once, while these weights give outputs of every kind (empty,
+    short, run to the length limit without EOS), deterministic, which is what the equality tests need."""
+    from attnkit.model.build import build_translator
+    from attnkit.training import checkpoint
+    from attnkit.translate import TranslatorRun
+
     tmp = tmp_path_factory.mktemp("serve-translator")
     rng = random.Random(0)
     words = "a b c d e f g h".split()
@@ -49,9 +54,18 @@ def translator_dir(tmp_path_factory) -> Path:
         for _ in range(300):
             src = [rng.choice(words) for _ in range(rng.randint(2, 7))]
             f.write(f"{' '.join(src)}\t{' '.join(reversed(src))}\n")
-    quiet_main(["translate", "train", "--train", str(tmp / "train.tsv"), "--out", str(tmp / "run"), "--max-steps", "40",
+    quiet_main(["translate", "train", "--train", str(tmp / "train.tsv"), "--out", str(tmp / "run"), "--max-steps", "1",
                 "--max-tokens", "512", "--seed", "0", "--quiet", "--set", "tokenizer=word", *TINY, "dropout=0.0",
-                "valid_bleu=false", "warmup_steps=10", "lr=3e-3"])
+                "valid_bleu=false"])
+    trained = TranslatorRun(tmp / "run")
+    model = build_translator(trained.model_cfg, pad_id=trained.tokenizer.pad_id)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() > 1:
+                param.copy_(torch.randn(param.shape, generator=generator))
+    checkpoint.save_weights(tmp / "run", model)
+    checkpoint.write_manifest(tmp / "run")
     return tmp / "run"
 
 

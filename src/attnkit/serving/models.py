@@ -193,19 +193,27 @@ class TranslatorModel(ServedModel):
     def attention(self, ids: list[int]) -> dict:
         """Encoder self-, decoder self- and cross-attention for the greedy translation of one source."""
         from attnkit.decoding import greedy_decode
+        from attnkit.decoding.limits import output_limits
 
         tok, model = self.tokenizer, self.model
         layers = tuple(range(self.n_layers))
         src = torch.tensor([ids])  # (1, S)
         out = greedy_decode(model, src, bos_id=tok.bos_id, eos_id=tok.eos_id,
                             max_positions=model.embeddings.position.max_len)[0]
-        tgt_in = torch.tensor([[tok.bos_id] + out])  # (1, T): the last row predicts EOS (or the next token)
+        limit = int(output_limits(src, pad_id=tok.pad_id, max_extra=50, max_positions=model.embeddings.position.max_len,
+                                  fixed_len=None)[0])
+        # Decoder position t (BOS at 0) predicted output token t. When decoding stopped at EOS the rows are the
+        # output tokens and EOS; when it ran to the length limit there was no EOS, and position len(out) (which may
+        # be past max_len) predicted nothing: as in ``analysis.attention.translator_attention``.
+        out_tokens = [tok.backend.id_to_token(i) for i in out] + (["</s>"] if len(out) < limit else [])
+        fed = [tok.bos_id] + out[: len(out_tokens) - 1]
+        tgt_in = torch.tensor([fed])  # (1, T), T = len(out_tokens)
         memory, src_mask, enc_maps = model.encode(src, layers)  # (1, S, D)
         _, dec_maps, _ = model.decode(tgt_in, memory, src_mask, attn_layers=layers)
         return {
             "translation": tok.decode(out),
-            "output_tokens": [tok.backend.id_to_token(i) for i in out] + ["</s>"],
-            "input_tokens_decoder": ["<bos>"] + [tok.backend.id_to_token(i) for i in out],
+            "output_tokens": out_tokens,
+            "input_tokens_decoder": [tok.backend.id_to_token(i) for i in fed],
             "encoder_self": [enc_maps.encoder_self[i][0].tolist() for i in layers],
             "decoder_self": [dec_maps.decoder_self[i][0].tolist() for i in layers],
             "cross": [dec_maps.cross[i][0].tolist() for i in layers],
