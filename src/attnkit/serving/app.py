@@ -182,16 +182,22 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
             log.exception("loading the model failed")
             state["load_error"] = str(err)
 
+    loader = threading.Thread(target=load_and_warm, name="attnkit-load", daemon=True)
+    lifespans = [0]  # nested lifespans (an in-process test client inside another): start once, stop at the last exit
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        batcher.start()
-        loader = threading.Thread(target=load_and_warm, name="attnkit-load", daemon=True)
-        loader.start()
+        lifespans[0] += 1
+        if lifespans[0] == 1 and not loader.is_alive() and not state["ready"]:
+            batcher.start()
+            loader.start()
         try:
             yield
         finally:
-            batcher.stop()
-            loader.join(timeout=5)
+            lifespans[0] -= 1
+            if lifespans[0] == 0:
+                batcher.stop()
+                loader.join(timeout=5)
 
     app = FastAPI(title="attnkit", version=__import__("attnkit").__version__, lifespan=lifespan,
                   description="Classify, embed, translate and look at attention with a trained attnkit model.")
