@@ -99,11 +99,13 @@ function draw(canvas, matrix, cell) {
   canvas.width = cols * cell;
   canvas.height = rows * cell;
   const ctx = canvas.getContext("2d");
+  // Each map is scaled to its own largest weight: a row of 30 keys rarely gives one more than 0.3.
+  const top = Math.max(1e-9, ...matrix.map((row) => Math.max(...row)));
   for (let q = 0; q < rows; q++) {
     for (let k = 0; k < cols; k++) {
-      const v = Math.max(0, Math.min(1, matrix[q][k]));
+      const v = Math.max(0, Math.min(1, matrix[q][k] / top));
       const shade = Math.round(255 * (1 - v));
-      ctx.fillStyle = `rgb(${shade}, ${Math.round(255 - 150 * v)}, 255)`;
+      ctx.fillStyle = `rgb(${shade}, ${Math.round(255 - 190 * v)}, ${Math.round(255 - 60 * v)})`;
       ctx.fillRect(k * cell, q * cell, cell, cell);
     }
   }
