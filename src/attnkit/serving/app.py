@@ -65,12 +65,17 @@ ENDPOINTS = ("/v1/classify", "/v1/embed", "/v1/embeddings", "/v1/translate", "/t
              "/health", "/ready", "/info", "/metrics", "/", "/openapi.json")
 
 
-class BodyLimit:
-    """ASGI middleware: refuse bodies over ``limit`` bytes (413) before they are parsed, whether or not the client
-    sent Content-Length; count requests by endpoint and status, and time them."""
+INFERENCE = ("/v1/classify", "/v1/embed", "/v1/embeddings", "/v1/translate", "/translate", "/v1/attention")
 
-    def __init__(self, app, limit: int, metrics: Metrics):
-        self.app, self.limit, self.metrics = app, limit, metrics
+
+class Gate:
+    """ASGI middleware in front of everything: when the queue is full, an inference request gets its 429 before
+    its body is even read (the answer must come in microseconds, not after parsing and tokenizing); bodies over
+    ``limit`` bytes get 413 before they are parsed, whether or not the client sent Content-Length. Counts requests
+    by endpoint and status, and times them."""
+
+    def __init__(self, app, limit: int, metrics: Metrics, batcher: Batcher):
+        self.app, self.limit, self.metrics, self.batcher = app, limit, metrics, batcher
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -87,6 +92,10 @@ class BodyLimit:
             await send(message)
 
         try:
+            if endpoint in INFERENCE and self.batcher.queue_size() >= self.batcher.max_queue:
+                response = error_response(429, "queue_full", f"the server is busy ({self.batcher.max_queue} requests "
+                                          "queued); retry shortly", {"Retry-After": "1"})
+                return await response(scope, receive, send_counted)
             declared = dict(scope["headers"]).get(b"content-length")
             if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
                 response = error_response(413, "body_too_large", f"request body over {self.limit} bytes")
@@ -113,7 +122,7 @@ class BodyLimit:
             await self.app(scope, replay, send_counted)
         finally:
             self.metrics.requests.labels(endpoint, str(status)).inc()
-            self.metrics.request_seconds.labels(endpoint).observe(time.perf_counter() - start)
+            self.metrics.request_seconds.labels(endpoint, str(status)).observe(time.perf_counter() - start)
 
 
 def _validation_message(err: RequestValidationError) -> str:
@@ -202,7 +211,7 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
     app = FastAPI(title="attnkit", version=__import__("attnkit").__version__, lifespan=lifespan,
                   description="Classify, embed, translate and look at attention with a trained attnkit model.")
     app.state.batcher, app.state.metrics, app.state.limits, app.state.serving = batcher, metrics, limits, state
-    app.add_middleware(BodyLimit, limit=limits.max_body_bytes, metrics=metrics)
+    app.add_middleware(Gate, limit=limits.max_body_bytes, metrics=metrics, batcher=batcher)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, err: ApiError):

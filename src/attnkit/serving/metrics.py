@@ -20,8 +20,9 @@ class Metrics:
                                        buckets=_SECONDS, registry=r)
         self.inference_seconds = Histogram("attnkit_inference_seconds", "time the worker spent on one batch",
                                            buckets=_SECONDS, registry=r)
-        self.request_seconds = Histogram("attnkit_request_seconds", "time from request to response",
-                                         ["endpoint"], buckets=_SECONDS, registry=r)
+        self.request_seconds = Histogram("attnkit_request_seconds", "time from request to response, by status (a 429 "
+                                         "should take microseconds)", ["endpoint", "status"], buckets=_SECONDS,
+                                         registry=r)
         self.batch_requests = Histogram("attnkit_batch_requests", "requests per batch",
                                         buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=r)
         self.batch_tokens = Histogram("attnkit_batch_padded_tokens", "padded tokens (longest x inputs) per batch",
