@@ -9,7 +9,7 @@ import struct
 import pytest
 import torch
 
-from attnkit.serving.app import Limits, create_app
+from attnkit.serving.app import create_app
 from attnkit.serving.models import load_model
 
 

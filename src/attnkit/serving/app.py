@@ -27,8 +27,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from attnkit.serving.batcher import Batcher, Draining, QueueFull
 from attnkit.serving.metrics import Metrics
 from attnkit.serving.models import ServedModel, finite
-from attnkit.serving.schemas import (AttentionRequest, ClassifyRequest, EmbeddingsRequest, EmbedRequest,
-                                     LibreTranslateRequest, TranslateRequest)
+from attnkit.serving.schemas import (
+    AttentionRequest,
+    ClassifyRequest,
+    EmbeddingsRequest,
+    EmbedRequest,
+    LibreTranslateRequest,
+    TranslateRequest,
+)
 
 log = logging.getLogger(__name__)
 STATIC = files("attnkit.serving") / "static"
@@ -55,6 +61,10 @@ class ApiError(Exception):
     def __init__(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.error_type, self.message, self.headers = status, error_type, message, headers
+
+
+# Handlers return JSONResponse themselves: FastAPI would otherwise walk every answer through jsonable_encoder
+# first, which costs more than the model on a small classifier and a lot on attention maps.
 
 
 def error_response(status: int, error_type: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -305,7 +315,7 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
             best = max(range(len(row)), key=row.__getitem__)
             results.append({"text": text, "label": labels[best], "probs": dict(zip(labels, row)),
                             "tokens": [m.tokenizer.backend.id_to_token(i) for i in ids], "truncated": was_cut})
-        return {"model": m.name, "results": results}
+        return JSONResponse({"model": m.name, "results": results})
 
     @app.post("/v1/embed")
     async def embed(body: EmbedRequest):
@@ -313,7 +323,7 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
         m = served(("classifier", "embedder"))
         _, seqs, cut = encode(m, body.inputs, body.truncate)
         vectors = await infer(("embed", body.pool, body.normalize), seqs)
-        return {"model": m.name, "dim": len(vectors[0]), "vectors": vectors, "truncated": cut}
+        return JSONResponse({"model": m.name, "dim": len(vectors[0]), "vectors": vectors, "truncated": cut})
 
     @app.post("/v1/embeddings")
     async def embeddings(body: EmbeddingsRequest):
@@ -330,9 +340,10 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
                 return base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode()
             return v
 
-        return {"object": "list", "model": body.model or m.name,
-                "data": [{"object": "embedding", "index": i, "embedding": encoded(v)} for i, v in enumerate(vectors)],
-                "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
+        return JSONResponse({
+            "object": "list", "model": body.model or m.name,
+            "data": [{"object": "embedding", "index": i, "embedding": encoded(v)} for i, v in enumerate(vectors)],
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}})
 
     def check_beam(beam: int, n_best: int) -> None:
         if beam > limits.max_beam:
@@ -354,7 +365,7 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
                        "normalized_score": finite(c.normalized_score), "eos": c.eos} for c in cands]
             results.append({"text": text, "translation": listed[0]["translation"], "score": listed[0]["score"],
                             "normalized_score": listed[0]["normalized_score"], "n_best": listed, "truncated": was_cut})
-        return {"model": m.name, "results": results}
+        return JSONResponse({"model": m.name, "results": results})
 
     @app.post("/translate")
     async def libretranslate(body: LibreTranslateRequest):
@@ -370,7 +381,7 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
         out: dict = {"translatedText": best[0] if single else best}
         if body.alternatives:
             out["alternatives"] = alts[0] if single else alts
-        return out
+        return JSONResponse(out)
 
     @app.post("/v1/attention")
     async def attention(body: AttentionRequest):
@@ -385,7 +396,7 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
         if m.task == "classifier":
             (probs,) = (await infer(("classify",), seqs))
             out["probs"] = dict(zip(m.labels or [], probs))
-        return out
+        return JSONResponse(out)
 
     @app.get("/health")
     async def health():
