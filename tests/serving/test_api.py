@@ -165,3 +165,21 @@ def test_openapi_and_playground(classifier_client):
     for asset in ("/static/app.js", "/static/style.css"):
         assert classifier_client.get(asset).status_code == 200
     assert "http" not in page.text.replace("http-equiv", "")  # no CDN: everything comes from this server
+
+
+def test_minilm_server_embeddings_equal_attnkit_embed(serve_client):
+    from attnkit.data.recipes import default_cache_dir
+    from attnkit.interop.bert import embed
+
+    if not (default_cache_dir() / "minilm" / "model.safetensors").is_file():
+        pytest.skip("MiniLM is not cached (run `attnkit data fetch minilm` once; tests never download)")
+    texts = ["The new movie is awesome", "A cat sat on the mat."]
+    with serve_client("minilm") as client:
+        info = client.get("/info").json()
+        assert info["task"] == "embedder" and (info["n_layers"], info["n_heads"]) == (6, 12)
+        body = client.post("/v1/embeddings", json={"input": texts}).json()
+        maps = client.post("/v1/attention", json={"inputs": "an unseen zzqxw word"}).json()
+        assert client.post("/v1/classify", json={"inputs": "a"}).status_code == 400
+    want = embed("minilm", texts, normalize=True)
+    torch.testing.assert_close(torch.tensor([d["embedding"] for d in body["data"]]), want, atol=1e-6, rtol=0)
+    assert torch.tensor(maps["encoder_self"]).shape[:2] == (6, 12) and maps["tokens"][0] == "[CLS]"
