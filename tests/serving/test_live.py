@@ -169,3 +169,35 @@ def test_serve_refuses_a_directory_that_is_not_a_model(tmp_path):
     assert result.stderr.strip().splitlines()[-1].startswith("error: ") and str(tmp_path) in result.stderr
 
 
+
+
+def test_playground_for_a_translator_shows_the_n_best_list_and_cross_attention(translator_dir):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = Server(translator_dir)
+    try:
+        status, api = post(server.url + "/v1/translate", {"inputs": "a b c", "beam": 4, "alpha": 0.6, "n_best": 4})
+        assert status == 200
+        driver = chrome()
+        try:
+            driver.get(server.url + "/")
+            wait = WebDriverWait(driver, 30)
+            wait.until(ec.text_to_be_present_in_element((By.ID, "model-info"), "translator"))
+            driver.find_element(By.ID, "text").send_keys("a b c")
+            driver.find_element(By.ID, "run").click()
+            wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state") == "done")
+            assert not driver.find_element(By.ID, "error").is_displayed()
+            result = api["results"][0]
+            assert driver.find_element(By.ID, "translation").text == result["translation"]
+            rows = driver.find_elements(By.CSS_SELECTOR, "#nbest tbody tr")
+            assert [r.find_elements(By.TAG_NAME, "td")[1].text for r in rows] == [c["translation"] for c in result["n_best"]]
+            shown_scores = [float(r.find_elements(By.TAG_NAME, "td")[3].text) for r in rows]
+            assert shown_scores == pytest.approx([c["normalized_score"] for c in result["n_best"]], abs=1e-4)
+            assert driver.find_element(By.ID, "kind").get_attribute("value") == "cross"
+            assert len(driver.find_elements(By.CSS_SELECTOR, "#grid canvas.map:not(.mean)")) == 2 * 2
+        finally:
+            driver.quit()
+    finally:
+        server.stop()
