@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib.resources import files
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -159,7 +160,7 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
     metrics = Metrics()
     state: dict = {"model": None, "ready": False, "load_error": None}
 
-    def run_batch(group: tuple, jobs: list[list[list[int]]]) -> list[object]:
+    def run_batch(group: tuple, jobs: list[list[list[int]]]) -> list[Any]:
         served: ServedModel = state["model"]
         kind = group[0]
         if kind == "attention":
@@ -287,10 +288,10 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
             cut.append(was_cut)
         return texts, seqs, cut
 
-    async def infer(group: tuple, seqs: list[list[int]]) -> list:
+    async def infer(group: tuple, seqs: list[list[int]]) -> Any:
         metrics.queue_size.set(batcher.queue_size())
         try:
-            return await batcher.submit(group, seqs, limits.timeout_s)  # type: ignore[return-value]
+            return await batcher.submit(group, seqs, limits.timeout_s)
         except QueueFull:
             raise ApiError(429, "queue_full", f"the server is busy ({limits.max_queue} requests queued); retry shortly",
                            {"Retry-After": "1"}) from None

@@ -20,8 +20,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from typing import Any
+
 from attnkit.data.batching import pad
 from attnkit.errors import InputError
+from attnkit.tokenization import Tokenizer
 from attnkit.training import checkpoint
 
 TASKS = ("classifier", "translator", "embedder")
@@ -42,7 +45,8 @@ class ServedModel:
 
     task: str
     name: str
-    tokenizer: object
+    tokenizer: Tokenizer
+    model: Any  # a TransformerClassifier or a Transformer
     max_len: int  # the longest input, in tokens, that the model takes without truncation
     n_layers: int
     n_heads: int
@@ -53,7 +57,7 @@ class ServedModel:
         raise NotImplementedError
 
     def tokens(self, text: str) -> list[str]:
-        return self.tokenizer.tokens(text)  # type: ignore[attr-defined]
+        return self.tokenizer.tokens(text)
 
     def config(self) -> dict:
         raise NotImplementedError
@@ -68,23 +72,22 @@ class ServedModel:
 class _EncoderModel(ServedModel):
     """A classifier run or a BERT encoder: encoder self-attention, pooled sentence vectors."""
 
-    model: torch.nn.Module
     precision: str = "fp32"
 
     def token_ids(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text)  # type: ignore[attr-defined]
+        return self.tokenizer.encode(text)
 
     @torch.inference_mode()
     def embed(self, seqs: list[list[int]], *, pool: str, normalize: bool) -> list[list[float]]:
         """Sentence vectors of encoded inputs, as ``attnkit embed`` computes them (one padded batch)."""
-        hidden, mask, _ = self.model.encode(pad(seqs, self.tokenizer.pad_id))  # type: ignore[operator,attr-defined]  # (B, S, D)
-        vectors = self.model.pool(hidden, mask, pool).float()  # type: ignore[operator]  # (B, D)
+        hidden, mask, _ = self.model.encode(pad(seqs, self.tokenizer.pad_id))  # (B, S, D)
+        vectors = self.model.pool(hidden, mask, pool).float()  # (B, D)
         return (F.normalize(vectors, dim=-1) if normalize else vectors).tolist()
 
     @torch.inference_mode()
     def attention(self, ids: list[int]) -> dict:
         layers = tuple(range(self.n_layers))
-        _, _, maps = self.model.encode(torch.tensor([ids]), layers)  # type: ignore[operator]
+        _, _, maps = self.model.encode(torch.tensor([ids]), layers)
         return {"encoder_self": [maps.encoder_self[i][0].tolist() for i in layers]}  # [layer][head][query][key]
 
 
@@ -146,13 +149,17 @@ class TranslatorModel(ServedModel):
         cfg = self.run.model_cfg
         self.name, self.max_len = Path(run_dir).name, cfg.max_len
         self.n_layers, self.n_heads, self.keep_last = cfg.n_layers, cfg.n_heads, 1  # the source's EOS
+        if self.tokenizer.bos_id is None or self.tokenizer.eos_id is None:
+            raise InputError(f"{run_dir}: the translator's tokenizer has no BOS or EOS token")
+        self.bos_id: int = self.tokenizer.bos_id
+        self.eos_id: int = self.tokenizer.eos_id
         self._cfg = cfg
 
     def config(self) -> dict:
         return {"task": self.task, **vars(self._cfg)}
 
     def token_ids(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text) + [self.tokenizer.eos_id]  # as ``translate run`` encodes a source
+        return self.tokenizer.encode(text) + [self.eos_id]  # as ``translate run`` encodes a source
 
     def tokens(self, text: str) -> list[str]:
         return self.tokenizer.tokens(text) + ["</s>"]
@@ -167,9 +174,9 @@ class TranslatorModel(ServedModel):
         tok, max_positions = self.tokenizer, self.model.embeddings.position.max_len
         src = pad(seqs, tok.pad_id)  # (B, S)
         if beam == 1:
-            outs = greedy_decode(self.model, src, bos_id=tok.bos_id, eos_id=tok.eos_id, max_positions=max_positions)
+            outs = greedy_decode(self.model, src, bos_id=self.bos_id, eos_id=self.eos_id, max_positions=max_positions)
             return [[self._scored_greedy(s, out)] for s, out in zip(seqs, outs)]
-        nbest = beam_search_nbest(self.model, src, bos_id=tok.bos_id, eos_id=tok.eos_id, max_positions=max_positions,
+        nbest = beam_search_nbest(self.model, src, bos_id=self.bos_id, eos_id=self.eos_id, max_positions=max_positions,
                                   n_best=n_best, beam_size=beam, alpha=alpha, length_penalty=length_penalty)
         return [[Candidate(tok.decode(h.tokens), h.score, h.normalized, h.eos) for h in hyps] for hyps in nbest]
 
@@ -183,8 +190,8 @@ class TranslatorModel(ServedModel):
         limit = int(output_limits(src, pad_id=tok.pad_id, max_extra=50, max_positions=self.model.embeddings.position.max_len,
                                   fixed_len=None)[0])
         eos = len(out) < limit
-        target = out + [tok.eos_id] if eos else out
-        tgt_in = torch.tensor([[tok.bos_id] + target[:-1]])  # (1, T)
+        target = out + [self.eos_id] if eos else out
+        tgt_in = torch.tensor([[self.bos_id] + target[:-1]])  # (1, T)
         logp = torch.log_softmax(self.model(src, tgt_in).float(), dim=-1)[0]  # (T, V)
         score = float(logp.gather(1, torch.tensor(target)[:, None]).sum()) if target else 0.0
         return Candidate(tok.decode(out), score, score, eos)
@@ -198,7 +205,7 @@ class TranslatorModel(ServedModel):
         tok, model = self.tokenizer, self.model
         layers = tuple(range(self.n_layers))
         src = torch.tensor([ids])  # (1, S)
-        out = greedy_decode(model, src, bos_id=tok.bos_id, eos_id=tok.eos_id,
+        out = greedy_decode(model, src, bos_id=self.bos_id, eos_id=self.eos_id,
                             max_positions=model.embeddings.position.max_len)[0]
         limit = int(output_limits(src, pad_id=tok.pad_id, max_extra=50, max_positions=model.embeddings.position.max_len,
                                   fixed_len=None)[0])
@@ -206,7 +213,7 @@ class TranslatorModel(ServedModel):
         # output tokens and EOS; when it ran to the length limit there was no EOS, and position len(out) (which may
         # be past max_len) predicted nothing: as in ``analysis.attention.translator_attention``.
         out_tokens = [tok.backend.id_to_token(i) for i in out] + (["</s>"] if len(out) < limit else [])
-        fed = [tok.bos_id] + out[: len(out_tokens) - 1]
+        fed = [self.bos_id] + out[: len(out_tokens) - 1]
         tgt_in = torch.tensor([fed])  # (1, T), T = len(out_tokens)
         memory, src_mask, enc_maps = model.encode(src, layers)  # (1, S, D)
         _, dec_maps, _ = model.decode(tgt_in, memory, src_mask, attn_layers=layers)
