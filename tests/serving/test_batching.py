@@ -190,3 +190,17 @@ def test_a_request_that_timed_out_in_the_queue_is_skipped():
     finally:
         batcher.stop()
     assert [group for group, _ in runner.batches] == [("a",)]  # the timed-out job never ran
+
+
+def test_a_batch_is_split_where_padding_would_grow():
+    from attnkit.serving.app import MAX_PADDING, MIN_WASTE, padding_bounded
+
+    lengths = [1, 2, 2, 3, 10, 10, 11, 40, 100, 100, 110, 120, 300]
+    parts = padding_bounded([[0] * n for n in lengths])
+    assert [len(s) for part in parts for s in part] == lengths  # order kept, nothing lost
+    for part in parts:
+        waste = len(part[-1]) * len(part) - sum(len(s) for s in part)
+        assert waste <= max(MAX_PADDING * sum(len(s) for s in part), MIN_WASTE)
+    # 40 after seven short ones would pad 241 tokens (over 128 and 25%); 100 after 40 pads 60 (under 128); 120 after
+    # 40, 100, 100, 110 would pad 130 (over 128 and over 25% of 470).
+    assert [[len(s) for s in part] for part in parts] == [[1, 2, 2, 3, 10, 10, 11], [40, 100, 100, 110], [120], [300]]

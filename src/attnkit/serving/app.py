@@ -153,6 +153,30 @@ def _validation_message(err: RequestValidationError) -> str:
     return f"{'.'.join(parts) or 'body'}: {chosen.get('msg', 'invalid')}"
 
 
+# A batch is split where its padding would exceed both this share of its real tokens and MIN_WASTE tokens: the
+# requests queued at one moment have any lengths, and on a CPU every padded position costs as much as a real one
+# (attention as the square); below MIN_WASTE another model call costs more than the padding.
+MAX_PADDING = 0.25
+MIN_WASTE = 128
+
+
+def padding_bounded(sorted_seqs: list[list[int]]) -> list[list[list[int]]]:
+    """Consecutive runs of length-sorted inputs whose padding (longest x count - real tokens) stays within
+    MAX_PADDING x their real tokens or MIN_WASTE tokens. Outputs do not depend on the batch, so the split changes
+    speed, never results."""
+    parts: list[list[list[int]]] = []
+    real = 0
+    for seq in sorted_seqs:  # ascending: the newest input is the longest of its run
+        waste = len(seq) * (len(parts[-1]) + 1) - (real + len(seq)) if parts else 0
+        if parts and (waste <= MAX_PADDING * (real + len(seq)) or waste <= MIN_WASTE):
+            parts[-1].append(seq)
+            real += len(seq)
+        else:
+            parts.append([seq])
+            real = len(seq)
+    return parts
+
+
 def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | None = None) -> FastAPI:
     """The app for ``model`` (or a loader, run in a thread at startup: /ready answers 503 until it has loaded and
     warmed up). The inference worker starts and stops with the app's lifespan."""
@@ -168,13 +192,15 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
         flat = [seq for seqs in jobs for seq in seqs]
         order = sorted(range(len(flat)), key=lambda i: len(flat[i]))  # sort by length: little padding
         sorted_seqs = [flat[i] for i in order]
-        if kind == "classify":
-            outs = served.classify(sorted_seqs)  # type: ignore[attr-defined]
-        elif kind == "embed":
-            outs = served.embed(sorted_seqs, pool=group[1], normalize=group[2])  # type: ignore[attr-defined]
-        else:
-            _, beam, alpha, penalty, n_best = group
-            outs = served.translate(sorted_seqs, beam=beam, alpha=alpha, length_penalty=penalty, n_best=n_best)  # type: ignore[attr-defined]
+        outs: list[Any] = []
+        for part in padding_bounded(sorted_seqs):
+            if kind == "classify":
+                outs += served.classify(part)  # type: ignore[attr-defined]
+            elif kind == "embed":
+                outs += served.embed(part, pool=group[1], normalize=group[2])  # type: ignore[attr-defined]
+            else:
+                _, beam, alpha, penalty, n_best = group
+                outs += served.translate(part, beam=beam, alpha=alpha, length_penalty=penalty, n_best=n_best)  # type: ignore[attr-defined]
         by_input: list[object] = [None] * len(flat)
         for i, out in zip(order, outs):
             by_input[i] = out
