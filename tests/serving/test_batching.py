@@ -193,7 +193,7 @@ def test_a_request_that_timed_out_in_the_queue_is_skipped():
 
 
 def test_a_batch_is_split_where_padding_would_grow():
-    from attnkit.serving.app import MAX_PADDING, MIN_WASTE, padding_bounded
+    from attnkit.serving.batcher import MAX_PADDING, MIN_WASTE, padding_bounded
 
     lengths = [1, 2, 2, 3, 10, 10, 11, 40, 100, 100, 110, 120, 300]
     parts = padding_bounded([[0] * n for n in lengths])

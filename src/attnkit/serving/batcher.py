@@ -24,6 +24,30 @@ from dataclasses import dataclass, field
 log = logging.getLogger(__name__)
 
 
+# A batch is split where its padding would exceed both this share of its real tokens and MIN_WASTE tokens: the
+# requests queued at one moment have any lengths, and on a CPU every padded position costs as much as a real one
+# (attention as the square); below MIN_WASTE another model call costs more than the padding.
+MAX_PADDING = 0.25
+MIN_WASTE = 128
+
+
+def padding_bounded(sorted_seqs: list[list[int]]) -> list[list[list[int]]]:
+    """Consecutive runs of length-sorted inputs whose padding (longest x count - real tokens) stays within
+    MAX_PADDING x their real tokens or MIN_WASTE tokens. Outputs do not depend on the batch, so the split changes
+    speed, never results."""
+    parts: list[list[list[int]]] = []
+    real = 0
+    for seq in sorted_seqs:  # ascending: the newest input is the longest of its run
+        waste = len(seq) * (len(parts[-1]) + 1) - (real + len(seq)) if parts else 0
+        if parts and (waste <= MAX_PADDING * (real + len(seq)) or waste <= MIN_WASTE):
+            parts[-1].append(seq)
+            real += len(seq)
+        else:
+            parts.append([seq])
+            real = len(seq)
+    return parts
+
+
 class QueueFull(Exception):
     """The bounded queue is full: answer 429 with Retry-After."""
 

@@ -16,11 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-
-from typing import Any
 
 from attnkit.data.batching import pad
 from attnkit.errors import InputError
