@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnkit.cli import ablate, bench, classify, data, embed, export, params, plot, runs, translate
+from attnkit.cli import ablate, bench, classify, data, embed, export, params, plot, runs, serve, translate
 from attnkit.cli.common import Parser
 from attnkit.errors import InputError, NonFiniteError
 
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_commands(commands)
     bench.add_commands(commands)
     export.add_commands(commands)
+    serve.add_commands(commands)
     return parser
 
 

@@ -1,0 +1,107 @@
+"""The HTTP edge of the server: the JSON error object every failure answers with, and the ASGI middleware in
+front of the app (early 429, body limit, request metrics)."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from attnkit.serving.batcher import Batcher
+from attnkit.serving.metrics import Metrics
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.error_type, self.message, self.headers = status, error_type, message, headers
+
+
+# Handlers return JSONResponse themselves: FastAPI would otherwise walk every answer through jsonable_encoder
+# first, which costs more than the model on a small classifier and a lot on attention maps.
+
+
+def error_response(status: int, error_type: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message, "error_type": error_type}, status_code=status, headers=headers)
+
+
+ENDPOINTS = ("/v1/classify", "/v1/embed", "/v1/embeddings", "/v1/translate", "/translate", "/v1/attention",
+             "/health", "/ready", "/info", "/metrics", "/", "/openapi.json")
+
+
+INFERENCE = ("/v1/classify", "/v1/embed", "/v1/embeddings", "/v1/translate", "/translate", "/v1/attention")
+
+
+class Gate:
+    """ASGI middleware in front of everything: when the queue is full, an inference request gets its 429 before
+    its body is even read (the answer must come in microseconds, not after parsing and tokenizing); bodies over
+    ``limit`` bytes get 413 before they are parsed, whether or not the client sent Content-Length. Counts requests
+    by endpoint and status, and times them."""
+
+    def __init__(self, app, limit: int, metrics: Metrics, batcher: Batcher):
+        self.app, self.limit, self.metrics, self.batcher = app, limit, metrics, batcher
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        path = scope["path"]
+        endpoint = path if path in ENDPOINTS else ("/static" if path.startswith("/static/") else "other")
+        status = 500
+
+        async def send_counted(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            if endpoint in INFERENCE and self.batcher.queue_size() >= self.batcher.max_queue:
+                response = error_response(429, "queue_full", f"the server is busy ({self.batcher.max_queue} requests "
+                                          "queued); retry shortly", {"Retry-After": "1"})
+                return await response(scope, receive, send_counted)
+            declared = dict(scope["headers"]).get(b"content-length")
+            if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+                response = error_response(413, "body_too_large", f"request body over {self.limit} bytes")
+                return await response(scope, receive, send_counted)
+            body, more = b"", True
+            while more:  # bounded: stops at the limit
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                body += message.get("body", b"")
+                more = message.get("more_body", False)
+                if len(body) > self.limit:
+                    response = error_response(413, "body_too_large", f"request body over {self.limit} bytes")
+                    return await response(scope, receive, send_counted)
+            replayed = False
+
+            async def replay():
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            await self.app(scope, replay, send_counted)
+        finally:
+            self.metrics.requests.labels(endpoint, str(status)).inc()
+            self.metrics.request_seconds.labels(endpoint, str(status)).observe(time.perf_counter() - start)
+
+
+def validation_message(err: RequestValidationError) -> str:
+    """The first problem, with where it is: ``beam: Input should be less than or equal to 16``. Of the errors of one
+    field, the deepest is named: for ``"inputs": [1, 2]`` that is ``inputs.0``, not "inputs is not a string"."""
+    errors = err.errors()
+    if not errors:
+        return "invalid request"
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        return f"malformed JSON ({first.get('ctx', {}).get('error', 'cannot parse')})"
+    same_field = [e for e in errors if tuple(e.get("loc", ()))[:2] == tuple(first.get("loc", ()))[:2]]
+    chosen = max(same_field, key=lambda e: len(e.get("loc", ())))
+    # "body" is where every field is; "str" / "list[str]" name the branch of a union the value failed, not a field.
+    parts = [str(p) for p in chosen.get("loc", ()) if p != "body" and not (isinstance(p, str) and (
+             p in ("str", "int", "float", "bool") or "[" in p or p.startswith("function-")))]
+    return f"{'.'.join(parts) or 'body'}: {chosen.get('msg', 'invalid')}"

@@ -1,0 +1,250 @@
+"""The one adapter between the server and attnkit's inference code: load a run directory (or a BERT folder) and
+run already-encoded batches through it.
+
+Every call into the rest of attnkit that the server makes is in this module (the tasks' inference in
+``attnkit.tasks``, run directories through ``attnkit.runs``).
+
+The server tokenizes in the event loop (fast, and needed to count tokens for the batch budget and the limits) and
+hands ids to the inference worker, which calls ``classify`` / ``embed`` / ``translate`` / ``attention`` below. A
+batch's outputs equal those of the same inputs alone: attnkit's padding masks and per-sentence decoding limits make
+each output independent of the rest of its batch (the CLI-equality tests check it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from attnkit.data.batching import pad
+from attnkit.errors import InputError
+from attnkit.tokenization import Tokenizer
+from attnkit import runs
+
+TASKS = ("classifier", "translator", "embedder")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One n-best translation: raw summed log-probability and the length-penalised score it was ranked by."""
+
+    translation: str
+    score: float
+    normalized_score: float
+    eos: bool
+
+
+class ServedModel:
+    """What the server needs of a model. ``task`` says which endpoints apply."""
+
+    task: str
+    name: str
+    tokenizer: Tokenizer
+    model: Any  # a TransformerClassifier or a Transformer
+    max_len: int  # the longest input, in tokens, that the model takes without truncation
+    n_layers: int
+    n_heads: int
+    labels: list[str] | None = None
+    keep_last: int = 0  # special tokens kept at the end when an input is truncated (EOS, [SEP])
+
+    def token_ids(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def tokens(self, text: str) -> list[str]:
+        return self.tokenizer.tokens(text)
+
+    def config(self) -> dict:
+        raise NotImplementedError
+
+    def truncate(self, ids: list[int]) -> list[int]:
+        """Cut ``ids`` to ``max_len`` as training did: keep the trailing specials."""
+        if len(ids) <= self.max_len:
+            return ids
+        return ids[: self.max_len - self.keep_last] + ids[len(ids) - self.keep_last :] if self.keep_last else ids[: self.max_len]
+
+
+class _EncoderModel(ServedModel):
+    """A classifier run or a BERT encoder: encoder self-attention, pooled sentence vectors."""
+
+    precision: str = "fp32"
+
+    def token_ids(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    @torch.inference_mode()
+    def embed(self, seqs: list[list[int]], *, pool: str, normalize: bool) -> list[list[float]]:
+        """Sentence vectors of encoded inputs, as ``attnkit embed`` computes them (one padded batch)."""
+        hidden, mask, _ = self.model.encode(pad(seqs, self.tokenizer.pad_id))  # (B, S, D)
+        vectors = self.model.pool(hidden, mask, pool).float()  # (B, D)
+        return (F.normalize(vectors, dim=-1) if normalize else vectors).tolist()
+
+    @torch.inference_mode()
+    def attention(self, ids: list[int]) -> dict:
+        layers = tuple(range(self.n_layers))
+        _, _, maps = self.model.encode(torch.tensor([ids]), layers)
+        return {"encoder_self": [maps.encoder_self[i][0].tolist() for i in layers]}  # [layer][head][query][key]
+
+
+class ClassifierModel(_EncoderModel):
+    task = "classifier"
+
+    def __init__(self, run_dir: str | Path, precision: str = "fp32"):
+        from attnkit.tasks.classify import ClassifierRun
+
+        self.run = ClassifierRun(run_dir, precision=precision)
+        self.model, self.tokenizer, self.precision = self.run.model, self.run.tokenizer, precision
+        cfg = self.run.model_cfg
+        self.name, self.labels = Path(run_dir).name, list(self.run.labels)
+        self.max_len, self.n_layers, self.n_heads = cfg.max_len, cfg.n_layers, cfg.n_heads
+        self.keep_last = self.tokenizer.n_trailing_specials
+        self._cfg = cfg
+
+    def config(self) -> dict:
+        return {"task": self.task, "labels": self.labels, **vars(self._cfg)}
+
+    def classify(self, seqs: list[list[int]]) -> list[list[float]]:
+        """Class probabilities (N, C) of encoded inputs, computed as ``classify predict`` does."""
+        from attnkit.tasks.classify import predict_ids
+        from attnkit.training.losses import autocast, class_probabilities
+
+        with autocast(self.precision):
+            logits = predict_ids(self.model, seqs, self.tokenizer.pad_id)  # (N, C)
+        return class_probabilities(logits).tolist()
+
+
+class EmbedderModel(_EncoderModel):
+    """A pretrained BERT folder (or ``minilm``): embeddings and attention, no labels."""
+
+    task = "embedder"
+
+    def __init__(self, spec: str | Path):
+        from attnkit.interop.bert import load_bert_classifier, resolve_bert_folder
+
+        folder = resolve_bert_folder(spec)
+        from attnkit.model.build import prepare_for_inference
+
+        self.model, cfg, self.tokenizer = load_bert_classifier(folder, n_classes=1)
+        prepare_for_inference(self.model)  # eval mode, W^Q W^K W^V fused once
+        self.name = str(spec) if str(spec) == "minilm" else folder.name
+        self.max_len, self.n_layers, self.n_heads = cfg.max_len, cfg.n_layers, cfg.n_heads
+        self.keep_last = self.tokenizer.n_trailing_specials
+        self._cfg = cfg
+
+    def config(self) -> dict:
+        return {"task": self.task, **{k: v for k, v in vars(self._cfg).items() if k != "n_classes"}}
+
+
+class TranslatorModel(ServedModel):
+    task = "translator"
+
+    def __init__(self, run_dir: str | Path):
+        from attnkit.tasks.translate import TranslatorRun
+
+        self.run = TranslatorRun(run_dir)
+        self.model, self.tokenizer = self.run.model, self.run.tokenizer
+        cfg = self.run.model_cfg
+        self.name, self.max_len = Path(run_dir).name, cfg.max_len
+        self.n_layers, self.n_heads, self.keep_last = cfg.n_layers, cfg.n_heads, 1  # the source's EOS
+        if self.tokenizer.bos_id is None or self.tokenizer.eos_id is None:
+            raise InputError(f"{run_dir}: the translator's tokenizer has no BOS or EOS token")
+        self.bos_id: int = self.tokenizer.bos_id
+        self.eos_id: int = self.tokenizer.eos_id
+        self._cfg = cfg
+
+    def config(self) -> dict:
+        return {"task": self.task, **vars(self._cfg)}
+
+    def token_ids(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text) + [self.eos_id]  # as ``translate run`` encodes a source
+
+    def tokens(self, text: str) -> list[str]:
+        return self.tokenizer.tokens(text) + ["</s>"]
+
+    @torch.inference_mode()
+    def translate(self, seqs: list[list[int]], *, beam: int, alpha: float, length_penalty: str,
+                  n_best: int) -> list[list[Candidate]]:
+        """The n best translations of each encoded source, best first. The best one is what ``translate run``
+        prints: greedy search for beam 1, otherwise beam search (§6.1)."""
+        from attnkit.decoding import beam_search_nbest, greedy_decode
+
+        tok, max_positions = self.tokenizer, self.model.embeddings.position.max_len
+        src = pad(seqs, tok.pad_id)  # (B, S)
+        if beam == 1:
+            outs = greedy_decode(self.model, src, bos_id=self.bos_id, eos_id=self.eos_id, max_positions=max_positions)
+            return [[self._scored_greedy(s, out)] for s, out in zip(seqs, outs)]
+        nbest = beam_search_nbest(self.model, src, bos_id=self.bos_id, eos_id=self.eos_id, max_positions=max_positions,
+                                  n_best=n_best, beam_size=beam, alpha=alpha, length_penalty=length_penalty)
+        return [[Candidate(tok.decode(h.tokens), h.score, h.normalized, h.eos) for h in hyps] for hyps in nbest]
+
+    def _scored_greedy(self, src_ids: list[int], out: list[int]) -> Candidate:
+        """Greedy search returns tokens only: score them with one teacher-forced pass (summed log-probabilities of
+        the output and its EOS; a greedy output is not length-normalised, so both scores are the same)."""
+        from attnkit.decoding.limits import output_limits
+
+        tok = self.tokenizer
+        src = torch.tensor([src_ids])  # (1, S)
+        limit = int(output_limits(src, pad_id=tok.pad_id, max_extra=50, max_positions=self.model.embeddings.position.max_len,
+                                  fixed_len=None)[0])
+        eos = len(out) < limit
+        target = out + [self.eos_id] if eos else out
+        tgt_in = torch.tensor([[self.bos_id] + target[:-1]])  # (1, T)
+        logp = torch.log_softmax(self.model(src, tgt_in).float(), dim=-1)[0]  # (T, V)
+        score = float(logp.gather(1, torch.tensor(target)[:, None]).sum()) if target else 0.0
+        return Candidate(tok.decode(out), score, score, eos)
+
+    @torch.inference_mode()
+    def attention(self, ids: list[int]) -> dict:
+        """Encoder self-, decoder self- and cross-attention for the greedy translation of one source."""
+        from attnkit.decoding import greedy_decode
+        from attnkit.decoding.limits import output_limits
+
+        tok, model = self.tokenizer, self.model
+        layers = tuple(range(self.n_layers))
+        src = torch.tensor([ids])  # (1, S)
+        out = greedy_decode(model, src, bos_id=self.bos_id, eos_id=self.eos_id,
+                            max_positions=model.embeddings.position.max_len)[0]
+        limit = int(output_limits(src, pad_id=tok.pad_id, max_extra=50, max_positions=model.embeddings.position.max_len,
+                                  fixed_len=None)[0])
+        # Decoder position t (BOS at 0) predicted output token t. When decoding stopped at EOS the rows are the
+        # output tokens and EOS; when it ran to the length limit there was no EOS, and position len(out) (which may
+        # be past max_len) predicted nothing: as in ``analysis.attention.translator_attention``.
+        out_tokens = [tok.backend.id_to_token(i) for i in out] + (["</s>"] if len(out) < limit else [])
+        fed = [self.bos_id] + out[: len(out_tokens) - 1]
+        tgt_in = torch.tensor([fed])  # (1, T), T = len(out_tokens)
+        memory, src_mask, enc_maps = model.encode(src, layers)  # (1, S, D)
+        _, dec_maps, _ = model.decode(tgt_in, memory, src_mask, attn_layers=layers)
+        return {
+            "translation": tok.decode(out),
+            "output_tokens": out_tokens,
+            "input_tokens_decoder": [tok.backend.id_to_token(i) for i in fed],
+            "encoder_self": [enc_maps.encoder_self[i][0].tolist() for i in layers],
+            "decoder_self": [dec_maps.decoder_self[i][0].tolist() for i in layers],
+            "cross": [dec_maps.cross[i][0].tolist() for i in layers],
+        }
+
+
+def load_model(spec: str | Path, precision: str = "fp32") -> ServedModel:
+    """A run directory (classifier or translator), a BERT folder, or ``minilm``; ``InputError`` otherwise."""
+    if str(spec) == "minilm":
+        return EmbedderModel(spec)
+    path = Path(spec)
+    if not path.is_dir():
+        raise InputError(f"{path}: no such directory (expected a run directory, a BERT folder or 'minilm')")
+    config_path = path / runs.CONFIG
+    task = runs.read_json(config_path).get("task") if config_path.is_file() else None
+    if task == "classify":
+        return ClassifierModel(path, precision)
+    if task == "translate":
+        return TranslatorModel(path)
+    if (path / "config.json").is_file() and task is None:
+        return EmbedderModel(path)
+    raise InputError(f"{path}: not a classifier or translator run directory, nor a BERT folder")
+
+
+def finite(x: float) -> float | None:
+    """JSON has no inf/NaN: a score of -inf (impossible output) is sent as null."""
+    return x if math.isfinite(x) else None

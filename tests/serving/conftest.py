@@ -1,0 +1,125 @@
+"""Shared fixtures of the serving tests: a tiny classifier and a tiny translator, trained in-process once per
+session (a few seconds each) and saved as run directories, and in-process clients of their apps."""
+
+from __future__ import annotations
+
+import io
+import random
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit.cli import main
+
+try:  # without the serve extra these tests are not collected (the rest of the suite does not need it)
+    import fastapi  # noqa: F401
+    import prometheus_client  # noqa: F401
+except ImportError:
+    collect_ignore_glob = ["test_*.py"]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TINY = ["d_model=16", "n_heads=2", "d_ff=32", "n_layers=2", "min_freq=1", "max_len=32"]
+
+
+def quiet_main(argv: list[str]) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(argv)
+    assert code == 0, err.getvalue()
+
+
+@pytest.fixture(scope="session")
+def classifier_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("serve-classifier") / "run"
+    quiet_main(["classify", "train", "--train", str(EXAMPLES / "seed000_train.tsv"), "--out", str(out),
+                "--epochs", "3", "--seed", "0", "--quiet", "--set", *TINY, "patience=0"])
+    return out
+
+
+@pytest.fixture(scope="session")
+def translator_dir(tmp_path_factory) -> Path:
+    """A translator run directory with fixed random weights (N(0, 1), seed 0) in place of trained ones: a few
+    training steps only teach a tiny model to stop at once, while these weights give outputs of every kind (empty,
+    short, run to the length limit without EOS), deterministic, which is what the equality tests need."""
+    from attnkit.model.build import build_translator
+    from attnkit import runs
+    from attnkit.tasks.translate import TranslatorRun
+
+    tmp = tmp_path_factory.mktemp("serve-translator")
+    rng = random.Random(0)
+    words = "a b c d e f g h".split()
+    with open(tmp / "train.tsv", "w", encoding="utf-8") as f:
+        for _ in range(300):
+            src = [rng.choice(words) for _ in range(rng.randint(2, 7))]
+            f.write(f"{' '.join(src)}\t{' '.join(reversed(src))}\n")
+    quiet_main(["translate", "train", "--train", str(tmp / "train.tsv"), "--out", str(tmp / "run"), "--max-steps", "1",
+                "--max-tokens", "512", "--seed", "0", "--quiet", "--set", "tokenizer=word", *TINY, "dropout=0.0",
+                "valid_bleu=false"])
+    trained = TranslatorRun(tmp / "run")
+    model = build_translator(trained.model_cfg, pad_id=trained.tokenizer.pad_id)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() > 1:
+                param.copy_(torch.randn(param.shape, generator=generator))
+    runs.save_weights(tmp / "run", model)
+    runs.write_manifest(tmp / "run")
+    return tmp / "run"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    """Tiny models spend more on intra-op threading than they gain, most of all on shared cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def client_for(model_dir: Path | str, **limits):
+    from fastapi.testclient import TestClient
+
+    from attnkit.serving.app import Limits, create_app
+    from attnkit.serving.models import load_model
+
+    return TestClient(create_app(load_model(model_dir), Limits(**limits)))
+
+
+def wait_ready(client) -> None:
+    for _ in range(600):  # bounded: 60 s
+        if client.get("/ready").status_code == 200:
+            return
+        import time
+
+        time.sleep(0.1)
+    raise AssertionError(f"not ready: {client.get('/ready').json()}")
+
+
+@pytest.fixture
+def serve_client():
+    """A factory: ``with serve_client(model_dir, **limits) as client:`` gives a started, ready client."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def make(model_dir: Path, **limits):
+        with client_for(model_dir, **limits) as client:
+            wait_ready(client)
+            yield client
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def classifier_client(classifier_dir):
+    with client_for(classifier_dir) as client:
+        wait_ready(client)
+        yield client
+
+
+@pytest.fixture(scope="session")
+def translator_client(translator_dir):
+    with client_for(translator_dir, max_beam=8) as client:
+        wait_ready(client)
+        yield client

@@ -1,0 +1,185 @@
+"""Every endpoint in-process (FastAPI's TestClient): shapes, values, and that each answer is what the library
+computes for the same input."""
+
+from __future__ import annotations
+
+import base64
+import struct
+
+import pytest
+import torch
+
+from attnkit.serving.app import create_app
+from attnkit.serving.models import load_model
+
+
+def test_health_ready_info(classifier_client):
+    assert classifier_client.get("/health").json() == {"status": "ok"}
+    assert classifier_client.get("/ready").json() == {"status": "ready"}
+    info = classifier_client.get("/info").json()
+    assert info["task"] == "classifier" and info["labels"] == ["negative", "positive"]
+    assert (info["n_layers"], info["n_heads"], info["max_len"]) == (2, 2, 32)
+    assert info["limits"]["max_inputs"] == 64 and info["limits"]["attention_max_tokens"] == 32
+
+
+def test_ready_is_503_until_the_model_has_loaded(classifier_dir):
+    import threading
+
+    gate = threading.Event()
+
+    def slow_loader():
+        gate.wait(10)
+        return load_model(classifier_dir)
+
+    from fastapi.testclient import TestClient
+
+    with TestClient(create_app(slow_loader)) as client:
+        response = client.get("/ready")
+        assert response.status_code == 503 and response.json()["error_type"] == "not_ready"
+        assert client.post("/v1/classify", json={"inputs": "good"}).status_code == 503
+        assert client.get("/health").status_code == 200  # alive while loading
+        gate.set()
+        for _ in range(100):
+            if client.get("/ready").status_code == 200:
+                break
+            threading.Event().wait(0.05)
+        assert client.get("/ready").status_code == 200
+
+
+def test_classify_probabilities_are_the_models(classifier_client, classifier_dir):
+    from attnkit.tasks.classify import ClassifierRun
+
+    texts = ["a truly wonderful film", "boring and bad", "zzqx unknown words"]
+    results = classifier_client.post("/v1/classify", json={"inputs": texts}).json()["results"]
+    expected = ClassifierRun(classifier_dir).predict(texts)
+    for got, want in zip(results, expected):
+        assert got["text"] == want.text and got["label"] == want.label
+        assert got["probs"] == pytest.approx(want.probs, abs=1e-6)
+        assert sum(got["probs"].values()) == pytest.approx(1.0, abs=1e-6)
+    assert results[2]["tokens"][0] == "<unk>"  # unknown words are shown as <unk>
+    single = classifier_client.post("/v1/classify", json={"inputs": texts[0]}).json()["results"]
+    assert len(single) == 1 and single[0]["probs"] == pytest.approx(results[0]["probs"], abs=1e-6)
+
+
+def test_truncate_cuts_an_over_long_text_to_max_len(classifier_client):
+    long = " ".join(["good"] * 50)
+    refused = classifier_client.post("/v1/classify", json={"inputs": long})
+    assert refused.status_code == 422 and "50 tokens" in refused.json()["error"] and "truncate" in refused.json()["error"]
+    cut = classifier_client.post("/v1/classify", json={"inputs": long, "truncate": True}).json()["results"][0]
+    assert cut["truncated"] and len(cut["tokens"]) == 32
+    short = classifier_client.post("/v1/classify", json={"inputs": " ".join(["good"] * 32)}).json()["results"][0]
+    assert cut["probs"] == pytest.approx(short["probs"], abs=1e-6)
+
+
+def test_embed_equals_attnkit_embed(classifier_client, classifier_dir):
+    from attnkit.interop.bert import embed
+
+    texts = ["a truly wonderful film", "bad"]
+    for pool, normalize in (("mean", False), ("cls", True)):
+        got = classifier_client.post("/v1/embed", json={"inputs": texts, "pool": pool, "normalize": normalize}).json()
+        want = embed(classifier_dir, texts, pool=pool, normalize=normalize)
+        assert got["dim"] == 16
+        torch.testing.assert_close(torch.tensor(got["vectors"]), want, atol=1e-6, rtol=0)
+
+
+def test_openai_embeddings_shape_float_and_base64(classifier_client, classifier_dir):
+    from attnkit.interop.bert import embed
+
+    want = embed(classifier_dir, ["good film", "bad"], normalize=True)
+    body = classifier_client.post("/v1/embeddings", json={"input": ["good film", "bad"], "model": "x"}).json()
+    assert body["object"] == "list" and body["model"] == "x" and body["usage"]["prompt_tokens"] == 3
+    assert [d["index"] for d in body["data"]] == [0, 1] and body["data"][0]["object"] == "embedding"
+    torch.testing.assert_close(torch.tensor([d["embedding"] for d in body["data"]]), want, atol=1e-6, rtol=0)
+    b64 = classifier_client.post("/v1/embeddings", json={"input": "bad", "encoding_format": "base64"}).json()
+    decoded = struct.unpack("<16f", base64.b64decode(b64["data"][0]["embedding"]))
+    torch.testing.assert_close(torch.tensor(decoded), want[1], atol=1e-6, rtol=0)
+
+
+def test_classifier_attention_maps(classifier_client):
+    body = classifier_client.post("/v1/attention", json={"inputs": "a wonderful zzqx"}).json()
+    maps = torch.tensor(body["encoder_self"])
+    assert maps.shape == (2, 2, 3, 3)  # [layer][head][query][key]
+    torch.testing.assert_close(maps.sum(-1), torch.ones(2, 2, 3))  # each row is a distribution over the keys
+    assert body["tokens"] == ["a", "wonderful", "<unk>"]
+
+
+def test_attention_input_is_capped(classifier_dir, serve_client):
+    with serve_client(classifier_dir, attention_max_tokens=4) as client:
+        refused = client.post("/v1/attention", json={"inputs": "one two three four five"})
+        assert refused.status_code == 422 and "5 tokens; the limit is 4" in refused.json()["error"]
+        assert client.post("/v1/attention", json={"inputs": "one two three four"}).status_code == 200
+
+
+def test_translate_nbest_scores(translator_client):
+    body = translator_client.post("/v1/translate", json={"inputs": ["a b c", "d e"], "beam": 4, "n_best": 3}).json()
+    for result in body["results"]:
+        nbest = result["n_best"]
+        assert len(nbest) == 3 and result["translation"] == nbest[0]["translation"]
+        normalized = [c["normalized_score"] for c in nbest]
+        assert normalized == sorted(normalized, reverse=True)  # ranked by the length-penalised score
+        for c in nbest:  # gnmt lp >= 1 for any length: the normalised score is the raw one divided by it
+            assert c["score"] <= 0 and c["normalized_score"] >= c["score"]
+
+
+def test_translator_attention_has_three_kinds(translator_client):
+    body = translator_client.post("/v1/attention", json={"inputs": "a b c"}).json()
+    enc, dec, cross = (torch.tensor(body[k]) for k in ("encoder_self", "decoder_self", "cross"))
+    n_out = len(body["output_tokens"])
+    assert enc.shape == (2, 2, 4, 4)  # 3 words + </s>
+    assert dec.shape == (2, 2, n_out, n_out) and cross.shape == (2, 2, n_out, 4)
+    assert torch.triu(dec[0, 0], diagonal=1).abs().max() == 0  # causal
+
+
+def test_libretranslate_shape(translator_client):
+    ours = translator_client.post("/v1/translate", json={"inputs": ["a b c", "d e"], "beam": 4, "n_best": 3}).json()
+    one = translator_client.post("/translate", json={"q": "a b c", "source": "en", "target": "de"}).json()
+    assert one == {"translatedText": ours["results"][0]["translation"]}
+    many = translator_client.post("/translate", json={"q": ["a b c", "d e"], "alternatives": 2, "api_key": ""}).json()
+    assert many["translatedText"] == [r["translation"] for r in ours["results"]]
+    assert many["alternatives"] == [[c["translation"] for c in r["n_best"][1:]] for r in ours["results"]]
+
+
+def test_endpoint_of_another_task_is_a_400(classifier_client, translator_client):
+    wrong = classifier_client.post("/v1/translate", json={"inputs": "a"})
+    assert wrong.status_code == 400 and wrong.json()["error_type"] == "wrong_model"
+    assert translator_client.post("/v1/classify", json={"inputs": "a"}).status_code == 400
+
+
+def test_metrics_count_requests_and_batches(classifier_client):
+    classifier_client.post("/v1/classify", json={"inputs": "good"})
+    classifier_client.post("/v1/classify", json={"inputs": 5})
+    text = classifier_client.get("/metrics").text
+    assert 'attnkit_requests_total{endpoint="/v1/classify",status="200"}' in text
+    assert 'attnkit_requests_total{endpoint="/v1/classify",status="422"}' in text
+    for name in ("attnkit_queue_size", "attnkit_queue_seconds_bucket", "attnkit_inference_seconds_bucket",
+                 "attnkit_request_seconds_bucket", "attnkit_batch_requests_bucket", "attnkit_batch_padded_tokens_bucket"):
+        assert name in text
+
+
+def test_openapi_and_playground(classifier_client):
+    schema = classifier_client.get("/openapi.json").json()
+    for path in ("/v1/classify", "/v1/embed", "/v1/embeddings", "/v1/translate", "/translate", "/v1/attention"):
+        assert "post" in schema["paths"][path]
+    page = classifier_client.get("/")
+    assert page.status_code == 200 and "attnkit playground" in page.text
+    for asset in ("/static/app.js", "/static/style.css"):
+        assert classifier_client.get(asset).status_code == 200
+    assert "http" not in page.text.replace("http-equiv", "")  # no CDN: everything comes from this server
+
+
+def test_minilm_server_embeddings_equal_attnkit_embed(serve_client):
+    from attnkit.data.recipes import default_cache_dir
+    from attnkit.interop.bert import embed
+
+    if not (default_cache_dir() / "minilm" / "model.safetensors").is_file():
+        pytest.skip("MiniLM is not cached (run `attnkit data fetch minilm` once; tests never download)")
+    texts = ["The new movie is awesome", "A cat sat on the mat."]
+    with serve_client("minilm") as client:
+        info = client.get("/info").json()
+        assert info["task"] == "embedder" and (info["n_layers"], info["n_heads"]) == (6, 12)
+        body = client.post("/v1/embeddings", json={"input": texts}).json()
+        maps = client.post("/v1/attention", json={"inputs": "an unseen zzqxw word"}).json()
+        assert client.post("/v1/classify", json={"inputs": "a"}).status_code == 400
+    want = embed("minilm", texts, normalize=True)
+    torch.testing.assert_close(torch.tensor([d["embedding"] for d in body["data"]]), want, atol=1e-6, rtol=0)
+    assert torch.tensor(maps["encoder_self"]).shape[:2] == (6, 12) and maps["tokens"][0] == "[CLS]"
