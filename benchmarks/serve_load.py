@@ -40,8 +40,23 @@ def free_port() -> int:
 
 def start_server(model: str, threads: int, extra: list[str]) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "attnkit", "serve", model, "--port", str(port), "--quiet",
-                             "--threads", str(threads), *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "attnkit",
+            "serve",
+            model,
+            "--port",
+            str(port),
+            "--quiet",
+            "--threads",
+            str(threads),
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     import httpx
 
@@ -87,8 +102,11 @@ class Connection:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
-        self.writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
-                          f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        self.writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
         status = int((await self.reader.readline()).split()[1])
         length, close = 0, False
         while (line := await self.reader.readline()) not in (b"\r\n", b""):  # bounded by the response
@@ -108,8 +126,9 @@ class Connection:
             self.reader = self.writer = None
 
 
-async def load(url: str, path: str, field: str, texts: list[str], clients: int, seconds: float,
-               extra: dict | None = None) -> dict:
+async def load(
+    url: str, path: str, field: str, texts: list[str], clients: int, seconds: float, extra: dict | None = None
+) -> dict:
     """``clients`` closed-loop clients for ``seconds``; per status: count and latencies."""
     extra = extra or {}
     host, port = url.removeprefix("http://").split(":")
@@ -138,10 +157,15 @@ async def load(url: str, path: str, field: str, texts: list[str], clients: int, 
     elapsed = time.perf_counter() - start
     ok = latencies.get(200, [])
     ms = lambda x: None if x is None else round(1000 * x, 2)  # noqa: E731
-    out = {"clients": clients, "seconds": round(elapsed, 1), "ok": len(ok),
-           "throughput_per_s": round(len(ok) / elapsed, 1), "p50_ms": ms(percentile(ok, 0.5)),
-           "p99_ms": ms(percentile(ok, 0.99)),
-           "errors": {str(k): len(v) for k, v in latencies.items() if k != 200}}
+    out = {
+        "clients": clients,
+        "seconds": round(elapsed, 1),
+        "ok": len(ok),
+        "throughput_per_s": round(len(ok) / elapsed, 1),
+        "p50_ms": ms(percentile(ok, 0.5)),
+        "p99_ms": ms(percentile(ok, 0.99)),
+        "errors": {str(k): len(v) for k, v in latencies.items() if k != 200},
+    }
     if 429 in latencies:
         refused = latencies[429]
         out["refused_p50_ms"], out["refused_p99_ms"] = ms(percentile(refused, 0.5)), ms(percentile(refused, 0.99))
@@ -191,7 +215,10 @@ def offline(model_spec: str, endpoint: str, texts: list[str], seconds: float) ->
         t0 = time.perf_counter()
         batch([text])
         singles.append(time.perf_counter() - t0)
-    return {"offline_batched_per_s": round(batched, 1), "offline_single_ms": round(1000 * statistics.median(singles), 2)}
+    return {
+        "offline_batched_per_s": round(batched, 1),
+        "offline_single_ms": round(1000 * statistics.median(singles), 2),
+    }
 
 
 def read_texts(args: argparse.Namespace) -> list[str]:
@@ -225,14 +252,24 @@ def main() -> None:
     texts = read_texts(args)
     path, field = ("/v1/classify", "inputs") if args.endpoint == "classify" else ("/v1/embeddings", "input")
     extra = {"truncate": True} if args.endpoint == "classify" else {}
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())
-    report: dict = {"command": " ".join([os.path.basename(sys.executable), *sys.argv]), "cpu": cpu,
-                    "cores": os.cpu_count(), "load_average_at_start": os.getloadavg(), "texts": len(texts),
-                    **offline(args.model, args.endpoint, texts, args.seconds)}
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+        platform.processor(),
+    )
+    report: dict = {
+        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "load_average_at_start": os.getloadavg(),
+        "texts": len(texts),
+        **offline(args.model, args.endpoint, texts, args.seconds),
+    }
 
-    for name, flags, clients in (("batched", [], args.clients), ("unbatched", ["--no-batching"], args.clients),
-                                 ("one_client", [], 1)):
+    for name, flags, clients in (
+        ("batched", [], args.clients),
+        ("unbatched", ["--no-batching"], args.clients),
+        ("one_client", [], 1),
+    ):
         proc, url = start_server(args.model, args.threads, flags)
         try:
             asyncio.run(load(url, path, field, texts, min(clients, 4), 2, extra))  # warm-up: connections, first batches
@@ -245,8 +282,11 @@ def main() -> None:
     q = args.overload_queue
     proc, url = start_server(args.model, args.threads, ["--max-queue", str(q), "--max-batch-inputs", str(q)])
     try:
-        report["overload"] = {"max_queue": q, **asyncio.run(load(url, path, field, texts, 4 * 2 * q, args.seconds, extra)),
-                              **server_side_429(url, path)}
+        report["overload"] = {
+            "max_queue": q,
+            **asyncio.run(load(url, path, field, texts, 4 * 2 * q, args.seconds, extra)),
+            **server_side_429(url, path),
+        }
     finally:
         stop_server(proc)
     report["load_average_at_end"] = os.getloadavg()
@@ -259,7 +299,7 @@ def main() -> None:
         "one_client_p50_minus_offline_single_ms": round(one["p50_ms"] - report["offline_single_ms"], 2),
         "overload_refused_p99_ms_client_side": report["overload"].get("refused_p99_ms"),
         "overload_429_within_10ms_server_side": f"{report['overload']['server_429_within_10ms']} of "
-                                                f"{report['overload']['server_429']}",
+        f"{report['overload']['server_429']}",
         "overload_non_429_errors": {k: v for k, v in report["overload"]["errors"].items() if k != "429"},
     }
     text = json.dumps(report, indent=2)

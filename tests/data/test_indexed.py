@@ -108,12 +108,15 @@ def test_pointers_that_do_not_tile_the_bin_are_refused(tmp_path):
         IndexedTokens(tmp_path / "x")
 
 
-@pytest.mark.parametrize("damage, problem", [
-    (lambda raw: b"NOTANIDX\x00" + raw[9:], "no MMIDIDX magic"),
-    (lambda raw: raw[:9] + struct.pack("<Q", 2) + raw[17:], "format version 2"),
-    (lambda raw: raw[:-8], "truncated or damaged"),
-    (lambda raw: raw[:20], "shorter than the 34-byte header"),
-])
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (lambda raw: b"NOTANIDX\x00" + raw[9:], "no MMIDIDX magic"),
+        (lambda raw: raw[:9] + struct.pack("<Q", 2) + raw[17:], "format version 2"),
+        (lambda raw: raw[:-8], "truncated or damaged"),
+        (lambda raw: raw[:20], "shorter than the 34-byte header"),
+    ],
+)
 def test_a_damaged_index_names_the_file(tmp_path, damage, problem):
     write(tmp_path / "x")
     idx = tmp_path / "x.idx"

@@ -13,9 +13,9 @@ from attnkit.cli import main
 from attnkit.data.prepare import Source, TokenizerSpec, load_tokenizer, open_prepared, prepare_corpus
 from attnkit.data.readers import read_labeled, read_parallel_files, read_parallel_tsv
 from attnkit.errors import InputError
-from attnkit.tokenization import train_tokenizer
 from attnkit.tasks.classify import encode_examples
 from attnkit.tasks.translate import encode_pairs
+from attnkit.tokenization import train_tokenizer
 
 WORDS = "the a cat dog sat ran on under mat house big small red blue quickly slowly and but".split()
 
@@ -53,12 +53,12 @@ def ids(tokens):
 
 def test_parallel_ids_equal_the_in_memory_encoder_with_truncation(tmp_path, parallel_tsv, small_chunks):
     spec = TokenizerSpec(kind="bpe", vocab_size=60, min_freq=1)
-    meta = prepare_corpus("translate", {"train": Source((parallel_tsv,))}, tmp_path / "out", max_len=9,
-                          tokenizer_spec=spec)
+    meta = prepare_corpus(
+        "translate", {"train": Source((parallel_tsv,))}, tmp_path / "out", max_len=9, tokenizer_spec=spec
+    )
     pairs = read_parallel_tsv(parallel_tsv)
     # The tokenizer training does on the same text (training's call, in memory) is the one prepared here.
-    tokenizer = train_tokenizer((t for p in pairs for t in (p.source, p.target)), kind="bpe", vocab_size=60,
-                                min_freq=1)
+    tokenizer = train_tokenizer((t for p in pairs for t in (p.source, p.target)), kind="bpe", vocab_size=60, min_freq=1)
     assert meta["tokenizer"]["fingerprint"] == tokenizer.fingerprint()
     expected = encode_pairs(tokenizer, pairs, 9, "truncate")
     split = open_prepared(tmp_path / "out", tokenizer).split("train")
@@ -85,8 +85,9 @@ def test_two_aligned_files_give_the_ids_of_the_in_memory_reader(tmp_path, small_
 
 def test_labelled_ids_and_labels_equal_the_in_memory_encoder(tmp_path, labelled_tsv, small_chunks):
     spec = TokenizerSpec(kind="word", vocab_size=100, min_freq=1, add_cls=True)
-    meta = prepare_corpus("classify", {"train": Source((labelled_tsv,))}, tmp_path / "out", max_len=8,
-                          tokenizer_spec=spec)
+    meta = prepare_corpus(
+        "classify", {"train": Source((labelled_tsv,))}, tmp_path / "out", max_len=8, tokenizer_spec=spec
+    )
     examples = read_labeled(labelled_tsv)
     labels = sorted({ex.label for ex in examples})  # training's label order
     tokenizer = train_tokenizer((ex.text for ex in examples), kind="word", vocab_size=100, min_freq=1, add_cls=True)
@@ -106,7 +107,8 @@ def test_a_trailing_special_token_is_kept_when_cutting_as_training_keeps_it(tmp_
     tokenizer = train_tokenizer(WORDS, kind="wordpiece", vocab_size=100, min_freq=1, add_cls=True)
     cls_id, eos_id = tokenizer.cls_id, tokenizer.eos_id
     tokenizer.backend.post_processor = processors.TemplateProcessing(  # BERT's shape: [CLS] text [SEP]
-        single="<cls> $A <eos>", special_tokens=[("<cls>", cls_id), ("<eos>", eos_id)])
+        single="<cls> $A <eos>", special_tokens=[("<cls>", cls_id), ("<eos>", eos_id)]
+    )
     assert tokenizer.n_trailing_specials == 1
     prepare_corpus("classify", {"train": Source((labelled_tsv,))}, tmp_path / "out", max_len=6, tokenizer=tokenizer)
     expected, truncation = encode_examples(tokenizer, [ex.text for ex in read_labeled(labelled_tsv)], 6, "truncate")
@@ -125,12 +127,18 @@ def test_load_tokenizer_from_a_run_directory_uses_its_saved_meta(tmp_path):
 
 def test_sidecar_records_sources_and_the_sha256_of_every_file(tmp_path, parallel_tsv):
     tokenizer = train_tokenizer(WORDS, kind="word", vocab_size=100, min_freq=1)
-    meta = prepare_corpus("translate", {"train": Source((parallel_tsv,)), "valid": Source((parallel_tsv,))},
-                          tmp_path / "out", max_len=32, tokenizer=tokenizer)
+    meta = prepare_corpus(
+        "translate",
+        {"train": Source((parallel_tsv,)), "valid": Source((parallel_tsv,))},
+        tmp_path / "out",
+        max_len=32,
+        tokenizer=tokenizer,
+    )
     assert json.loads((tmp_path / "out" / "prepared.json").read_text()) == meta
     for name, info in meta["splits"].items():
-        assert info["sources"] == [{"file": str(parallel_tsv),
-                                    "sha256": hashlib.sha256(parallel_tsv.read_bytes()).hexdigest()}]
+        assert info["sources"] == [
+            {"file": str(parallel_tsv), "sha256": hashlib.sha256(parallel_tsv.read_bytes()).hexdigest()}
+        ]
         assert sorted(info["files"]) == [f"{name}.src.bin", f"{name}.src.idx", f"{name}.tgt.bin", f"{name}.tgt.idx"]
         for file, digest in info["files"].items():
             assert hashlib.sha256((tmp_path / "out" / file).read_bytes()).hexdigest() == digest
@@ -149,8 +157,13 @@ def test_another_tokenizer_is_refused_naming_the_sidecar(tmp_path, parallel_tsv)
 def test_files_that_disagree_with_the_sidecar_are_refused(tmp_path, parallel_tsv, labelled_tsv):
     tokenizer = train_tokenizer(WORDS, kind="word", vocab_size=100, min_freq=1)
     prepare_corpus("translate", {"train": Source((parallel_tsv,))}, tmp_path / "a", max_len=32, tokenizer=tokenizer)
-    prepare_corpus("translate", {"train": Source((parallel_tsv,)), "valid": Source((parallel_tsv,))}, tmp_path / "b",
-                   max_len=32, tokenizer=tokenizer)
+    prepare_corpus(
+        "translate",
+        {"train": Source((parallel_tsv,)), "valid": Source((parallel_tsv,))},
+        tmp_path / "b",
+        max_len=32,
+        tokenizer=tokenizer,
+    )
     for suffix in ("bin", "idx"):
         (tmp_path / "a" / f"train.tgt.{suffix}").write_bytes((tmp_path / "b" / f"train.src.{suffix}").read_bytes())
     (tmp_path / "a" / "train.src.bin").write_bytes(b"\x00\x00")
@@ -172,8 +185,9 @@ def test_policy_error_names_the_file_and_line_and_writes_nothing(tmp_path, small
     path.write_text("a\tb\n" * 20 + "a a a a a a a a a\tb\n" + "a\tb\n" + "a a a a a a a a a\tb\n")
     tokenizer = train_tokenizer(["a b"], kind="word", vocab_size=10, min_freq=1)
     with pytest.raises(InputError) as caught:
-        prepare_corpus("translate", {"train": Source((path,))}, tmp_path / "out", max_len=5, policy="error",
-                       tokenizer=tokenizer)
+        prepare_corpus(
+            "translate", {"train": Source((path,))}, tmp_path / "out", max_len=5, policy="error", tokenizer=tokenizer
+        )
     # The count is of the whole file, the first offender is named by file and line, as training names it.
     assert str(caught.value).startswith(f"2 source sentences are longer than max_len=5 tokens (first: {path}:21, 10 ")
     with pytest.raises(InputError, match="2 source sentences are longer than max_len=5 tokens .first: line 21, 10 "):
@@ -186,16 +200,26 @@ def test_a_valid_label_unknown_to_train_names_file_and_line(tmp_path, labelled_t
     valid = tmp_path / "valid.tsv"
     valid.write_text("text\tlabel\nthe cat\tpos\nthe dog\tunheard\n")
     with pytest.raises(InputError, match=f"{valid}:3: label 'unheard' is not one of the labels"):
-        prepare_corpus("classify", {"train": Source((labelled_tsv,)), "valid": Source((valid,))}, tmp_path / "out",
-                       max_len=8, tokenizer_spec=TokenizerSpec(min_freq=1))
+        prepare_corpus(
+            "classify",
+            {"train": Source((labelled_tsv,)), "valid": Source((valid,))},
+            tmp_path / "out",
+            max_len=8,
+            tokenizer_spec=TokenizerSpec(min_freq=1),
+        )
 
 
 def test_an_existing_directory_that_is_not_a_prepared_corpus_is_left_alone(tmp_path, parallel_tsv):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
     with pytest.raises(InputError, match="mine: exists and is not a prepared corpus"):
-        prepare_corpus("translate", {"train": Source((parallel_tsv,))}, tmp_path / "mine", max_len=8,
-                       tokenizer_spec=TokenizerSpec())
+        prepare_corpus(
+            "translate",
+            {"train": Source((parallel_tsv,))},
+            tmp_path / "mine",
+            max_len=8,
+            tokenizer_spec=TokenizerSpec(),
+        )
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 
 
@@ -205,8 +229,24 @@ def test_an_existing_directory_that_is_not_a_prepared_corpus_is_left_alone(tmp_p
 
 def test_cli_prepare_prints_the_counts_and_reuses_a_tokenizer(tmp_path, parallel_tsv, capsys):
     out = tmp_path / "out"
-    rc = main(["data", "prepare", "--task", "translate", "--train", str(parallel_tsv), "--vocab-size", "80",
-               "--min-freq", "1", "--max-len", "9", "--out", str(out)])
+    rc = main(
+        [
+            "data",
+            "prepare",
+            "--task",
+            "translate",
+            "--train",
+            str(parallel_tsv),
+            "--vocab-size",
+            "80",
+            "--min-freq",
+            "1",
+            "--max-len",
+            "9",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     printed = json.loads(capsys.readouterr().out)
     sidecar = json.loads((out / "prepared.json").read_text())
@@ -214,35 +254,69 @@ def test_cli_prepare_prints_the_counts_and_reuses_a_tokenizer(tmp_path, parallel
     assert printed["tokenizer_fingerprint"] == sidecar["tokenizer"]["fingerprint"]
     assert sidecar["tokenizer"]["kind"] == "bpe"  # translate's default, as `translate train` trains
     # --tokenizer with a prepared corpus's (or a run's) tokenizer.json: the same ids again.
-    rc = main(["data", "prepare", "--task", "translate", "--train", str(parallel_tsv), "--tokenizer",
-               str(out / "tokenizer.json"), "--max-len", "9", "--out", str(tmp_path / "again")])
+    rc = main(
+        [
+            "data",
+            "prepare",
+            "--task",
+            "translate",
+            "--train",
+            str(parallel_tsv),
+            "--tokenizer",
+            str(out / "tokenizer.json"),
+            "--max-len",
+            "9",
+            "--out",
+            str(tmp_path / "again"),
+        ]
+    )
     assert rc == 0
     again = json.loads((tmp_path / "again" / "prepared.json").read_text())
     assert again["splits"]["train"]["files"] == sidecar["splits"]["train"]["files"]
 
 
-@pytest.mark.parametrize("body, line, problem", [
-    ("source\ttarget\nHello\tHallo\nno tab here\n", 3, "no tab"),
-    ("a\tb\n" + "c\t\n", 2, "empty target"),
-])
+@pytest.mark.parametrize(
+    "body, line, problem",
+    [
+        ("source\ttarget\nHello\tHallo\nno tab here\n", 3, "no tab"),
+        ("a\tb\n" + "c\t\n", 2, "empty target"),
+    ],
+)
 def test_cli_bad_corpus_is_one_error_line_naming_file_and_line(tmp_path, capsys, body, line, problem):
     path = tmp_path / "bad.tsv"
     path.write_text(body)
-    rc = main(["data", "prepare", "--task", "translate", "--train", str(path), "--vocab-size", "50",
-               "--out", str(tmp_path / "out")])
+    rc = main(
+        [
+            "data",
+            "prepare",
+            "--task",
+            "translate",
+            "--train",
+            str(path),
+            "--vocab-size",
+            "50",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and err.startswith(f"error: {path}:{line}: ") and problem in err
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("args, problem", [
-    (["--task", "translate", "--out", "o"], "give --train FILE"),
-    (["--task", "translate", "--train-src", "a", "--out", "o"], "--train-src and --train-tgt go together"),
-    (["--task", "classify", "--train-src", "a", "--train-tgt", "b", "--out", "o"], "are for --task translate"),
-    (["--task", "classify", "--train", "a.tsv", "--tokenizer", "t.json", "--vocab-size", "9", "--out", "o"],
-     "drop --vocab-size"),
-    (["--task", "classify", "--train", "missing.tsv", "--out", "o"], "missing.tsv: no such file"),
-])
+@pytest.mark.parametrize(
+    "args, problem",
+    [
+        (["--task", "translate", "--out", "o"], "give --train FILE"),
+        (["--task", "translate", "--train-src", "a", "--out", "o"], "--train-src and --train-tgt go together"),
+        (["--task", "classify", "--train-src", "a", "--train-tgt", "b", "--out", "o"], "are for --task translate"),
+        (
+            ["--task", "classify", "--train", "a.tsv", "--tokenizer", "t.json", "--vocab-size", "9", "--out", "o"],
+            "drop --vocab-size",
+        ),
+        (["--task", "classify", "--train", "missing.tsv", "--out", "o"], "missing.tsv: no such file"),
+    ],
+)
 def test_cli_bad_arguments_exit_2(tmp_path, monkeypatch, capsys, args, problem):
     monkeypatch.chdir(tmp_path)
     assert main(["data", "prepare", *args]) == 2

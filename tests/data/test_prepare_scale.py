@@ -22,8 +22,10 @@ import attnkit
 SRC_DIR = str(Path(attnkit.__file__).parents[1])
 # The measured process is a grandchild: the wrapper's RUSAGE_CHILDREN is the peak of that one run, not of
 # everything the test process has started.
-WRAPPER = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
-           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+WRAPPER = (
+    "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+)
 
 
 def write_corpus(path: Path, n_pairs: int, seed: int = 0) -> Path:
@@ -44,21 +46,45 @@ def write_corpus(path: Path, n_pairs: int, seed: int = 0) -> Path:
 
 def prepare_peak_mb(corpus: Path, out: Path) -> float:
     """Peak resident memory (MB) of ``attnkit data prepare`` training a BPE tokenizer on ``corpus`` and writing it."""
-    command = [sys.executable, "-m", "attnkit", "data", "prepare", "--task", "translate", "--train", str(corpus),
-               "--vocab-size", "8000", "--out", str(out)]
-    done = subprocess.run([sys.executable, "-c", WRAPPER, *command], capture_output=True, text=True,
-                          env={"PYTHONPATH": SRC_DIR, "PATH": "/usr/bin:/bin"})
+    command = [
+        sys.executable,
+        "-m",
+        "attnkit",
+        "data",
+        "prepare",
+        "--task",
+        "translate",
+        "--train",
+        str(corpus),
+        "--vocab-size",
+        "8000",
+        "--out",
+        str(out),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", WRAPPER, *command],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": SRC_DIR, "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr
     return int(done.stdout) / 1024  # ru_maxrss is in KiB on Linux
 
 
 def open_seconds(out: Path) -> tuple[float, int]:
     """Seconds to open the prepared corpus in a fresh process and read every length (what batching needs)."""
-    code = ("import sys, time; t = time.perf_counter(); from attnkit.data.prepare import open_prepared; "
-            "s = open_prepared(sys.argv[1]).split('train'); n = int(s.src.sizes.sum() + s.tgt.sizes.sum()); "
-            "print(time.perf_counter() - t, n)")
-    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, check=True,
-                          env={"PYTHONPATH": SRC_DIR, "PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys, time; t = time.perf_counter(); from attnkit.data.prepare import open_prepared; "
+        "s = open_prepared(sys.argv[1]).split('train'); n = int(s.src.sizes.sum() + s.tgt.sizes.sum()); "
+        "print(time.perf_counter() - t, n)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": SRC_DIR, "PATH": "/usr/bin:/bin"},
+    )
     seconds, n_tokens = done.stdout.split()
     return float(seconds), int(n_tokens)
 
@@ -75,8 +101,13 @@ def measure(tmp: Path, small: int, large: int) -> dict:
         assert sidecar["splits"]["train"]["sequences"] == n
         tokens = sidecar["splits"]["train"]["tokens"]
         assert n_tokens == tokens["src"] + tokens["tgt"]
-        figures[n] = {"peak_mb": round(peak, 1), "prepare_s": round(seconds, 1), "open_and_sizes_s": round(open_s, 3),
-                      "corpus_mb": round(corpus.stat().st_size / 2**20, 1), "tokens": n_tokens}
+        figures[n] = {
+            "peak_mb": round(peak, 1),
+            "prepare_s": round(seconds, 1),
+            "open_and_sizes_s": round(open_s, 3),
+            "corpus_mb": round(corpus.stat().st_size / 2**20, 1),
+            "tokens": n_tokens,
+        }
         corpus.unlink()
     return figures
 

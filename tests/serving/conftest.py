@@ -33,8 +33,24 @@ def quiet_main(argv: list[str]) -> None:
 @pytest.fixture(scope="session")
 def classifier_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("serve-classifier") / "run"
-    quiet_main(["classify", "train", "--train", str(EXAMPLES / "seed000_train.tsv"), "--out", str(out),
-                "--epochs", "3", "--seed", "0", "--quiet", "--set", *TINY, "patience=0"])
+    quiet_main(
+        [
+            "classify",
+            "train",
+            "--train",
+            str(EXAMPLES / "seed000_train.tsv"),
+            "--out",
+            str(out),
+            "--epochs",
+            "3",
+            "--seed",
+            "0",
+            "--quiet",
+            "--set",
+            *TINY,
+            "patience=0",
+        ]
+    )
     return out
 
 
@@ -43,8 +59,8 @@ def translator_dir(tmp_path_factory) -> Path:
     """A translator run directory with fixed random weights (N(0, 1), seed 0) in place of trained ones: a few
     training steps only teach a tiny model to stop at once, while these weights give outputs of every kind (empty,
     short, run to the length limit without EOS), deterministic, which is what the equality tests need."""
-    from attnkit.model.build import build_translator
     from attnkit import runs
+    from attnkit.model.build import build_translator
     from attnkit.tasks.translate import TranslatorRun
 
     tmp = tmp_path_factory.mktemp("serve-translator")
@@ -54,9 +70,28 @@ def translator_dir(tmp_path_factory) -> Path:
         for _ in range(300):
             src = [rng.choice(words) for _ in range(rng.randint(2, 7))]
             f.write(f"{' '.join(src)}\t{' '.join(reversed(src))}\n")
-    quiet_main(["translate", "train", "--train", str(tmp / "train.tsv"), "--out", str(tmp / "run"), "--max-steps", "1",
-                "--max-tokens", "512", "--seed", "0", "--quiet", "--set", "tokenizer=word", *TINY, "dropout=0.0",
-                "valid_bleu=false"])
+    quiet_main(
+        [
+            "translate",
+            "train",
+            "--train",
+            str(tmp / "train.tsv"),
+            "--out",
+            str(tmp / "run"),
+            "--max-steps",
+            "1",
+            "--max-tokens",
+            "512",
+            "--seed",
+            "0",
+            "--quiet",
+            "--set",
+            "tokenizer=word",
+            *TINY,
+            "dropout=0.0",
+            "valid_bleu=false",
+        ]
+    )
     trained = TranslatorRun(tmp / "run")
     model = build_translator(trained.model_cfg, pad_id=trained.tokenizer.pad_id)
     generator = torch.Generator().manual_seed(0)

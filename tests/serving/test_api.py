@@ -64,7 +64,9 @@ def test_classify_probabilities_are_the_models(classifier_client, classifier_dir
 def test_truncate_cuts_an_over_long_text_to_max_len(classifier_client):
     long = " ".join(["good"] * 50)
     refused = classifier_client.post("/v1/classify", json={"inputs": long})
-    assert refused.status_code == 422 and "50 tokens" in refused.json()["error"] and "truncate" in refused.json()["error"]
+    assert (
+        refused.status_code == 422 and "50 tokens" in refused.json()["error"] and "truncate" in refused.json()["error"]
+    )
     cut = classifier_client.post("/v1/classify", json={"inputs": long, "truncate": True}).json()["results"][0]
     assert cut["truncated"] and len(cut["tokens"]) == 32
     short = classifier_client.post("/v1/classify", json={"inputs": " ".join(["good"] * 32)}).json()["results"][0]
@@ -151,8 +153,14 @@ def test_metrics_count_requests_and_batches(classifier_client):
     text = classifier_client.get("/metrics").text
     assert 'attnkit_requests_total{endpoint="/v1/classify",status="200"}' in text
     assert 'attnkit_requests_total{endpoint="/v1/classify",status="422"}' in text
-    for name in ("attnkit_queue_size", "attnkit_queue_seconds_bucket", "attnkit_inference_seconds_bucket",
-                 "attnkit_request_seconds_bucket", "attnkit_batch_requests_bucket", "attnkit_batch_padded_tokens_bucket"):
+    for name in (
+        "attnkit_queue_size",
+        "attnkit_queue_seconds_bucket",
+        "attnkit_inference_seconds_bucket",
+        "attnkit_request_seconds_bucket",
+        "attnkit_batch_requests_bucket",
+        "attnkit_batch_padded_tokens_bucket",
+    ):
         assert name in text
 
 

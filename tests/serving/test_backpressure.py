@@ -79,5 +79,3 @@ def test_a_request_not_answered_in_time_gets_504(classifier_dir):
         assert response.status_code == 504
         assert response.json() == {"error": "no answer within 0.2 s", "error_type": "timeout"}
         assert client.post("/v1/classify", json={"inputs": "good"}).status_code == 200  # the server carries on
-
-

@@ -17,8 +17,16 @@ import pytest
 from attnkit.cli import main
 from attnkit.serving.batcher import Batcher, QueueFull
 
-SENTENCES = ["a truly wonderful film", "boring", "the plot was dull and the acting worse", "zzqx great",
-             "I loved every moment of it", "bad bad bad", "an inspiring story", "not good"]
+SENTENCES = [
+    "a truly wonderful film",
+    "boring",
+    "the plot was dull and the acting worse",
+    "zzqx great",
+    "I loved every moment of it",
+    "bad bad bad",
+    "an inspiring story",
+    "not good",
+]
 SOURCES = ["a b c", "h g", "a a b b c c d", "e", "f g h a b", "c d e f g h a", "b", "d d"]
 
 
@@ -52,8 +60,10 @@ def concurrently(client, path: str, bodies: list[dict]) -> list[dict]:
 
 
 def test_classify_equals_classify_predict_alone_and_in_concurrent_batches(classifier_dir, serve_client):
-    expected = [json.loads(line) for line in cli_stdout(["classify", "predict", "--model", str(classifier_dir),
-                                                           *SENTENCES]).splitlines()]
+    expected = [
+        json.loads(line)
+        for line in cli_stdout(["classify", "predict", "--model", str(classifier_dir), *SENTENCES]).splitlines()
+    ]
     # max_wait_ms lets the concurrent requests gather into batches (checked below through the metrics).
     with serve_client(classifier_dir, max_wait_ms=100) as client:
         alone = [client.post("/v1/classify", json={"inputs": s}).json()["results"][0] for s in SENTENCES]
@@ -70,15 +80,20 @@ def test_classify_equals_classify_predict_alone_and_in_concurrent_batches(classi
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_translate_equals_translate_run_alone_and_in_concurrent_batches(translator_dir, serve_client, beam):
-    expected = cli_stdout(["translate", "run", "--model", str(translator_dir), "--beam", str(beam)],
-                          "\n".join(SOURCES) + "\n").splitlines()
+    expected = cli_stdout(
+        ["translate", "run", "--model", str(translator_dir), "--beam", str(beam)], "\n".join(SOURCES) + "\n"
+    ).splitlines()
     assert len(expected) == len(SOURCES)
     with serve_client(translator_dir, max_wait_ms=100) as client:
-        alone = [client.post("/v1/translate", json={"inputs": s, "beam": beam}).json()["results"][0]["translation"]
-                 for s in SOURCES]
+        alone = [
+            client.post("/v1/translate", json={"inputs": s, "beam": beam}).json()["results"][0]["translation"]
+            for s in SOURCES
+        ]
         before = batch_count(client)
         # Other decoding parameters in the mix: they must batch apart and not disturb these.
-        bodies = [{"inputs": s, "beam": beam} for s in SOURCES] + [{"inputs": s, "beam": 2, "alpha": 1.0} for s in SOURCES[:3]]
+        bodies = [{"inputs": s, "beam": beam} for s in SOURCES] + [
+            {"inputs": s, "beam": 2, "alpha": 1.0} for s in SOURCES[:3]
+        ]
         results = concurrently(client, "/v1/translate", bodies)
         batches, _ = (a - b for a, b in zip(batch_count(client), before))
         assert batches < len(bodies)
@@ -127,9 +142,13 @@ def test_batches_respect_groups_budget_and_count():
     async def scenario():
         blocker = asyncio.ensure_future(batcher.submit(("x",), [[0]], 5))
         await asyncio.sleep(0.05)  # the worker is now running ``blocker``: the rest queue up
-        jobs = [batcher.submit(("a",), [[0] * 10], 5), batcher.submit(("b",), [[0] * 10], 5),
-                batcher.submit(("a",), [[0] * 10], 5), batcher.submit(("a",), [[0] * 10, [0] * 10], 5),
-                batcher.submit(("a",), [[0] * 30], 5)]
+        jobs = [
+            batcher.submit(("a",), [[0] * 10], 5),
+            batcher.submit(("b",), [[0] * 10], 5),
+            batcher.submit(("a",), [[0] * 10], 5),
+            batcher.submit(("a",), [[0] * 10, [0] * 10], 5),
+            batcher.submit(("a",), [[0] * 30], 5),
+        ]
         tasks = [asyncio.ensure_future(j) for j in jobs]
         await asyncio.sleep(0.05)
         runner.gate.set()

@@ -41,9 +41,24 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "attnkit", "serve", str(model_dir), "--port", str(self.port), "--quiet",
-             "--threads", "1", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            [
+                sys.executable,
+                "-m",
+                "attnkit",
+                "serve",
+                str(model_dir),
+                "--port",
+                str(self.port),
+                "--quiet",
+                "--threads",
+                "1",
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         for _ in range(300):  # bounded: 60 s
             if self.process.poll() is not None:
                 raise AssertionError(f"attnkit serve exited: {self.process.communicate()}")
@@ -78,15 +93,23 @@ def classifier_server(classifier_dir):
 
 def chrome():
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        pytest.skip(f"needs Debian's chromium and chromium-driver ({CHROMIUM}, {CHROMEDRIVER}): "
-                    "apt-get install -y chromium chromium-driver")
+        pytest.skip(
+            f"needs Debian's chromium and chromium-driver ({CHROMIUM}, {CHROMEDRIVER}): "
+            "apt-get install -y chromium chromium-driver"
+        )
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the test extra)")
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1200,1500",
-                "--force-device-scale-factor=1"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1200,1500",
+        "--force-device-scale-factor=1",
+    ):
         options.add_argument(arg)
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
 
@@ -134,7 +157,10 @@ def test_playground_in_chromium_shows_the_apis_numbers_and_every_map(classifier_
         driver.find_element(By.ID, "text").send_keys("   ")
         driver.find_element(By.ID, "run").click()
         wait.until(ec.visibility_of_element_located((By.ID, "error")))
-        assert "422" in driver.find_element(By.ID, "error").text and "inputs is empty" in driver.find_element(By.ID, "error").text
+        assert (
+            "422" in driver.find_element(By.ID, "error").text
+            and "inputs is empty" in driver.find_element(By.ID, "error").text
+        )
     finally:
         driver.quit()
 
@@ -163,12 +189,11 @@ def test_sigterm_finishes_the_work_in_flight_and_exits_cleanly(classifier_dir):
 
 
 def test_serve_refuses_a_directory_that_is_not_a_model(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "attnkit", "serve", str(tmp_path)], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "attnkit", "serve", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("error: ") and str(tmp_path) in result.stderr
-
-
 
 
 def test_playground_for_a_translator_shows_the_n_best_list_and_cross_attention(translator_dir):
@@ -192,7 +217,9 @@ def test_playground_for_a_translator_shows_the_n_best_list_and_cross_attention(t
             result = api["results"][0]
             assert driver.find_element(By.ID, "translation").text == result["translation"]
             rows = driver.find_elements(By.CSS_SELECTOR, "#nbest tbody tr")
-            assert [r.find_elements(By.TAG_NAME, "td")[1].text for r in rows] == [c["translation"] for c in result["n_best"]]
+            assert [r.find_elements(By.TAG_NAME, "td")[1].text for r in rows] == [
+                c["translation"] for c in result["n_best"]
+            ]
             shown_scores = [float(r.find_elements(By.TAG_NAME, "td")[3].text) for r in rows]
             assert shown_scores == pytest.approx([c["normalized_score"] for c in result["n_best"]], abs=1e-4)
             assert driver.find_element(By.ID, "kind").get_attribute("value") == "cross"

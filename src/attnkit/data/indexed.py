@@ -81,8 +81,9 @@ class IndexedWriter:
     def __enter__(self) -> IndexedWriter:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if exc_type is None and not self._finished:
             self.finish()
         self._stack.__exit__(exc_type, exc, tb)  # an error unlinks the temporary .bin; success renamed it already
@@ -128,8 +129,10 @@ class IndexedWriter:
             for start in range(0, n + 1, _COPY):
                 put(np.arange(start, min(n + 1, start + _COPY), dtype="<i8").tobytes())
         self._finished = True
-        self.sha256 = {bin_path(self.prefix).name: self._bin_hash.hexdigest(),
-                       idx_path(self.prefix).name: index_hash.hexdigest()}
+        self.sha256 = {
+            bin_path(self.prefix).name: self._bin_hash.hexdigest(),
+            idx_path(self.prefix).name: index_hash.hexdigest(),
+        }
         self._stack.close()  # renames the .bin into place
 
 
@@ -158,16 +161,19 @@ class IndexedTokens:
             raise InputError(f"{idx}: unknown dtype code {code}")
         expected = HEADER.size + 4 * n + 8 * n + 8 * n_docs
         if index.size != expected:
-            raise InputError(f"{idx}: {index.size} bytes, but its header describes {n} sequences and {n_docs} "
-                             f"document boundaries ({expected} bytes); the file is truncated or damaged")
+            raise InputError(
+                f"{idx}: {index.size} bytes, but its header describes {n} sequences and {n_docs} "
+                f"document boundaries ({expected} bytes); the file is truncated or damaged"
+            )
         self.dtype = np.dtype(DTYPES[code])
         offset = HEADER.size
         self.sizes = np.frombuffer(index, dtype="<i4", count=n, offset=offset)  # (N,) tokens per sequence
         self.pointers = np.frombuffer(index, dtype="<i8", count=n, offset=offset + 4 * n)  # (N,) byte offsets
         self.document_indices = np.frombuffer(index, dtype="<i8", count=n_docs, offset=offset + 12 * n)
         n_bytes = data.stat().st_size
-        self.tokens = (np.memmap(data, dtype=self.dtype, mode="r") if n_bytes
-                       else np.zeros(0, self.dtype))  # (total tokens,); mmap refuses an empty file
+        self.tokens = (
+            np.memmap(data, dtype=self.dtype, mode="r") if n_bytes else np.zeros(0, self.dtype)
+        )  # (total tokens,); mmap refuses an empty file
         self._check(idx, data, n_bytes)
 
     def _check(self, idx: Path, data: Path, n_bytes: int) -> None:
@@ -175,10 +181,13 @@ class IndexedTokens:
         ends = self.pointers.astype(np.int64) + self.sizes.astype(np.int64) * itemsize
         described = int(ends[-1]) if len(self.sizes) else 0
         if described != n_bytes:
-            raise InputError(f"{data}: {n_bytes} bytes, but {idx} describes {described}; the pair comes from "
-                             "different preparations or one of them is truncated")
-        tiled = (len(self.sizes) == 0 or (self.pointers[0] == 0 and (self.sizes >= 0).all()
-                                          and np.array_equal(self.pointers[1:], ends[:-1])))
+            raise InputError(
+                f"{data}: {n_bytes} bytes, but {idx} describes {described}; the pair comes from "
+                "different preparations or one of them is truncated"
+            )
+        tiled = len(self.sizes) == 0 or (
+            self.pointers[0] == 0 and (self.sizes >= 0).all() and np.array_equal(self.pointers[1:], ends[:-1])
+        )
         if not tiled:
             raise InputError(f"{idx}: its pointers and sizes do not tile {data}; the index is damaged")
 

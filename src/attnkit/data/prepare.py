@@ -154,7 +154,12 @@ class _LengthTally:
 
 
 def prepare_parallel(
-    pairs: Iterable[Pair], tokenizer: Tokenizer, prefix: str | Path, *, max_len: int, policy: str,
+    pairs: Iterable[Pair],
+    tokenizer: Tokenizer,
+    prefix: str | Path,
+    *,
+    max_len: int,
+    policy: str,
     names: tuple[str, str] = ("source", "target"),
 ) -> dict:
     """Write ``PREFIX.src`` and ``PREFIX.tgt`` token files from ``pairs``, encoded as ``encode_pairs`` encodes
@@ -191,8 +196,14 @@ def prepare_parallel(
 
 
 def prepare_labelled(
-    examples: Iterable[Example], tokenizer: Tokenizer, labels: list[str], prefix: str | Path, *, max_len: int,
-    policy: str, name: str = "input",
+    examples: Iterable[Example],
+    tokenizer: Tokenizer,
+    labels: list[str],
+    prefix: str | Path,
+    *,
+    max_len: int,
+    policy: str,
+    name: str = "input",
 ) -> dict:
     """Write ``PREFIX.text`` token files and ``PREFIX.labels.npy`` (ids into ``labels``) from ``examples``,
     encoded as ``encode_examples`` encodes them (a trailing [SEP] kept when cutting). ``name`` is the file, for
@@ -201,8 +212,10 @@ def prepare_labelled(
     label_id = {label: i for i, label in enumerate(labels)}
     tally = _LengthTally(max_len, policy, "text", name, keep_last=tokenizer.n_trailing_specials or None)
     labels_path = Path(f"{prefix}.labels.npy")
-    with (IndexedWriter(f"{prefix}.text", token_dtype(tokenizer.vocab_size)) as text_out,
-          tempfile.TemporaryFile(dir=prefix.parent) as label_spool):
+    with (
+        IndexedWriter(f"{prefix}.text", token_dtype(tokenizer.vocab_size)) as text_out,
+        tempfile.TemporaryFile(dir=prefix.parent) as label_spool,
+    ):
         for chunk in _chunks(examples, lambda ex: len(ex.text)):
             for ex in chunk:
                 if ex.label not in label_id:
@@ -290,10 +303,17 @@ def prepare_corpus(
     if task == "classify" and labels is not None and len(labels) < 2:
         raise InputError(f"{train.paths[0]}: {len(labels)} distinct label(s) ({labels}); a classifier needs at least 2")
 
-    sidecar: dict = {"format": FORMAT, "version": FORMAT_VERSION, "task": task,
-                     "layout": "Megatron-LM / fairseq MMapIndexedDataset (.bin + .idx, MMIDIDX version 1)",
-                     "tokenizer": tokenizer.meta(), "vocab_size": tokenizer.vocab_size,
-                     "max_len": max_len, "max_len_policy": policy, "splits": {}}
+    sidecar: dict = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "task": task,
+        "layout": "Megatron-LM / fairseq MMapIndexedDataset (.bin + .idx, MMIDIDX version 1)",
+        "tokenizer": tokenizer.meta(),
+        "vocab_size": tokenizer.vocab_size,
+        "max_len": max_len,
+        "max_len_policy": policy,
+        "splits": {},
+    }
     if task == "classify":
         sidecar["labels"] = labels
     with atomic_directory(out_dir) as work:
@@ -302,23 +322,38 @@ def prepare_corpus(
             on_event({"event": "split", "split": name, "files": [str(p) for p in source.paths]})
             if task == "translate":
                 where = (str(source.paths[0]), str(source.paths[-1]))
-                summary = prepare_parallel(source.pairs(), tokenizer, work / name, max_len=max_len, policy=policy,
-                                           names=where)
+                summary = prepare_parallel(
+                    source.pairs(), tokenizer, work / name, max_len=max_len, policy=policy, names=where
+                )
             else:
                 assert labels is not None
-                summary = prepare_labelled(source.examples(), tokenizer, labels, work / name, max_len=max_len,
-                                           policy=policy, name=str(source.paths[0]))
+                summary = prepare_labelled(
+                    source.examples(),
+                    tokenizer,
+                    labels,
+                    work / name,
+                    max_len=max_len,
+                    policy=policy,
+                    name=str(source.paths[0]),
+                )
             summary["sources"] = [{"file": str(p), "sha256": _sha256_file(p)} for p in source.paths]
             sidecar["splits"][name] = summary
-            on_event({"event": "split_done", "split": name, "sequences": summary["sequences"],
-                      "truncated": summary["truncated"]})
+            on_event(
+                {
+                    "event": "split_done",
+                    "split": name,
+                    "sequences": summary["sequences"],
+                    "truncated": summary["truncated"],
+                }
+            )
         atomic_write_json(work / SIDECAR, sidecar)
     return sidecar
 
 
 def _train(texts: Iterator[str], spec: TokenizerSpec) -> Tokenizer:
-    return train_tokenizer(texts, kind=spec.kind, vocab_size=spec.vocab_size, min_freq=spec.min_freq,
-                           add_cls=spec.add_cls)
+    return train_tokenizer(
+        texts, kind=spec.kind, vocab_size=spec.vocab_size, min_freq=spec.min_freq, add_cls=spec.add_cls
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -370,8 +405,10 @@ class PreparedCorpus:
                 if not path.is_file():
                     raise InputError(f"{path}: no such file (listed in {self.directory / SIDECAR})")
                 if _sha256_file(path) != digest:
-                    raise InputError(f"{path}: sha256 differs from {self.directory / SIDECAR}; the file was changed "
-                                     "after preparation")
+                    raise InputError(
+                        f"{path}: sha256 differs from {self.directory / SIDECAR}; the file was changed "
+                        "after preparation"
+                    )
 
     def split(self, name: str) -> ParallelTokens | LabelledTokens:
         """Map one split's files (cheap: nothing is read but the index), after checking they match the sidecar."""
@@ -383,8 +420,10 @@ class PreparedCorpus:
         for part in ("src", "tgt") if self.task == "translate" else ("text",):
             tokens = IndexedTokens(f"{prefix}.{part}")
             if len(tokens) != info["sequences"]:
-                raise InputError(f"{tokens.prefix}.idx: {len(tokens)} sequences, but {self.directory / SIDECAR} "
-                                 f"records {info['sequences']}; the files come from different preparations")
+                raise InputError(
+                    f"{tokens.prefix}.idx: {len(tokens)} sequences, but {self.directory / SIDECAR} "
+                    f"records {info['sequences']}; the files come from different preparations"
+                )
             parts[part] = tokens
         if self.task == "translate":
             return ParallelTokens(parts["src"], parts["tgt"])
@@ -394,8 +433,9 @@ class PreparedCorpus:
         except (OSError, ValueError) as err:
             raise InputError(f"{labels_path}: cannot read the label ids ({err})") from None
         if labels.shape != (info["sequences"],):
-            raise InputError(f"{labels_path}: {labels.shape[0] if labels.ndim else 0} label ids for "
-                             f"{info['sequences']} texts")
+            raise InputError(
+                f"{labels_path}: {labels.shape[0] if labels.ndim else 0} label ids for {info['sequences']} texts"
+            )
         return LabelledTokens(parts["text"], labels)
 
 
@@ -418,11 +458,23 @@ def open_prepared(directory: str | Path, tokenizer: Tokenizer | None = None) -> 
     if tokenizer is None:
         tokenizer = Tokenizer.load(directory / TOKENIZER, meta["tokenizer"])
     elif tokenizer.fingerprint() != expected:
-        raise InputError(f"{sidecar_path}: the corpus was prepared with another tokenizer (fingerprint "
-                         f"{expected[:12]}, the given one is {tokenizer.fingerprint()[:12]}); prepare it again "
-                         "with this tokenizer (--tokenizer RUN_DIR)")
+        raise InputError(
+            f"{sidecar_path}: the corpus was prepared with another tokenizer (fingerprint "
+            f"{expected[:12]}, the given one is {tokenizer.fingerprint()[:12]}); prepare it again "
+            "with this tokenizer (--tokenizer RUN_DIR)"
+        )
     return PreparedCorpus(directory, meta, tokenizer)
 
 
-__all__ = ["LabelledTokens", "ParallelTokens", "PreparedCorpus", "Source", "TokenizerSpec",
-           "load_tokenizer", "open_prepared", "prepare_corpus", "prepare_labelled", "prepare_parallel"]
+__all__ = [
+    "LabelledTokens",
+    "ParallelTokens",
+    "PreparedCorpus",
+    "Source",
+    "TokenizerSpec",
+    "load_tokenizer",
+    "open_prepared",
+    "prepare_corpus",
+    "prepare_labelled",
+    "prepare_parallel",
+]

@@ -142,8 +142,10 @@ def _tsv_rows(path: Path) -> tuple[list[str], Rows]:
                 raise InputError(f"{path}:{number}: blank line; every line after the header must be a row")
             fields = line.split("\t")
             if len(fields) != len(header):
-                raise InputError(f"{path}:{number}: expected {len(header)} tab-separated fields as in the header, "
-                                 f"found {len(fields)}")
+                raise InputError(
+                    f"{path}:{number}: expected {len(header)} tab-separated fields as in the header, "
+                    f"found {len(fields)}"
+                )
             yield number, fields
 
     return header, rows()
@@ -175,8 +177,10 @@ def _csv_rows(path: Path) -> tuple[list[str], Rows]:
             if not any(field.strip() for field in fields):
                 raise InputError(f"{path}:{number}: blank line; every line after the header must be a row")
             if len(fields) != len(header):
-                raise InputError(f"{path}:{number}: expected {len(header)} comma-separated fields as in the header, "
-                                 f"found {len(fields)}")
+                raise InputError(
+                    f"{path}:{number}: expected {len(header)} comma-separated fields as in the header, "
+                    f"found {len(fields)}"
+                )
             yield number, fields
 
     return header, rows()
@@ -368,8 +372,7 @@ def iter_parallel_files(src_path: str | Path, tgt_path: str | Path) -> Iterator[
             raise InputError(f"{path}:1: file is empty; expected one sentence per line")
     if n_src != n_tgt:
         raise InputError(
-            f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; "
-            "aligned files must have the same number of lines"
+            f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}; aligned files must have the same number of lines"
         )
 
 

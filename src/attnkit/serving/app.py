@@ -91,17 +91,26 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
             start += len(seqs)
         return results
 
-    batcher = Batcher(run_batch, max_queue=limits.max_queue, max_batch_tokens=limits.max_batch_tokens,
-                      max_batch_inputs=limits.max_batch_inputs, max_wait_s=limits.max_wait_ms / 1000,
-                      batching=limits.batching, on_batch=metrics.observe_batch)
+    batcher = Batcher(
+        run_batch,
+        max_queue=limits.max_queue,
+        max_batch_tokens=limits.max_batch_tokens,
+        max_batch_inputs=limits.max_batch_inputs,
+        max_wait_s=limits.max_wait_ms / 1000,
+        batching=limits.batching,
+        on_batch=metrics.observe_batch,
+    )
 
     def load_and_warm() -> None:
         try:
             served = model() if callable(model) and not isinstance(model, ServedModel) else model
             state["model"] = served
             warm = [served.token_ids("hello world")]
-            group = {"classifier": ("classify",), "embedder": ("embed", "mean", False),
-                     "translator": ("translate", 1, 0.6, "gnmt", 1)}[served.task]
+            group = {
+                "classifier": ("classify",),
+                "embedder": ("embed", "mean", False),
+                "translator": ("translate", 1, 0.6, "gnmt", 1),
+            }[served.task]
             run_batch(group, [warm])  # the first call pays for lazy initialisation, not a client
             state["ready"] = True
             log.info("model %s (%s) loaded and warmed up", served.name, served.task)
@@ -126,8 +135,12 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
                 batcher.stop()
                 loader.join(timeout=5)
 
-    app = FastAPI(title="attnkit", version=__import__("attnkit").__version__, lifespan=lifespan,
-                  description="Classify, embed, translate and look at attention with a trained attnkit model.")
+    app = FastAPI(
+        title="attnkit",
+        version=__import__("attnkit").__version__,
+        lifespan=lifespan,
+        description="Classify, embed, translate and look at attention with a trained attnkit model.",
+    )
     app.state.batcher, app.state.metrics, app.state.limits, app.state.serving = batcher, metrics, limits, state
     app.add_middleware(Gate, limit=limits.max_body_bytes, metrics=metrics, batcher=batcher)
 
@@ -142,10 +155,13 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, err: StarletteHTTPException):
         kinds = {404: "not_found", 405: "method_not_allowed"}
-        message = {404: f"no such endpoint: {request.url.path}",
-                   405: f"{request.method} is not allowed on {request.url.path}"}.get(err.status_code, str(err.detail))
-        return error_response(err.status_code, kinds.get(err.status_code, "http_error"), message,
-                              getattr(err, "headers", None))
+        message = {
+            404: f"no such endpoint: {request.url.path}",
+            405: f"{request.method} is not allowed on {request.url.path}",
+        }.get(err.status_code, str(err.detail))
+        return error_response(
+            err.status_code, kinds.get(err.status_code, "http_error"), message, getattr(err, "headers", None)
+        )
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, err: Exception):
@@ -162,16 +178,21 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
         m: ServedModel = state["model"]
         tasks = (task,) if isinstance(task, str) else task
         if m.task not in tasks:
-            raise ApiError(400, "wrong_model", f"this endpoint needs a {' or '.join(tasks)}; the server runs a {m.task}")
+            raise ApiError(
+                400, "wrong_model", f"this endpoint needs a {' or '.join(tasks)}; the server runs a {m.task}"
+            )
         return m
 
-    def encode(m: ServedModel, inputs: str | list[str], truncate: bool, field: str = "inputs",
-               max_tokens: int | None = None) -> tuple[list[str], list[list[int]], list[bool]]:
+    def encode(
+        m: ServedModel, inputs: str | list[str], truncate: bool, field: str = "inputs", max_tokens: int | None = None
+    ) -> tuple[list[str], list[list[int]], list[bool]]:
         texts = [inputs] if isinstance(inputs, str) else list(inputs)
         if not texts:
             raise ApiError(422, "invalid_request", f"{field}: give at least one text")
         if len(texts) > limits.max_inputs:
-            raise ApiError(413, "too_many_inputs", f"{field}: {len(texts)} texts; at most {limits.max_inputs} per request")
+            raise ApiError(
+                413, "too_many_inputs", f"{field}: {len(texts)} texts; at most {limits.max_inputs} per request"
+            )
         cap = max_tokens or m.max_len
         seqs, cut = [], []
         for i, text in enumerate(texts):
@@ -181,13 +202,17 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
             was_cut = False
             if len(text) > limits.max_chars:
                 if not truncate:
-                    raise ApiError(422, "input_too_long", f"{where} has {len(text)} characters; at most "
-                                   f"{limits.max_chars} (send \"truncate\": true to cut it)")
+                    raise ApiError(
+                        422,
+                        "input_too_long",
+                        f"{where} has {len(text)} characters; at most "
+                        f'{limits.max_chars} (send "truncate": true to cut it)',
+                    )
                 text, was_cut = text[: limits.max_chars], True
             ids = m.token_ids(text)
             if len(ids) > cap:
                 if not truncate or max_tokens is not None:
-                    hint = "" if max_tokens is not None else " (send \"truncate\": true to cut it)"
+                    hint = "" if max_tokens is not None else ' (send "truncate": true to cut it)'
                     raise ApiError(422, "input_too_long", f"{where} has {len(ids)} tokens; the limit is {cap}{hint}")
                 ids, was_cut = m.truncate(ids), True
             texts[i] = text
@@ -200,8 +225,12 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
         try:
             return await batcher.submit(group, seqs, limits.timeout_s)
         except QueueFull:
-            raise ApiError(429, "queue_full", f"the server is busy ({limits.max_queue} requests queued); retry shortly",
-                           {"Retry-After": "1"}) from None
+            raise ApiError(
+                429,
+                "queue_full",
+                f"the server is busy ({limits.max_queue} requests queued); retry shortly",
+                {"Retry-After": "1"},
+            ) from None
         except Draining:
             raise ApiError(503, "shutting_down", "the server is shutting down") from None
         except asyncio.TimeoutError:
@@ -221,8 +250,15 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
         results = []
         for text, ids, row, was_cut in zip(texts, seqs, probs, cut):
             best = max(range(len(row)), key=row.__getitem__)
-            results.append({"text": text, "label": labels[best], "probs": dict(zip(labels, row)),
-                            "tokens": [m.tokenizer.backend.id_to_token(i) for i in ids], "truncated": was_cut})
+            results.append(
+                {
+                    "text": text,
+                    "label": labels[best],
+                    "probs": dict(zip(labels, row)),
+                    "tokens": [m.tokenizer.backend.id_to_token(i) for i in ids],
+                    "truncated": was_cut,
+                }
+            )
         return JSONResponse({"model": m.name, "results": results})
 
     @app.post("/v1/embed")
@@ -248,10 +284,14 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
                 return base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode()
             return v
 
-        return JSONResponse({
-            "object": "list", "model": body.model or m.name,
-            "data": [{"object": "embedding", "index": i, "embedding": encoded(v)} for i, v in enumerate(vectors)],
-            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}})
+        return JSONResponse(
+            {
+                "object": "list",
+                "model": body.model or m.name,
+                "data": [{"object": "embedding", "index": i, "embedding": encoded(v)} for i, v in enumerate(vectors)],
+                "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+            }
+        )
 
     def check_beam(beam: int, n_best: int) -> None:
         if beam > limits.max_beam:
@@ -269,10 +309,25 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
         nbest = await infer(("translate", body.beam, body.alpha, body.length_penalty, body.n_best), seqs)
         results = []
         for text, cands, was_cut in zip(texts, nbest, cut):
-            listed = [{"translation": c.translation, "score": finite(c.score),
-                       "normalized_score": finite(c.normalized_score), "eos": c.eos} for c in cands]
-            results.append({"text": text, "translation": listed[0]["translation"], "score": listed[0]["score"],
-                            "normalized_score": listed[0]["normalized_score"], "n_best": listed, "truncated": was_cut})
+            listed = [
+                {
+                    "translation": c.translation,
+                    "score": finite(c.score),
+                    "normalized_score": finite(c.normalized_score),
+                    "eos": c.eos,
+                }
+                for c in cands
+            ]
+            results.append(
+                {
+                    "text": text,
+                    "translation": listed[0]["translation"],
+                    "score": listed[0]["score"],
+                    "normalized_score": listed[0]["normalized_score"],
+                    "n_best": listed,
+                    "truncated": was_cut,
+                }
+            )
         return JSONResponse({"model": m.name, "results": results})
 
     @app.post("/translate")
@@ -299,10 +354,16 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
         cap = min(limits.attention_max_tokens, m.max_len)
         _, seqs, _ = encode(m, body.inputs, False, max_tokens=cap)
         maps = await infer(("attention",), seqs)  # one dict: an attention request has one input
-        out = {"model": m.name, "task": m.task, "n_layers": m.n_layers, "n_heads": m.n_heads,
-               "tokens": [m.tokenizer.backend.id_to_token(i) for i in seqs[0]], **maps}
+        out = {
+            "model": m.name,
+            "task": m.task,
+            "n_layers": m.n_layers,
+            "n_heads": m.n_heads,
+            "tokens": [m.tokenizer.backend.id_to_token(i) for i in seqs[0]],
+            **maps,
+        }
         if m.task == "classifier":
-            (probs,) = (await infer(("classify",), seqs))
+            (probs,) = await infer(("classify",), seqs)
             out["probs"] = dict(zip(m.labels or [], probs))
         return JSONResponse(out)
 
@@ -326,10 +387,21 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
     async def info():
         """The model's task and configuration, and every limit of the server."""
         m = served(("classifier", "embedder", "translator"))
-        return {"model": m.name, "task": m.task, "labels": m.labels, "max_len": m.max_len, "n_layers": m.n_layers,
-                "n_heads": m.n_heads, "config": m.config(), "limits": {**asdict(limits), "max_tokens": m.max_len,
-                "attention_max_tokens": min(limits.attention_max_tokens, m.max_len)},
-                "version": app.version}
+        return {
+            "model": m.name,
+            "task": m.task,
+            "labels": m.labels,
+            "max_len": m.max_len,
+            "n_layers": m.n_layers,
+            "n_heads": m.n_heads,
+            "config": m.config(),
+            "limits": {
+                **asdict(limits),
+                "max_tokens": m.max_len,
+                "attention_max_tokens": min(limits.attention_max_tokens, m.max_len),
+            },
+            "version": app.version,
+        }
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus():

@@ -87,8 +87,17 @@ Runner = Callable[[tuple, list[list[list[int]]]], list[object]]
 
 
 class Batcher:
-    def __init__(self, runner: Runner, *, max_queue: int = 64, max_batch_tokens: int = 8192, max_batch_inputs: int = 64,
-                 max_wait_s: float = 0.0, batching: bool = True, on_batch: Callable[[BatchStats], None] | None = None):
+    def __init__(
+        self,
+        runner: Runner,
+        *,
+        max_queue: int = 64,
+        max_batch_tokens: int = 8192,
+        max_batch_inputs: int = 64,
+        max_wait_s: float = 0.0,
+        batching: bool = True,
+        on_batch: Callable[[BatchStats], None] | None = None,
+    ):
         """``batching=False`` runs one request at a time (the baseline the load benchmark compares with)."""
         self.runner, self.on_batch = runner, on_batch
         self.max_queue, self.max_batch_tokens, self.max_batch_inputs = max_queue, max_batch_tokens, max_batch_inputs
@@ -161,8 +170,11 @@ class Batcher:
             if job.future.done():
                 continue
             new_longest, new_count = max(longest, job.longest), count + len(job.seqs)
-            if (job.group == head.group and new_count <= self.max_batch_inputs
-                    and new_longest * new_count <= self.max_batch_tokens):
+            if (
+                job.group == head.group
+                and new_count <= self.max_batch_inputs
+                and new_longest * new_count <= self.max_batch_tokens
+            ):
                 batch.append(job)
                 longest, count = new_longest, new_count
             else:
@@ -203,8 +215,9 @@ class Batcher:
         if self.on_batch is not None:
             n_inputs = sum(len(job.seqs) for job in batch)
             longest = max(job.longest for job in batch)
-            self.on_batch(BatchStats(len(batch), n_inputs, longest * n_inputs, elapsed,
-                                     [start - job.enqueued for job in batch]))
+            self.on_batch(
+                BatchStats(len(batch), n_inputs, longest * n_inputs, elapsed, [start - job.enqueued for job in batch])
+            )
 
 
 def _is_input_error(err: Exception) -> bool:

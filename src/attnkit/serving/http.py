@@ -26,8 +26,20 @@ def error_response(status: int, error_type: str, message: str, headers: dict[str
     return JSONResponse({"error": message, "error_type": error_type}, status_code=status, headers=headers)
 
 
-ENDPOINTS = ("/v1/classify", "/v1/embed", "/v1/embeddings", "/v1/translate", "/translate", "/v1/attention",
-             "/health", "/ready", "/info", "/metrics", "/", "/openapi.json")
+ENDPOINTS = (
+    "/v1/classify",
+    "/v1/embed",
+    "/v1/embeddings",
+    "/v1/translate",
+    "/translate",
+    "/v1/attention",
+    "/health",
+    "/ready",
+    "/info",
+    "/metrics",
+    "/",
+    "/openapi.json",
+)
 
 
 INFERENCE = ("/v1/classify", "/v1/embed", "/v1/embeddings", "/v1/translate", "/translate", "/v1/attention")
@@ -58,8 +70,12 @@ class Gate:
 
         try:
             if endpoint in INFERENCE and self.batcher.queue_size() >= self.batcher.max_queue:
-                response = error_response(429, "queue_full", f"the server is busy ({self.batcher.max_queue} requests "
-                                          "queued); retry shortly", {"Retry-After": "1"})
+                response = error_response(
+                    429,
+                    "queue_full",
+                    f"the server is busy ({self.batcher.max_queue} requests queued); retry shortly",
+                    {"Retry-After": "1"},
+                )
                 return await response(scope, receive, send_counted)
             declared = dict(scope["headers"]).get(b"content-length")
             if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
@@ -102,6 +118,10 @@ def validation_message(err: RequestValidationError) -> str:
     same_field = [e for e in errors if tuple(e.get("loc", ()))[:2] == tuple(first.get("loc", ()))[:2]]
     chosen = max(same_field, key=lambda e: len(e.get("loc", ())))
     # "body" is where every field is; "str" / "list[str]" name the branch of a union the value failed, not a field.
-    parts = [str(p) for p in chosen.get("loc", ()) if p != "body" and not (isinstance(p, str) and (
-             p in ("str", "int", "float", "bool") or "[" in p or p.startswith("function-")))]
+    parts = [
+        str(p)
+        for p in chosen.get("loc", ())
+        if p != "body"
+        and not (isinstance(p, str) and (p in ("str", "int", "float", "bool") or "[" in p or p.startswith("function-")))
+    ]
     return f"{'.'.join(parts) or 'body'}: {chosen.get('msg', 'invalid')}"

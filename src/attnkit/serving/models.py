@@ -20,10 +20,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from attnkit import runs
 from attnkit.data.batching import pad
 from attnkit.errors import InputError
 from attnkit.tokenization import Tokenizer
-from attnkit import runs
 
 TASKS = ("classifier", "translator", "embedder")
 
@@ -64,7 +64,11 @@ class ServedModel:
         """Cut ``ids`` to ``max_len`` as training did: keep the trailing specials."""
         if len(ids) <= self.max_len:
             return ids
-        return ids[: self.max_len - self.keep_last] + ids[len(ids) - self.keep_last :] if self.keep_last else ids[: self.max_len]
+        return (
+            ids[: self.max_len - self.keep_last] + ids[len(ids) - self.keep_last :]
+            if self.keep_last
+            else ids[: self.max_len]
+        )
 
 
 class _EncoderModel(ServedModel):
@@ -165,8 +169,9 @@ class TranslatorModel(ServedModel):
         return self.tokenizer.tokens(text) + ["</s>"]
 
     @torch.inference_mode()
-    def translate(self, seqs: list[list[int]], *, beam: int, alpha: float, length_penalty: str,
-                  n_best: int) -> list[list[Candidate]]:
+    def translate(
+        self, seqs: list[list[int]], *, beam: int, alpha: float, length_penalty: str, n_best: int
+    ) -> list[list[Candidate]]:
         """The n best translations of each encoded source, best first. The best one is what ``translate run``
         prints: greedy search for beam 1, otherwise beam search (§6.1)."""
         from attnkit.decoding import beam_search_nbest, greedy_decode
@@ -176,8 +181,17 @@ class TranslatorModel(ServedModel):
         if beam == 1:
             outs = greedy_decode(self.model, src, bos_id=self.bos_id, eos_id=self.eos_id, max_positions=max_positions)
             return [[self._scored_greedy(s, out)] for s, out in zip(seqs, outs)]
-        nbest = beam_search_nbest(self.model, src, bos_id=self.bos_id, eos_id=self.eos_id, max_positions=max_positions,
-                                  n_best=n_best, beam_size=beam, alpha=alpha, length_penalty=length_penalty)
+        nbest = beam_search_nbest(
+            self.model,
+            src,
+            bos_id=self.bos_id,
+            eos_id=self.eos_id,
+            max_positions=max_positions,
+            n_best=n_best,
+            beam_size=beam,
+            alpha=alpha,
+            length_penalty=length_penalty,
+        )
         return [[Candidate(tok.decode(h.tokens), h.score, h.normalized, h.eos) for h in hyps] for hyps in nbest]
 
     def _scored_greedy(self, src_ids: list[int], out: list[int]) -> Candidate:
@@ -187,8 +201,15 @@ class TranslatorModel(ServedModel):
 
         tok = self.tokenizer
         src = torch.tensor([src_ids])  # (1, S)
-        limit = int(output_limits(src, pad_id=tok.pad_id, max_extra=50, max_positions=self.model.embeddings.position.max_len,
-                                  fixed_len=None)[0])
+        limit = int(
+            output_limits(
+                src,
+                pad_id=tok.pad_id,
+                max_extra=50,
+                max_positions=self.model.embeddings.position.max_len,
+                fixed_len=None,
+            )[0]
+        )
         eos = len(out) < limit
         target = out + [self.eos_id] if eos else out
         tgt_in = torch.tensor([[self.bos_id] + target[:-1]])  # (1, T)
@@ -205,10 +226,14 @@ class TranslatorModel(ServedModel):
         tok, model = self.tokenizer, self.model
         layers = tuple(range(self.n_layers))
         src = torch.tensor([ids])  # (1, S)
-        out = greedy_decode(model, src, bos_id=self.bos_id, eos_id=self.eos_id,
-                            max_positions=model.embeddings.position.max_len)[0]
-        limit = int(output_limits(src, pad_id=tok.pad_id, max_extra=50, max_positions=model.embeddings.position.max_len,
-                                  fixed_len=None)[0])
+        out = greedy_decode(
+            model, src, bos_id=self.bos_id, eos_id=self.eos_id, max_positions=model.embeddings.position.max_len
+        )[0]
+        limit = int(
+            output_limits(
+                src, pad_id=tok.pad_id, max_extra=50, max_positions=model.embeddings.position.max_len, fixed_len=None
+            )[0]
+        )
         # Decoder position t (BOS at 0) predicted output token t. When decoding stopped at EOS the rows are the
         # output tokens and EOS; when it ran to the length limit there was no EOS, and position len(out) (which may
         # be past max_len) predicted nothing: as in ``analysis.attention.translator_attention``.
