@@ -197,7 +197,8 @@ def offline(model_spec: str, endpoint: str, texts: list[str], seconds: float) ->
         run = ClassifierRun(model_spec)
         batch = run.predict
     else:
-        from attnkit.interop.bert import load_bert_classifier, resolve_bert_folder, sentence_embeddings
+        from attnkit.interop.bert import load_bert_classifier, resolve_bert_folder
+        from attnkit.tasks.embed import sentence_embeddings
 
         model, _, tokenizer = load_bert_classifier(resolve_bert_folder(model_spec), n_classes=1)
         batch = lambda xs: sentence_embeddings(model, tokenizer, xs, normalize=True, batch_size=64)  # noqa: E731

@@ -10,7 +10,8 @@ import pytest
 
 import attnkit.data.prepare as prepare
 from attnkit.cli import main
-from attnkit.data.prepare import Source, TokenizerSpec, load_tokenizer, open_prepared, prepare_corpus
+from attnkit.data.prepare import Source, TokenizerSpec, load_tokenizer, prepare_corpus
+from attnkit.data.prepared import open_prepared
 from attnkit.data.readers import read_labeled, read_parallel_files, read_parallel_tsv
 from attnkit.errors import InputError
 from attnkit.tasks.classify import encode_examples

@@ -74,7 +74,7 @@ def prepare_peak_mb(corpus: Path, out: Path) -> float:
 def open_seconds(out: Path) -> tuple[float, int]:
     """Seconds to open the prepared corpus in a fresh process and read every length (what batching needs)."""
     code = (
-        "import sys, time; t = time.perf_counter(); from attnkit.data.prepare import open_prepared; "
+        "import sys, time; t = time.perf_counter(); from attnkit.data.prepared import open_prepared; "
         "s = open_prepared(sys.argv[1]).split('train'); n = int(s.src.sizes.sum() + s.tgt.sizes.sum()); "
         "print(time.perf_counter() - t, n)"
     )

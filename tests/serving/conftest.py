@@ -116,7 +116,8 @@ def one_thread():
 def client_for(model_dir: Path | str, **limits):
     from fastapi.testclient import TestClient
 
-    from attnkit.serving.app import Limits, create_app
+    from attnkit.serving.app import create_app
+    from attnkit.serving.limits import Limits
     from attnkit.serving.models import load_model
 
     return TestClient(create_app(load_model(model_dir), Limits(**limits)))

@@ -8,7 +8,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from attnkit.serving.app import Limits, create_app
+from attnkit.serving.app import create_app
+from attnkit.serving.limits import Limits
 from attnkit.serving.models import load_model
 
 

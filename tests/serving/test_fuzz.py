@@ -8,7 +8,8 @@ import pytest
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed (the test extra)")
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-from attnkit.serving.app import Limits, create_app  # noqa: E402
+from attnkit.serving.app import create_app  # noqa: E402
+from attnkit.serving.limits import Limits  # noqa: E402
 from attnkit.serving.models import load_model  # noqa: E402
 
 

@@ -1,6 +1,10 @@
 """Figures: PNG, SVG, or a self-contained HTML page with the figure inline as SVG, chosen by the file extension.
 matplotlib is imported inside each function, on its own Agg canvas (no pyplot state), never at import.
 
+Why one file of ~340 lines: every figure shares the format choice, the canvas without pyplot state and the
+width and font rules below; each plot is a short figure builder and the ``plot_*`` function that saves it, and a
+reader looking for any figure finds them all here.
+
 §3.5 chooses sinusoids because "for any fixed offset k, PE_{pos+k} can be represented as a linear function of
 PE_pos" (a rotation of each (sin, cos) pair by the angle w_i k). The figure cannot draw that reason directly; it
 draws one consequence of it: PE(pos) . PE(pos + k) = sum_i cos(w_i k), with w_i = 10000^(-2i/d_model), depends on the

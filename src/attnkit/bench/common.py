@@ -1,5 +1,9 @@
 """What every suite shares: the result record, timing, thread control, peak memory, the matmul ceiling, FLOP counts.
 
+Why one file of ~350 lines: it is the measuring kit every suite imports whole (record, timing, threads, memory,
+ceiling, FLOPs, table); each section is short and the module docstring states the method behind all of them, so
+the method and its code are read in one place.
+
 Timing. ``measure`` calls a function ``warmup`` times untimed (first-call allocation, oneDNN kernel selection,
 lazy initialisation in the peers), then ``reps`` times timed with ``time.perf_counter``, and reports the median:
 the median is robust to the occasional slow repetition on a shared machine. Every implementation in a suite is

@@ -1,15 +1,9 @@
-"""Prepared corpora: a parallel or labelled corpus tokenised once, streaming, into memory-mapped token files.
+"""Preparing corpora: a parallel or labelled corpus tokenised once, streaming, into memory-mapped token files.
 
-A prepared directory holds, per split (``train``, ``valid``, ...):
-
-    translate   SPLIT.src.bin/.idx   source ids + EOS, cut to max_len (the EOS kept) as training cuts them
-                SPLIT.tgt.bin/.idx   target ids, bare, at most max_len - 1 (BOS / EOS are added when batching)
-    classify    SPLIT.text.bin/.idx  text ids (a trailing [SEP] kept when cutting)
-                SPLIT.labels.npy     int64 label ids, indices into the sidecar's ``labels``
-
-plus ``tokenizer.json`` and the sidecar ``prepared.json`` (format, tokenizer fingerprint, length policy, and per
-split the counts and the sha256 of every source file and every written file). The ids are exactly those of the
-in-memory encoders (``encode_pairs``, ``encode_examples``); a test holds them equal.
+The directory's layout, the sidecar and reading it back are ``data/prepared.py``'s (``open_prepared``). This file
+is past ~300 lines as one concept, the writer: its inputs (``Source``, ``TokenizerSpec``), the chunked encoding and
+the length tally it shares, one writer per task and ``prepare_corpus`` driving them; splitting them further would
+scatter one streaming pipeline over files.
 
 Memory is constant in the corpus size: input is read line by line, encoded a chunk of lines at a time
 (``CHUNK_LINES``, ``CHUNK_CHARS``) with the tokenizer's batch encoder, and written out at once; a tokenizer trained
@@ -30,16 +24,13 @@ from typing import TypeVar
 import numpy as np
 
 from attnkit.atomic import atomic_directory, atomic_write_json, open_atomic
-from attnkit.data.indexed import IndexedTokens, IndexedWriter, token_dtype
+from attnkit.data.indexed import IndexedWriter, token_dtype
 from attnkit.data.lengths import apply_length_policy, too_long_error
+from attnkit.data.prepared import FORMAT, FORMAT_VERSION, SIDECAR, TOKENIZER, sha256_file
 from attnkit.data.readers import Example, Pair, iter_labeled, iter_parallel_files, iter_parallel_tsv
 from attnkit.errors import InputError
 from attnkit.tokenization import Tokenizer, train_tokenizer
 
-FORMAT = "attnkit-prepared"
-FORMAT_VERSION = 1
-SIDECAR = "prepared.json"
-TOKENIZER = "tokenizer.json"
 RUN_CONFIG = "config.json"  # a run directory's config, whose "tokenizer" key holds the tokenizer's meta
 CHUNK_LINES = 10_000  # lines per encode_batch call at most: enough work for the Rust side's threads
 CHUNK_CHARS = 1 << 20  # characters per call at most: what bounds the memory of a chunk (see _chunks)
@@ -92,14 +83,6 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
             if meta:
                 return Tokenizer.load(file, meta)
     return Tokenizer.from_backend_file(file)
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _chunks(items: Iterable[T], n_chars: Callable[[T], int]) -> Iterator[list[T]]:
@@ -336,7 +319,7 @@ def prepare_corpus(
                     policy=policy,
                     name=str(source.paths[0]),
                 )
-            summary["sources"] = [{"file": str(p), "sha256": _sha256_file(p)} for p in source.paths]
+            summary["sources"] = [{"file": str(p), "sha256": sha256_file(p)} for p in source.paths]
             sidecar["splits"][name] = summary
             on_event(
                 {
@@ -356,124 +339,10 @@ def _train(texts: Iterator[str], spec: TokenizerSpec) -> Tokenizer:
     )
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Reading a prepared corpus back.
-
-
-@dataclass
-class ParallelTokens:
-    """A translate split: ``src[i]`` (ids + EOS) and ``tgt[i]`` (bare ids), and their lengths for batching."""
-
-    src: IndexedTokens
-    tgt: IndexedTokens
-
-    def __len__(self) -> int:
-        return len(self.src)
-
-
-@dataclass
-class LabelledTokens:
-    """A classify split: ``text[i]`` and ``labels[i]`` (an id into the corpus's ``labels``)."""
-
-    text: IndexedTokens
-    labels: np.ndarray  # (N,) int64, memory-mapped
-
-    def __len__(self) -> int:
-        return len(self.text)
-
-
-@dataclass
-class PreparedCorpus:
-    directory: Path
-    meta: dict  # the sidecar
-    tokenizer: Tokenizer
-
-    @property
-    def task(self) -> str:
-        return self.meta["task"]
-
-    @property
-    def labels(self) -> list[str] | None:
-        return self.meta.get("labels")
-
-    def verify(self) -> None:
-        """Hash every written file against the sidecar's sha256 (reads the whole corpus once; opening does not:
-        it checks sizes and tiling only, so that start-up stays fast)."""
-        for info in self.meta["splits"].values():
-            for name, digest in info["files"].items():
-                path = self.directory / name
-                if not path.is_file():
-                    raise InputError(f"{path}: no such file (listed in {self.directory / SIDECAR})")
-                if _sha256_file(path) != digest:
-                    raise InputError(
-                        f"{path}: sha256 differs from {self.directory / SIDECAR}; the file was changed "
-                        "after preparation"
-                    )
-
-    def split(self, name: str) -> ParallelTokens | LabelledTokens:
-        """Map one split's files (cheap: nothing is read but the index), after checking they match the sidecar."""
-        info = self.meta["splits"].get(name)
-        if info is None:
-            raise InputError(f"{self.directory / SIDECAR}: no split {name!r} (has: {', '.join(self.meta['splits'])})")
-        prefix = self.directory / name
-        parts: dict[str, IndexedTokens] = {}
-        for part in ("src", "tgt") if self.task == "translate" else ("text",):
-            tokens = IndexedTokens(f"{prefix}.{part}")
-            if len(tokens) != info["sequences"]:
-                raise InputError(
-                    f"{tokens.prefix}.idx: {len(tokens)} sequences, but {self.directory / SIDECAR} "
-                    f"records {info['sequences']}; the files come from different preparations"
-                )
-            parts[part] = tokens
-        if self.task == "translate":
-            return ParallelTokens(parts["src"], parts["tgt"])
-        labels_path = Path(f"{prefix}.labels.npy")
-        try:
-            labels = np.load(labels_path, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError) as err:
-            raise InputError(f"{labels_path}: cannot read the label ids ({err})") from None
-        if labels.shape != (info["sequences"],):
-            raise InputError(
-                f"{labels_path}: {labels.shape[0] if labels.ndim else 0} label ids for {info['sequences']} texts"
-            )
-        return LabelledTokens(parts["text"], labels)
-
-
-def open_prepared(directory: str | Path, tokenizer: Tokenizer | None = None) -> PreparedCorpus:
-    """Open a prepared corpus. With ``tokenizer`` (the run's), its fingerprint must be the one the corpus was
-    prepared with; without, the corpus's own ``tokenizer.json`` is loaded (and checked against the sidecar)."""
-    directory = Path(directory)
-    sidecar_path = directory / SIDECAR
-    if not sidecar_path.is_file():
-        raise InputError(f"{directory}: not a prepared corpus (no {SIDECAR}); run `attnkit data prepare`")
-    try:
-        meta = json.loads(sidecar_path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise InputError(f"{sidecar_path}: not valid JSON ({err})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise InputError(f"{sidecar_path}: not an attnkit prepared-corpus sidecar")
-    if meta.get("version") != FORMAT_VERSION:
-        raise InputError(f"{sidecar_path}: format version {meta.get('version')}; this attnkit reads {FORMAT_VERSION}")
-    expected = meta["tokenizer"]["fingerprint"]
-    if tokenizer is None:
-        tokenizer = Tokenizer.load(directory / TOKENIZER, meta["tokenizer"])
-    elif tokenizer.fingerprint() != expected:
-        raise InputError(
-            f"{sidecar_path}: the corpus was prepared with another tokenizer (fingerprint "
-            f"{expected[:12]}, the given one is {tokenizer.fingerprint()[:12]}); prepare it again "
-            "with this tokenizer (--tokenizer RUN_DIR)"
-        )
-    return PreparedCorpus(directory, meta, tokenizer)
-
-
 __all__ = [
-    "LabelledTokens",
-    "ParallelTokens",
-    "PreparedCorpus",
     "Source",
     "TokenizerSpec",
     "load_tokenizer",
-    "open_prepared",
     "prepare_corpus",
     "prepare_labelled",
     "prepare_parallel",

@@ -1,5 +1,9 @@
 """Readers for the plain files a user gives us: labeled examples, texts to predict on, and sentence pairs.
 
+Why one file of ~380 lines: every reader shares one byte-to-line layer (UTF-8, line endings, a BOM, errors that
+name file and line) and one set of formats chosen by extension; the public ``iter_*`` / ``read_*`` functions are
+thin over it. Split by format, the shared checks would have to be imported back into each.
+
 Formats, chosen by the file's extension:
 
 - ``.tsv``: a header line naming the columns, then one row per line, fields separated by tabs. Columns

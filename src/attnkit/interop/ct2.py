@@ -1,5 +1,9 @@
 """attnkit translators as CTranslate2 models: the conversion, ``attnkit export ct2`` and ``--engine ct2``.
 
+Why one file of ~430 lines: the tensor map below is the single fact the conversion, the export and the translator
+all rest on (an export is the conversion saved with its vocabulary; the translator reads back what the export
+wrote, with the same token list). Kept together, a change to the map and to its readers is one diff.
+
 CTranslate2 (``ctranslate2``, an optional dependency) runs Transformer inference in C++. Its converters fill a
 ``ctranslate2.specs.TransformerSpec`` with weights and save it; ``attnkit_to_ct2`` fills the same specification from
 an ``attnkit.model.transformer.Transformer`` (benchmarks compare the two engines on the same weights),

@@ -1,5 +1,9 @@
 """Weights and masks between attnkit and PyTorch's ``torch.nn`` Transformer modules.
 
+Why one file of ~370 lines: it is the one boundary to ``torch.nn``'s Transformer: the mask converters (its
+opposite convention), the parameter map both ways, and the builders of a same-weights peer. The builders and the
+equality tests need the map and the masks together; each part alone is a few short functions per module pair.
+
 Where each attnkit parameter lives in ``torch.nn`` (D = d_model):
 
     MultiHeadAttention.q_proj / k_proj / v_proj  ->  MultiheadAttention.in_proj_weight, in_proj_bias rows

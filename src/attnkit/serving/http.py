@@ -1,15 +1,20 @@
-"""The HTTP edge of the server: the JSON error object every failure answers with, and the ASGI middleware in
-front of the app (early 429, body limit, request metrics)."""
+"""The HTTP edge of the server: the JSON error object every failure answers with (and the handlers that turn every
+exception into one), and the ASGI middleware in front of the app (early 429, body limit, request metrics)."""
 
 from __future__ import annotations
 
+import logging
 import time
 
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnkit.serving.batcher import Batcher
 from attnkit.serving.metrics import Metrics
+
+log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -125,3 +130,32 @@ def validation_message(err: RequestValidationError) -> str:
         and not (isinstance(p, str) and (p in ("str", "int", "float", "bool") or "[" in p or p.startswith("function-")))
     ]
     return f"{'.'.join(parts) or 'body'}: {chosen.get('msg', 'invalid')}"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Make every failure answer ``error_response``'s JSON: ``ApiError``s, request validation (422), unknown routes
+    and methods (404, 405), and anything unexpected (500, logged: a bug)."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, err: ApiError):
+        return error_response(err.status, err.error_type, err.message, err.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, err: RequestValidationError):
+        return error_response(422, "invalid_request", validation_message(err))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, err: StarletteHTTPException):
+        kinds = {404: "not_found", 405: "method_not_allowed"}
+        message = {
+            404: f"no such endpoint: {request.url.path}",
+            405: f"{request.method} is not allowed on {request.url.path}",
+        }.get(err.status_code, str(err.detail))
+        return error_response(
+            err.status_code, kinds.get(err.status_code, "http_error"), message, getattr(err, "headers", None)
+        )
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, err: Exception):
+        log.exception("unexpected error on %s", request.url.path)
+        return error_response(500, "internal_error", "internal server error (a bug: see the server log)")

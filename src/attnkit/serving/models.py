@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from attnkit import runs
 from attnkit.data.batching import pad
 from attnkit.errors import InputError
+from attnkit.serving.batcher import padding_bounded
 from attnkit.tokenization import Tokenizer
 
 TASKS = ("classifier", "translator", "embedder")
@@ -268,6 +269,36 @@ def load_model(spec: str | Path, precision: str = "fp32") -> ServedModel:
     if (path / "config.json").is_file() and task is None:
         return EmbedderModel(path)
     raise InputError(f"{path}: not a classifier or translator run directory, nor a BERT folder")
+
+
+def run_batch(served: ServedModel, group: tuple, jobs: list[list[list[int]]]) -> list[Any]:
+    """Run the batcher's ``jobs`` (each a request's encoded inputs) of one ``group`` through ``served``: the group
+    names the call and its options (``("classify",)``, ``("embed", pool, normalize)``, ``("translate", beam,
+    alpha, length_penalty, n_best)``, ``("attention",)``). Inputs are sorted by length and cut into runs of bounded
+    padding; returns each job's outputs in its inputs' order."""
+    kind = group[0]
+    if kind == "attention":
+        return [served.attention(seqs[0]) for seqs in jobs]  # type: ignore[attr-defined]
+    flat = [seq for seqs in jobs for seq in seqs]
+    order = sorted(range(len(flat)), key=lambda i: len(flat[i]))  # sort by length: little padding
+    sorted_seqs = [flat[i] for i in order]
+    outs: list[Any] = []
+    for part in padding_bounded(sorted_seqs):
+        if kind == "classify":
+            outs += served.classify(part)  # type: ignore[attr-defined]
+        elif kind == "embed":
+            outs += served.embed(part, pool=group[1], normalize=group[2])  # type: ignore[attr-defined]
+        else:
+            _, beam, alpha, penalty, n_best = group
+            outs += served.translate(part, beam=beam, alpha=alpha, length_penalty=penalty, n_best=n_best)  # type: ignore[attr-defined]
+    by_input: list[object] = [None] * len(flat)
+    for i, out in zip(order, outs):
+        by_input[i] = out
+    results, start = [], 0
+    for seqs in jobs:
+        results.append(by_input[start : start + len(seqs)])
+        start += len(seqs)
+    return results
 
 
 def finite(x: float) -> float | None:

@@ -1,0 +1,148 @@
+"""Reading a prepared corpus: the directory ``attnkit data prepare`` writes (``data/prepare.py``), memory-mapped.
+
+A prepared directory holds, per split (``train``, ``valid``, ...):
+
+    translate   SPLIT.src.bin/.idx   source ids + EOS, cut to max_len (the EOS kept) as training cuts them
+                SPLIT.tgt.bin/.idx   target ids, bare, at most max_len - 1 (BOS / EOS are added when batching)
+    classify    SPLIT.text.bin/.idx  text ids (a trailing [SEP] kept when cutting)
+                SPLIT.labels.npy     int64 label ids, indices into the sidecar's ``labels``
+
+plus ``tokenizer.json`` and the sidecar ``prepared.json`` (format, tokenizer fingerprint, length policy, and per
+split the counts and the sha256 of every source file and every written file). Opening checks the format, the
+tokenizer fingerprint, sizes and tiling; ``verify`` hashes every file. No torch is imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attnkit.data.indexed import IndexedTokens
+from attnkit.errors import InputError
+from attnkit.tokenization import Tokenizer
+
+FORMAT = "attnkit-prepared"
+FORMAT_VERSION = 1
+SIDECAR = "prepared.json"
+TOKENIZER = "tokenizer.json"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class ParallelTokens:
+    """A translate split: ``src[i]`` (ids + EOS) and ``tgt[i]`` (bare ids), and their lengths for batching."""
+
+    src: IndexedTokens
+    tgt: IndexedTokens
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+@dataclass
+class LabelledTokens:
+    """A classify split: ``text[i]`` and ``labels[i]`` (an id into the corpus's ``labels``)."""
+
+    text: IndexedTokens
+    labels: np.ndarray  # (N,) int64, memory-mapped
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+
+@dataclass
+class PreparedCorpus:
+    directory: Path
+    meta: dict  # the sidecar
+    tokenizer: Tokenizer
+
+    @property
+    def task(self) -> str:
+        return self.meta["task"]
+
+    @property
+    def labels(self) -> list[str] | None:
+        return self.meta.get("labels")
+
+    def verify(self) -> None:
+        """Hash every written file against the sidecar's sha256 (reads the whole corpus once; opening does not:
+        it checks sizes and tiling only, so that start-up stays fast)."""
+        for info in self.meta["splits"].values():
+            for name, digest in info["files"].items():
+                path = self.directory / name
+                if not path.is_file():
+                    raise InputError(f"{path}: no such file (listed in {self.directory / SIDECAR})")
+                if sha256_file(path) != digest:
+                    raise InputError(
+                        f"{path}: sha256 differs from {self.directory / SIDECAR}; the file was changed "
+                        "after preparation"
+                    )
+
+    def split(self, name: str) -> ParallelTokens | LabelledTokens:
+        """Map one split's files (cheap: nothing is read but the index), after checking they match the sidecar."""
+        info = self.meta["splits"].get(name)
+        if info is None:
+            raise InputError(f"{self.directory / SIDECAR}: no split {name!r} (has: {', '.join(self.meta['splits'])})")
+        prefix = self.directory / name
+        parts: dict[str, IndexedTokens] = {}
+        for part in ("src", "tgt") if self.task == "translate" else ("text",):
+            tokens = IndexedTokens(f"{prefix}.{part}")
+            if len(tokens) != info["sequences"]:
+                raise InputError(
+                    f"{tokens.prefix}.idx: {len(tokens)} sequences, but {self.directory / SIDECAR} "
+                    f"records {info['sequences']}; the files come from different preparations"
+                )
+            parts[part] = tokens
+        if self.task == "translate":
+            return ParallelTokens(parts["src"], parts["tgt"])
+        labels_path = Path(f"{prefix}.labels.npy")
+        try:
+            labels = np.load(labels_path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise InputError(f"{labels_path}: cannot read the label ids ({err})") from None
+        if labels.shape != (info["sequences"],):
+            raise InputError(
+                f"{labels_path}: {labels.shape[0] if labels.ndim else 0} label ids for {info['sequences']} texts"
+            )
+        return LabelledTokens(parts["text"], labels)
+
+
+def open_prepared(directory: str | Path, tokenizer: Tokenizer | None = None) -> PreparedCorpus:
+    """Open a prepared corpus. With ``tokenizer`` (the run's), its fingerprint must be the one the corpus was
+    prepared with; without, the corpus's own ``tokenizer.json`` is loaded (and checked against the sidecar)."""
+    directory = Path(directory)
+    sidecar_path = directory / SIDECAR
+    if not sidecar_path.is_file():
+        raise InputError(f"{directory}: not a prepared corpus (no {SIDECAR}); run `attnkit data prepare`")
+    try:
+        meta = json.loads(sidecar_path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InputError(f"{sidecar_path}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise InputError(f"{sidecar_path}: not an attnkit prepared-corpus sidecar")
+    if meta.get("version") != FORMAT_VERSION:
+        raise InputError(f"{sidecar_path}: format version {meta.get('version')}; this attnkit reads {FORMAT_VERSION}")
+    expected = meta["tokenizer"]["fingerprint"]
+    if tokenizer is None:
+        tokenizer = Tokenizer.load(directory / TOKENIZER, meta["tokenizer"])
+    elif tokenizer.fingerprint() != expected:
+        raise InputError(
+            f"{sidecar_path}: the corpus was prepared with another tokenizer (fingerprint "
+            f"{expected[:12]}, the given one is {tokenizer.fingerprint()[:12]}); prepare it again "
+            "with this tokenizer (--tokenizer RUN_DIR)"
+        )
+    return PreparedCorpus(directory, meta, tokenizer)
+
+
+__all__ = ["LabelledTokens", "ParallelTokens", "PreparedCorpus", "open_prepared"]

@@ -1,0 +1,77 @@
+"""A BERT folder loaded as an attnkit classifier (config, weights, tokenizer), and sentence embeddings from one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from torch import Tensor
+
+from attnkit import runs
+from attnkit.config import ClassifierConfig
+from attnkit.errors import InputError
+from attnkit.interop.bert.config import bert_config
+from attnkit.interop.bert.tokenizer import load_bert_tokenizer
+from attnkit.interop.bert.weights import bert_state_dict_to_attnkit, load_encoder_weights, read_bert_weights
+from attnkit.model.build import build_classifier
+from attnkit.model.classifier import TransformerClassifier
+from attnkit.tasks.classify import ClassifierRun, Pretrained
+from attnkit.tasks.embed import sentence_embeddings
+from attnkit.tokenization.tokenizer import Tokenizer
+
+
+def resolve_bert_folder(spec: str | Path) -> Path:
+    """A BERT folder from ``spec``: the word ``minilm`` (the cached recipe, fetched on first use) or a directory."""
+    if str(spec) == "minilm":
+        from attnkit.data.recipes import fetch
+
+        return fetch("minilm")
+    folder = Path(spec)
+    if not folder.is_dir():
+        raise InputError(f"{folder}: no such directory (expected a BERT folder or 'minilm')")
+    return folder
+
+
+def load_bert_classifier(
+    folder: str | Path, *, n_classes: int, pooling: str = "mean"
+) -> tuple[TransformerClassifier, ClassifierConfig, Tokenizer]:
+    """attnkit's classifier with the folder's pretrained encoder, a freshly initialised head, and its tokenizer."""
+    folder = Path(folder)
+    cfg = bert_config(folder, n_classes=n_classes, pooling=pooling)
+    tokenizer = load_bert_tokenizer(folder)
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise InputError(
+            f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but config.json vocab_size is {cfg.vocab_size}"
+        )
+    state = bert_state_dict_to_attnkit(read_bert_weights(folder), cfg.n_layers, source=str(folder))
+    model = build_classifier(cfg, pad_id=tokenizer.pad_id)
+    load_encoder_weights(model, state, source=str(folder))
+    return model, cfg, tokenizer
+
+
+def load_pretrained(spec: str | Path, *, pooling: str = "mean") -> Pretrained:
+    """The encoder to fine-tune from ``spec`` (a BERT folder, or "minilm"), for ``train_classifier(pretrained=...)``;
+    the one-logit head it comes with is replaced by the training's own."""
+    model, cfg, tokenizer = load_bert_classifier(resolve_bert_folder(spec), n_classes=1, pooling=pooling)
+    return Pretrained(model, cfg, tokenizer, source=str(spec))
+
+
+def embed(
+    model_spec: str | Path, texts: Iterable[str], *, pool: str = "mean", normalize: bool = False, batch_size: int = 32
+) -> Tensor:
+    """Sentence vectors (N, D) from a BERT folder, the word ``minilm``, or an attnkit classifier run directory."""
+    folder = resolve_bert_folder(model_spec)
+    config_path = folder / runs.CONFIG
+    if config_path.is_file() and "task" in runs.read_json(config_path):
+        run = ClassifierRun(folder)
+        return sentence_embeddings(
+            run.model,
+            run.tokenizer,
+            texts,
+            pool=pool,
+            normalize=normalize,
+            batch_size=batch_size,
+            max_len_policy=run.max_len_policy,
+        )
+    model, _, tokenizer = load_bert_classifier(folder, n_classes=1)
+    return sentence_embeddings(model, tokenizer, texts, pool=pool, normalize=normalize, batch_size=batch_size)
