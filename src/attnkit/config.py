@@ -142,6 +142,122 @@ class TrainConfig:
                 raise InputError(f"config key {key}={getattr(self, key)} must be in [0, 1)")
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Training configs, one per task: a key that does not apply to the task is refused, never silently ignored.
+
+
+@dataclass(frozen=True)
+class TrainConfigBase:
+    """What every task's training shares: the optimizer, the schedule, the budgets, checkpoints. The one loop
+    (``attnkit.training.loop.fit``) reads only these keys; each task's config adds its own."""
+
+    optimizer: str = "adamw"  # "adam" or "adamw" (decoupled weight decay)
+    lr: float = 5e-4  # peak learning rate (schedules "linear" and "constant"); "noam" uses lr_factor instead
+    lr_factor: float = 1.0  # "noam": lr = lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (eq. 3)
+    # "linear": warmup then linear decay to 0 at the planned last step; "noam": eq. 3; "constant": warmup then flat;
+    # "auto": "linear" when a step budget (max_steps) is set, else "noam" (the paper's, for open-ended runs)
+    schedule: str = "linear"
+    warmup_steps: int = 0  # 0 = sized by the loop: warmup_ratio of the planned steps ("noam": 4,000, §5.3)
+    warmup_ratio: float = 0.1  # share of the planned steps spent warming up when warmup_steps is 0
+    beta1: float = 0.9
+    beta2: float = 0.98  # §5.3 uses beta2 = 0.98
+    adam_eps: float = 1e-9  # §5.3
+    weight_decay: float = 0.01
+    label_smoothing: float = 0.0  # epsilon_ls (§5.4 uses 0.1 for translation)
+    clip_norm: float = 1.0  # max gradient norm; 0 = no clipping
+    accum_steps: int = 1  # consecutive batches whose gradients make one optimizer step (loss over all their units)
+    epochs: int = 20  # upper bound on passes over the training data
+    max_steps: int = 0  # optimizer steps; 0 = no limit beyond epochs
+    max_minutes: float = 0.0  # stop (after evaluating and saving) once training has run this long; 0 = no limit
+    eval_every: int = 0  # evaluate every N steps; 0 = at the end of each epoch (and always at the end of training)
+    patience: int = 4  # stop after this many evaluations without improvement; 0 = never stop early
+    checkpoint_every: int = 500  # save the training state (and a step checkpoint, if keep_last) every N steps
+    keep_last: int = 0  # step checkpoints kept in RUN/checkpoints (for `attnkit average`); 0 = none
+    skip_nonfinite: bool = False  # a batch with a NaN/inf loss or gradient: False = stop the run, True = skip it
+    precision: str = "fp32"  # "fp32", or "bf16": bfloat16 autocast for the forward pass (AMX / AVX512-BF16 CPUs, GPUs)
+    tensorboard: bool = False  # also log every metric to RUN/tensorboard (needs `pip install tensorboard`)
+    tokenizer: str = "word"  # "word" (lower-cased words and punctuation), "bpe" or "wordpiece"
+    min_freq: int = 2  # word/subword vocabulary: minimum count to get an id
+    max_len_policy: str = "truncate"  # over-long inputs: "truncate" (counted and reported) or "error"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_choice("optimizer", self.optimizer, ("adam", "adamw"))
+        _check_choice("schedule", self.schedule, ("linear", "noam", "constant", "auto"))
+        _check_choice("tokenizer", self.tokenizer, ("word", "bpe", "wordpiece"))
+        _check_choice("max_len_policy", self.max_len_policy, ("truncate", "error"))
+        _check_choice("precision", self.precision, ("fp32", "bf16"))
+        for key in ("lr", "lr_factor", "adam_eps"):
+            if getattr(self, key) <= 0:
+                raise InputError(f"config key {key}={getattr(self, key)} must be positive")
+        for key in ("accum_steps", "epochs", "min_freq", "checkpoint_every"):
+            if getattr(self, key) < 1:
+                raise InputError(f"config key {key}={getattr(self, key)} must be >= 1")
+        for key in ("warmup_steps", "max_steps", "patience", "weight_decay", "clip_norm", "max_minutes", "eval_every",
+                    "keep_last"):
+            if getattr(self, key) < 0:
+                raise InputError(f"config key {key}={getattr(self, key)} must be >= 0")
+        for key in ("label_smoothing", "warmup_ratio"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise InputError(f"config key {key}={getattr(self, key)} must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class ClassifierTrainConfig(TrainConfigBase):
+    """Training a classifier: sentence batches, best epoch by validation accuracy, early stopping."""
+
+    batch_size: int = 32  # sentences per batch
+    bucket_factor: int = 50  # batches cut from length-sorted pools of bucket_factor batches; 1 = random
+    layer_lr_decay: float = 1.0  # layer i of N (from the top) learns at lr * layer_lr_decay^i; 1 = one lr
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("batch_size", "bucket_factor"):
+            if getattr(self, key) < 1:
+                raise InputError(f"config key {key}={getattr(self, key)} must be >= 1")
+        if not 0.0 < self.layer_lr_decay <= 1.0:
+            raise InputError(f"config key layer_lr_decay={self.layer_lr_decay} must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class TranslatorTrainConfig(TrainConfigBase):
+    """Training a translator: the paper's recipe (§5.3, §5.4) by default, token-budget batches, the last K
+    checkpoints kept for averaging (§6.1), the best by validation BLEU (or loss) as the model."""
+
+    optimizer: str = "adam"
+    lr: float = 1e-3  # peak of the "linear" schedule that a step budget selects (schedule "auto")
+    schedule: str = "auto"
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_norm: float = 0.0
+    epochs: int = 1000
+    eval_every: int = 500
+    patience: int = 0
+    keep_last: int = 5  # the paper averages the last 5 checkpoints (§6.1)
+    tokenizer: str = "bpe"
+    max_tokens: int = 4096  # source + target tokens per batch (padding included)
+    valid_bleu: bool = True  # greedy-decode the validation set at each evaluation; BLEU then decides the best
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_tokens < 1:
+            raise InputError(f"config key max_tokens={self.max_tokens} must be >= 1")
+
+
+TASK_TRAIN_CONFIGS: dict[str, type[TrainConfigBase]] = {"classify": ClassifierTrainConfig,
+                                                         "translate": TranslatorTrainConfig}
+
+
+def train_config_class(task: str, key: str) -> type[TrainConfigBase]:
+    """The training config of ``task``; ``key`` (being set) is refused, naming the task, when it belongs to another."""
+    cls = TASK_TRAIN_CONFIGS[task]
+    if key not in {f.name for f in fields(cls)}:
+        owners = [name for name, other in TASK_TRAIN_CONFIGS.items() if key in {f.name for f in fields(other)}]
+        if owners:
+            raise InputError(f"config key {key!r} does not apply to {task} training (it is a {' / '.join(owners)} key)")
+    return cls
+
+
 def _check_choice(key: str, value: object, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise InputError(f"config key {key}={value!r}; expected one of {', '.join(choices)}")
