@@ -371,6 +371,30 @@ def build_configs(model_cls: type, model_base: dict, train_base: dict, overrides
     return model_cls(**model_kwargs), TrainConfig(**train_kwargs)
 
 
+def check_resume_settings(saved: dict, requested: dict[str, object], model_cls: type, train_cls: type) -> None:
+    """A resumed run continues with its saved configuration: ``requested`` settings (``--set`` strings or typed flag
+    values) equal to the saved ones are accepted, a differing one is refused naming the key and both values.
+
+    ``saved`` is the run's config.json. Two keys are resolved by the run itself and compared accordingly:
+    ``vocab_size`` is the tokenizer's upper bound (the saved value is the size reached), ``n_classes=0`` means
+    "one per label".
+    """
+    model_keys = {f.name for f in fields(model_cls)}
+    for key, value in requested.items():
+        section, cls = ("model", model_cls) if key in model_keys else ("train", train_cls)
+        if key not in {f.name for f in fields(cls)}:
+            raise InputError(f"unknown config key {key!r}")
+        value = _parse_value(cls, key, value) if isinstance(value, str) else value
+        old = saved.get(section, {}).get(key)
+        if key == "vocab_size" and isinstance(old, int) and isinstance(value, int) and value >= old:
+            continue
+        if key == "n_classes" and value == 0:
+            continue
+        if value != old:
+            raise InputError(f"--resume: {key}={value!r} differs from the run's saved {key}={old!r}; a resumed run "
+                             f"continues with its saved configuration (drop the setting, or train into a new --out)")
+
+
 def preset(presets: dict[str, dict], name: str) -> dict:
     """The overrides that preset ``name`` (or an alias of it) stands for."""
     if name not in presets and PRESET_ALIASES.get(name) in presets:

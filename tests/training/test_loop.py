@@ -12,10 +12,25 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 
-from attnkit.config import ClassifierTrainConfig, TranslatorTrainConfig, train_config_class
+from attnkit.config import (
+    ClassifierTrainConfig,
+    TranslatorTrainConfig,
+    train_config_class,
+)
 from attnkit.errors import InputError, NonFiniteError
-from attnkit.training.loop import (Batch, BatchLoss, Checkpointed, Evaluated, Planned, Resumed, Skipped, Step, Warned,
-                                   fit, plan)
+from attnkit.training.loop import (
+    Batch,
+    BatchLoss,
+    Checkpointed,
+    Evaluated,
+    Planned,
+    Resumed,
+    Skipped,
+    Step,
+    Warned,
+    fit,
+    plan,
+)
 
 N_EXAMPLES = 24
 
@@ -310,7 +325,7 @@ def test_a_warmup_that_cannot_finish_inside_the_budget_is_warned_about(cfg):
 
 
 def test_a_warmup_that_cannot_finish_inside_max_minutes_is_warned_about(tmp_path, monkeypatch):
-    import attnkit.training.loop as loop
+    from attnkit.training import loop
 
     clock = iter(range(0, 10**6, 100))  # one step every 100 s: 180 s fit 1.8 steps, not the 10 of the warmup
     monkeypatch.setattr(loop.time, "perf_counter", lambda: next(clock))

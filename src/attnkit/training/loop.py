@@ -104,6 +104,19 @@ class TrainContext:
 
 
 @dataclass(frozen=True)
+class Prepared:
+    """Emitted by a task's setup, before ``fit``: the data the run trains on."""
+
+    n_train: int
+    n_valid: int
+    valid_source: str  # "file", "held out from train", "the training set (...)", or "none"
+    vocab_size: int
+    truncated: int  # inputs cut to max_len
+    max_len: int
+    labels: list[str] | None  # a classifier's label names
+
+
+@dataclass(frozen=True)
 class Planned:
     """Emitted once, before the first step: the budgets and the learning-rate schedule they sized."""
 
@@ -164,7 +177,7 @@ class Warned:
     message: str
 
 
-Event = Planned | Resumed | Step | Evaluated | Checkpointed | Skipped | Warned
+Event = Prepared | Planned | Resumed | Step | Evaluated | Checkpointed | Skipped | Warned
 
 
 @dataclass(frozen=True)
