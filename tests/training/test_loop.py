@@ -354,3 +354,16 @@ def test_a_key_of_another_task_is_refused_naming_the_key_and_the_task(task, key,
 def test_loop_keys_apply_to_both_tasks(key):
     for task in ("classify", "translate"):
         assert train_config_class(task, key)
+
+
+def test_resume_settings_equal_to_the_saved_ones_pass_and_a_differing_one_is_named():
+    from attnkit.config import ClassifierConfig, check_resume_settings
+
+    saved = {"model": {"d_model": 16, "vocab_size": 40, "n_classes": 2}, "train": {"epochs": 2, "seed": 1, "lr": 0.001}}
+    # vocab_size is an upper bound the tokenizer reached 40 of; n_classes=0 means one per label
+    check_resume_settings(saved, {"epochs": 2, "d_model": "16", "lr": "1e-3", "vocab_size": "10000", "n_classes": "0"},
+                          ClassifierConfig, ClassifierTrainConfig)
+    with pytest.raises(InputError, match=r"epochs=3 differs from the run's saved epochs=2"):
+        check_resume_settings(saved, {"seed": 1, "epochs": 3}, ClassifierConfig, ClassifierTrainConfig)
+    with pytest.raises(InputError, match=r"d_model=32 differs from the run's saved d_model=16"):
+        check_resume_settings(saved, {"d_model": "32"}, ClassifierConfig, ClassifierTrainConfig)
