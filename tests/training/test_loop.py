@@ -3,6 +3,7 @@ best-checkpoint selection, keep-last-K, the non-finite guard, and the schedule t
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -54,7 +55,8 @@ class ToyTask:
         self.snapshots: list[dict[str, torch.Tensor]] = []  # the weights at each evaluation
 
     def epoch_batches(self, generator):
-        order = torch.randperm(N_EXAMPLES, generator=generator).tolist() if generator is not None else list(range(N_EXAMPLES))
+        order = (torch.randperm(N_EXAMPLES, generator=generator).tolist() if generator is not None
+                 else list(range(N_EXAMPLES)))
         batches, start, i = [], 0, 0
         while start < N_EXAMPLES:
             size = self.batch_sizes[i % len(self.batch_sizes)]
@@ -80,7 +82,8 @@ class ToyTask:
         if self.scripted is not None:
             return self.scripted.pop(0)
         logits = model(self.x)
-        return {"loss": F.cross_entropy(logits, self.y).item(), "accuracy": (logits.argmax(-1) == self.y).float().mean().item()}
+        return {"loss": F.cross_entropy(logits, self.y).item(),
+                "accuracy": (logits.argmax(-1) == self.y).float().mean().item()}
 
 
 def toy_model(dropout=0.1) -> nn.Module:
@@ -97,7 +100,8 @@ def train(tmp: Path, task: ToyTask, cfg, events=None, model=None, resume=False, 
     opt = (torch.optim.AdamW(model.parameters(), lr=cfg.lr) if optimizer == "adamw"
            else torch.optim.SGD(model.parameters(), lr=cfg.lr))
     tmp.mkdir(exist_ok=True)
-    result = fit(model, opt, task, cfg, tmp, resume=resume, on_event=(events.append if events is not None else lambda e: None))
+    on_event = events.append if events is not None else lambda e: None
+    result = fit(model, opt, task, cfg, tmp, resume=resume, on_event=on_event)
     return model, result
 
 
@@ -114,8 +118,8 @@ def test_two_accumulated_batches_give_the_gradient_of_one_batch_of_both(tmp_path
     for sizes, accum in (((3, 5), 2), ((8,), 1)):
         model = toy_model(dropout=0.0)
         before = [p.detach().clone() for p in model.parameters()]
-        model, result = train(tmp_path / f"a{accum}", ToyTask(sizes, mean=mean), cfg.__class__(**{**cfg.__dict__, "accum_steps": accum}),
-                              model=model, optimizer="sgd")
+        model, result = train(tmp_path / f"a{accum}", ToyTask(sizes, mean=mean),
+                              dataclasses.replace(cfg, accum_steps=accum), model=model, optimizer="sgd")
         assert result.steps == 1
         grads.append([(b - p.detach()) for b, p in zip(before, model.parameters())])  # SGD, lr 1: the gradient
     for a, b in zip(*grads):

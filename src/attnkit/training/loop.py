@@ -230,7 +230,8 @@ def plan(cfg: TrainConfigBase, steps_per_epoch: int, d_model: int) -> tuple[Plan
         warmup = int(cfg.warmup_ratio * total)
     warnings = []
     if warmup >= total and (cfg.warmup_steps or schedule == "noam"):
-        budget = f"max_steps={cfg.max_steps}" if total == cfg.max_steps else f"{cfg.epochs} epochs of {steps_per_epoch} steps"
+        budget = (f"max_steps={cfg.max_steps}" if total == cfg.max_steps
+                  else f"{cfg.epochs} epochs of {steps_per_epoch} steps")
         warnings.append(f"the learning-rate warmup ({warmup} steps) cannot finish inside the {total} planned steps "
                         f"({budget}): the rate would still be rising when training stops; set warmup_steps below "
                         f"{total} or leave schedule and warmup_steps unset with --max-steps")
@@ -338,7 +339,7 @@ def fit(
         while not stopped_by:
             if state.batch_index == 0:
                 state.epoch_generator_state = generator.get_state()
-            else:  # resuming inside an epoch: draw the same order again, from the epoch's starting state
+            elif state.epoch_generator_state is not None:  # resuming inside an epoch: the same order again
                 generator.set_state(state.epoch_generator_state)
             batches = task.epoch_batches(generator)
             while state.batch_index < len(batches):
@@ -378,16 +379,16 @@ def fit(
                     stopped_by = "max_minutes"
                 if cfg.max_minutes and not warned_time and (state.step % TIME_PROBE_STEPS == 0 or elapsed > 30):
                     warned_time = True
-                    message = _time_warning(the_plan, state.step, elapsed, cfg.max_minutes)
-                    if message:
-                        on_event(Warned(message))
+                    note = _time_warning(the_plan, state.step, elapsed, cfg.max_minutes)
+                    if note:
+                        on_event(Warned(note))
                 epoch_done = state.batch_index >= len(batches)
                 if epoch_done:
                     state.epoch, state.batch_index = state.epoch + 1, 0
                     state.epoch_generator_state = generator.get_state()  # the next epoch's order is drawn from here
                     if state.epoch > cfg.epochs:
                         stopped_by = stopped_by or "epochs"
-                evaluate_now = (cfg.eval_every and state.step % cfg.eval_every == 0) or (epoch_done and not cfg.eval_every)
+                evaluate_now = (state.step % cfg.eval_every == 0) if cfg.eval_every else epoch_done
                 if (evaluate_now or stopped_by) and evaluate(_epochs_done(state, len(batches))):
                     stopped_by = stopped_by or "patience"
                 at_checkpoint = state.step % cfg.checkpoint_every == 0

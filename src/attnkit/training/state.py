@@ -158,7 +158,8 @@ def save_fit_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optim
     atomic_write_bytes(path, safetensors_bytes(tensors, metadata={_META_KEY: json.dumps(meta)}))
 
 
-def load_fit_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, data_fingerprint: str) -> FitState:
+def load_fit_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
+                   data_fingerprint: str) -> FitState:
     """Restore model, optimizer and the global RNG from ``path``; return the loop state to continue from."""
     try:
         with safe_open(str(path), framework="pt") as f:
@@ -169,7 +170,8 @@ def load_fit_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optim
     if "fit" not in meta:
         raise InputError(f"{path}: a training state written by an older attnkit; it cannot be resumed by this one")
     if meta["data_fingerprint"] != data_fingerprint:
-        raise InputError(f"{path}: the training data differs from the data this run was started on; resume with the same files")
+        raise InputError(f"{path}: the training data differs from the data this run was started on; "
+                         f"resume with the same files")
     model.load_state_dict({name[len("model."):]: t for name, t in tensors.items() if name.startswith("model.")})
     per_param: dict[int, dict] = {}
     for name, tensor in tensors.items():
