@@ -19,19 +19,10 @@ from attnkit.config import (
     train_config_class,
 )
 from attnkit.errors import InputError, NonFiniteError
-from attnkit.training.loop import (
-    Batch,
-    BatchLoss,
-    Checkpointed,
-    Evaluated,
-    Planned,
-    Resumed,
-    Skipped,
-    Step,
-    Warned,
-    fit,
-    plan,
-)
+from attnkit.training.events import Checkpointed, Evaluated, Planned, Resumed, Skipped, Step, Warned
+from attnkit.training.loop import fit
+from attnkit.training.schedules import plan
+from attnkit.training.task import Batch, BatchLoss
 
 N_EXAMPLES = 24
 
@@ -366,8 +357,8 @@ def test_resume_settings_equal_to_the_saved_ones_pass_and_a_differing_one_is_nam
     saved = {"model": {"d_model": 16, "vocab_size": 40, "n_classes": 2}, "train": {"epochs": 2, "seed": 1, "lr": 0.001}}
     # vocab_size is an upper bound the tokenizer reached 40 of; n_classes=0 means one per label
     check_resume_settings(saved, {"epochs": 2, "d_model": "16", "lr": "1e-3", "vocab_size": "10000", "n_classes": "0"},
-                          ClassifierConfig, ClassifierTrainConfig)
+                          ClassifierConfig)
     with pytest.raises(InputError, match=r"epochs=3 differs from the run's saved epochs=2"):
-        check_resume_settings(saved, {"seed": 1, "epochs": 3}, ClassifierConfig, ClassifierTrainConfig)
+        check_resume_settings(saved, {"seed": 1, "epochs": 3}, ClassifierConfig)
     with pytest.raises(InputError, match=r"d_model=32 differs from the run's saved d_model=16"):
-        check_resume_settings(saved, {"d_model": "32"}, ClassifierConfig, ClassifierTrainConfig)
+        check_resume_settings(saved, {"d_model": "32"}, ClassifierConfig)

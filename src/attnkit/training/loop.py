@@ -18,224 +18,24 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
-from attnkit.config import TrainConfigBase
+from attnkit import runs
+from attnkit.config import TrainConfig
 from attnkit.errors import InputError
-from attnkit.training import checkpoint
-from attnkit.training.classify import set_learning_rate
+from attnkit.training.events import Checkpointed, Evaluated, Event, FitResult, Planned, Resumed, Skipped, Step, Warned
 from attnkit.training.guards import NonFiniteError, check_step
 from attnkit.training.losses import autocast
-from attnkit.training.schedules import learning_rate
+from attnkit.training.optim import set_learning_rate
+from attnkit.training.schedules import Plan, plan
 from attnkit.training.state import STATE, FitState, load_fit_state, save_fit_state
+from attnkit.training.task import Batch, Task, TrainContext
 
-CHECKPOINTS = "checkpoints"  # RUN/checkpoints/step_N.safetensors: the last K step checkpoints (for averaging)
-NOAM_WARMUP = 4000  # §5.3: "We used warmup_steps = 4000"
 TIME_PROBE_STEPS = 20  # steps timed before judging whether a warmup fits inside max_minutes
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# What a task supplies
-
-
-@dataclass(frozen=True)
-class Batch:
-    """One batch as the task's loss reads it. ``size`` is its normaliser: sentences or target tokens."""
-
-    tensors: tuple[Tensor, ...]
-    size: int
-
-
-@dataclass
-class BatchLoss:
-    """The loss of one batch: ``value`` is summed over the batch's ``size`` units, or their mean if ``mean``.
-
-    ``sums`` are statistics summed over the units (e.g. ``{"accuracy": correct}``); the loop reports each divided by
-    the units it covers.
-    """
-
-    value: Tensor
-    mean: bool = False
-    sums: dict[str, float] = field(default_factory=dict)
-
-
-class Task(Protocol):
-    """What differs between tasks. Attributes, then the four calls the loop makes."""
-
-    metric: str  # the evaluation metric that decides "better" (a key of ``evaluate``'s result)
-    higher_is_better: bool  # for ``metric``; ties are broken by the lower validation "loss"
-    unit: str  # what ``Batch.size`` counts ("sentences", "tokens"), for the log
-    d_model: int  # model width, for the schedule of eq. 3 ("noam")
-    fingerprint: str  # of the training data: a resume on other data is refused
-
-    def epoch_batches(self, generator: torch.Generator | None) -> list[list[int]]:
-        """The example indices of each batch of one epoch, in training order, drawn from ``generator`` (None: a
-        deterministic order, used to count the batches)."""
-        ...
-
-    def collate(self, indices: list[int]) -> Batch:
-        """The padded tensors of one batch (on the CPU: the loop moves them)."""
-        ...
-
-    def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
-        """Forward pass and loss of one batch (the model is in training mode; the loop runs it under autocast)."""
-        ...
-
-    def evaluate(self, model: nn.Module, device: torch.device) -> dict[str, float] | None:
-        """Validation metrics including "loss" and ``metric``, or None without validation data (the model is in eval
-        mode, gradients off)."""
-        ...
-
-
-@dataclass(frozen=True)
-class TrainContext:
-    """Where training runs. One process on one device today; a process group joins it for distributed training."""
-
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# What the loop reports (events) and returns
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """Emitted by a task's setup, before ``fit``: the data the run trains on."""
-
-    n_train: int
-    n_valid: int
-    valid_source: str  # "file", "held out from train", "the training set (...)", or "none"
-    vocab_size: int
-    truncated: int  # inputs cut to max_len
-    max_len: int
-    labels: list[str] | None  # a classifier's label names
-
-
-@dataclass(frozen=True)
-class Planned:
-    """Emitted once, before the first step: the budgets and the learning-rate schedule they sized."""
-
-    total_steps: int
-    steps_per_epoch: int
-    batches_per_epoch: int
-    schedule: str
-    warmup: int
-    start_step: int  # > 0 when resuming
-
-
-@dataclass(frozen=True)
-class Resumed:
-    step: int
-    epoch: int
-
-
-@dataclass(frozen=True)
-class Step:
-    step: int
-    total_steps: int
-    epoch: int  # the epoch in progress (1-based)
-    epoch_progress: float  # epochs completed, fractional
-    loss: float  # per unit (sentence or token) of this step
-    lr: float
-    size: int  # units in this step
-    stats: dict[str, float]  # this step's statistics, per unit (e.g. accuracy)
-    running_loss: float  # per unit since the last evaluation
-    running: dict[str, float]  # the statistics since the last evaluation
-
-
-@dataclass(frozen=True)
-class Evaluated:
-    step: int
-    epoch: float  # epochs completed, fractional
-    metrics: dict[str, float]  # validation metrics (keys as the task gives them: "loss", "accuracy", "bleu"...)
-    train_loss: float  # per unit since the previous evaluation
-    train: dict[str, float]  # training statistics since the previous evaluation
-    best: bool  # these weights are now the run's model
-
-
-@dataclass(frozen=True)
-class Checkpointed:
-    step: int
-    path: Path
-
-
-@dataclass(frozen=True)
-class Skipped:
-    step: int
-    message: str
-
-
-@dataclass(frozen=True)
-class Warned:
-    """Something the user should change, said once (the CLI prints it as one ``warning:`` line)."""
-
-    message: str
-
-
-Event = Prepared | Planned | Resumed | Step | Evaluated | Checkpointed | Skipped | Warned
-
-
-@dataclass(frozen=True)
-class FitResult:
-    steps: int
-    epochs: float  # epochs completed, fractional
-    seconds: float
-    stopped_by: str  # "epochs", "max_steps", "max_minutes" or "patience"
-    best: dict[str, float]  # metrics of the evaluation whose weights are the model ({} without validation)
-    best_step: int
-    best_epoch: float
-    last: dict[str, float]  # metrics of the last evaluation
-    skipped: int
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The schedule, sized to the budgets
-
-
-@dataclass(frozen=True)
-class Plan:
-    total_steps: int  # the step budget (max_steps, or epochs x steps per epoch, whichever is smaller)
-    steps_per_epoch: int
-    schedule: str  # "linear", "noam" or "constant" ("auto" resolved)
-    warmup: int
-    peak: float
-    factor: float
-    d_model: int
-
-    def lr(self, step: int) -> float:
-        return learning_rate(step, schedule=self.schedule, peak=self.peak, factor=self.factor, warmup=self.warmup,
-                             total=self.total_steps, d_model=self.d_model)
-
-
-def plan(cfg: TrainConfigBase, steps_per_epoch: int, d_model: int) -> tuple[Plan, list[str]]:
-    """The step budget and the schedule it sizes, and warnings for a warmup that cannot finish inside the budget.
-
-    ``schedule=auto`` is the paper's noam schedule for an open-ended run, and linear warmup and decay over the
-    budget when one is stated (``max_steps``): eq. 3 with 4,000 warmup steps was tuned for 100,000 steps (§5.2), and
-    a 1,200-step run would stop while its learning rate is still rising.
-    """
-    by_epochs = steps_per_epoch * cfg.epochs
-    total = min(cfg.max_steps, by_epochs) if cfg.max_steps else by_epochs
-    schedule = cfg.schedule if cfg.schedule != "auto" else ("linear" if cfg.max_steps else "noam")
-    if cfg.warmup_steps:
-        warmup = cfg.warmup_steps
-    elif schedule == "noam":
-        warmup = NOAM_WARMUP
-    else:
-        warmup = int(cfg.warmup_ratio * total)
-    warnings = []
-    if warmup >= total and (cfg.warmup_steps or schedule == "noam"):
-        budget = (f"max_steps={cfg.max_steps}" if total == cfg.max_steps
-                  else f"{cfg.epochs} epochs of {steps_per_epoch} steps")
-        warnings.append(f"the learning-rate warmup ({warmup} steps) cannot finish inside the {total} planned steps "
-                        f"({budget}): the rate would still be rising when training stops; set warmup_steps below "
-                        f"{total} or leave schedule and warmup_steps unset with --max-steps")
-    return Plan(total, steps_per_epoch, schedule, warmup, cfg.lr, cfg.lr_factor, d_model), warnings
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -246,12 +46,12 @@ def fit(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     task: Task,
-    cfg: TrainConfigBase,
+    cfg: TrainConfig,
     run_dir: Path,
     *,
     resume: bool = False,
     on_event: Callable[[Event], None] = lambda event: None,
-    context: TrainContext = TrainContext(),
+    context: TrainContext | None = None,
 ) -> FitResult:
     """Train ``model`` (already on ``context.device``) on ``task`` into ``run_dir``, the run's other files (config,
     tokenizer) already written by the task.
@@ -263,6 +63,7 @@ def fit(
     from the beginning. The caller seeds torch and builds the model the same way in both cases.
     """
     started = time.perf_counter()
+    context = context or TrainContext()
     batches_per_epoch = len(task.epoch_batches(None))
     if not batches_per_epoch:
         raise InputError("no training data: the task made no batches")
@@ -307,7 +108,7 @@ def fit(
         if best:
             state.best_score, state.best_loss = metrics[task.metric], metrics.get("loss")
             state.best_step, state.best_epoch, state.best_metrics, state.stale = state.step, epoch, dict(metrics), 0
-            checkpoint.save_weights(run_dir, model)
+            runs.save_weights(run_dir, model)
         else:
             state.stale += 1
         log.write({"step": state.step, "epoch": epoch, "train_loss": train_loss,
@@ -320,17 +121,17 @@ def fit(
         """Step checkpoint (keeping the last K), the weights until an evaluation has chosen some (for good, without
         validation data), the training state, the manifest: a run killed after this resumes from here."""
         if step_checkpoint and cfg.keep_last:
-            (run_dir / CHECKPOINTS).mkdir(exist_ok=True)
+            (run_dir / runs.CHECKPOINTS).mkdir(exist_ok=True)
             name = f"step_{state.step}.safetensors"
-            checkpoint.save_weights(run_dir / CHECKPOINTS, model, name)
-            for old in checkpoint_paths(run_dir)[: -cfg.keep_last]:
+            runs.save_weights(run_dir / runs.CHECKPOINTS, model, name)
+            for old in runs.checkpoint_paths(run_dir)[: -cfg.keep_last]:
                 old.unlink()
-            on_event(Checkpointed(state.step, run_dir / CHECKPOINTS / name))
+            on_event(Checkpointed(state.step, run_dir / runs.CHECKPOINTS / name))
         if state.best_score is None:
-            checkpoint.save_weights(run_dir, model)
+            runs.save_weights(run_dir, model)
         state.log_rows = log.rows
         save_fit_state(state_path, model=model, optimizer=optimizer, state=state, data_fingerprint=task.fingerprint)
-        checkpoint.write_manifest(run_dir)
+        runs.write_manifest(run_dir)
 
     stopped_by = _finished(cfg, state)  # "" unless resuming a run that had already stopped
     warned_time = False
@@ -398,7 +199,7 @@ def fit(
                     break  # (the next epoch's order is drawn above)
     finally:
         log.close()
-    checkpoint.write_manifest(run_dir)
+    runs.write_manifest(run_dir)
     return FitResult(state.step, _epochs_done(state, batches_per_epoch), time.perf_counter() - started, stopped_by,
                      dict(state.best_metrics), state.best_step, state.best_epoch, dict(last), state.skipped)
 
@@ -412,13 +213,13 @@ class _StepOutcome:
 
 
 def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, task: Task, batches: list[Batch],
-                cfg: TrainConfigBase, context: TrainContext, *, step: int) -> _StepOutcome:
+                cfg: TrainConfig, context: TrainContext, *, step: int) -> _StepOutcome:
     """One optimizer step over ``batches`` (accum_steps of them, fewer at the end of an epoch)."""
     batches = [Batch(tuple(t.to(context.device) for t in b.tensors), b.size) for b in batches]  # the one device move
     n_units = sum(b.size for b in batches)  # the step's normaliser (distributed: all-reduced over the processes)
     optimizer.zero_grad(set_to_none=True)
     rng_before = torch.get_rng_state()
-    loss_sum = torch.zeros((), device=context.device)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=context.device)  # exact for a mean times its size
     sums: dict[str, float] = {}
     for batch in batches:
         with autocast(cfg.precision):
@@ -426,7 +227,7 @@ def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, task: Task, 
         # sum_b loss_b / n_units; a mean loss is weighted by its share of the units, which is exactly 1.0 (and so
         # bitwise the plain mean) when one batch makes the step.
         (out.value * (batch.size / n_units) if out.mean else out.value / n_units).backward()
-        loss_sum += out.value.detach() * batch.size if out.mean else out.value.detach()
+        loss_sum += out.value.detach().double() * batch.size if out.mean else out.value.detach().double()
         for key, value in out.sums.items():
             sums[key] = sums.get(key, 0.0) + value
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm or float("inf"))
@@ -445,7 +246,7 @@ def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, task: Task, 
     return _StepOutcome(loss_sum.item(), n_units, sums, None)
 
 
-def _finished(cfg: TrainConfigBase, state: FitState) -> str:
+def _finished(cfg: TrainConfig, state: FitState) -> str:
     """Why a (resumed) run has nothing left to do, or ""."""
     if state.epoch > cfg.epochs:
         return "epochs"
@@ -485,20 +286,15 @@ def _time_warning(the_plan: Plan, step: int, elapsed: float, max_minutes: float)
             f"or state the budget as --max-steps")
 
 
-def checkpoint_paths(run_dir: Path) -> list[Path]:
-    """Saved step checkpoints, oldest first."""
-    return sorted((run_dir / CHECKPOINTS).glob("step_*.safetensors"), key=lambda p: int(p.stem.split("_")[1]))
-
-
 def _clear_run_outputs(run_dir: Path) -> None:
     """A run started over an earlier one begins clean: no weights, state, manifest or step checkpoints of the old."""
-    for name in (checkpoint.MANIFEST, STATE, checkpoint.WEIGHTS):
+    for name in (runs.MANIFEST, STATE, runs.WEIGHTS):
         (run_dir / name).unlink(missing_ok=True)
-    for old in checkpoint_paths(run_dir):
+    for old in runs.checkpoint_paths(run_dir):
         old.unlink()
 
 
-class _CountingLog(checkpoint.MetricsLog):
+class _CountingLog(runs.MetricsLog):
     """The metrics log, counting its rows so that the training state can say how many a resume keeps."""
 
     rows = 0
@@ -508,12 +304,12 @@ class _CountingLog(checkpoint.MetricsLog):
         self.rows += 1
 
 
-def _metrics_log(run_dir: Path, cfg: TrainConfigBase, keep_rows: int | None) -> _CountingLog:
+def _metrics_log(run_dir: Path, cfg: TrainConfig, keep_rows: int | None) -> _CountingLog:
     """A fresh log, or (resuming) the log cut back to the ``keep_rows`` rows written before the saved state."""
     if keep_rows is None:
-        return _CountingLog(run_dir / checkpoint.METRICS, tensorboard=cfg.tensorboard)
+        return _CountingLog(run_dir / runs.METRICS, tensorboard=cfg.tensorboard)
     seen = iter(range(keep_rows + 1))  # MetricsLog asks about each row in order: keep the first keep_rows
-    log = _CountingLog(run_dir / checkpoint.METRICS, keep=lambda row: next(seen, keep_rows) < keep_rows,
+    log = _CountingLog(run_dir / runs.METRICS, keep=lambda row: next(seen, keep_rows) < keep_rows,
                        tensorboard=cfg.tensorboard)
     log.rows = keep_rows
     return log

@@ -32,85 +32,6 @@ _META_KEY = "attnkit_train_state"
 
 
 @dataclass
-class LoopState:
-    """Where a training loop is: enough to continue it exactly."""
-
-    step: int = 0  # optimizer steps taken
-    epoch: int = 1  # the epoch in progress (1-based)
-    batch_index: int = 0  # index of the next batch of that epoch
-    epoch_generator_state: torch.Tensor | None = None  # batch generator state when the epoch's order was drawn
-    counters: dict = field(default_factory=dict)  # loop-specific: running sums, best score, patience...
-
-
-def save_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, loop: LoopState, data_fingerprint: str) -> None:
-    """Write model, optimizer, RNG and loop state to ``path`` (atomically)."""
-    tensors = {f"model.{name}": t for name, t in state_dict_for_saving(model).items()}
-    opt = optimizer.state_dict()
-    opt_scalars: dict[str, dict] = {}
-    for index, param_state in opt["state"].items():
-        for key, value in param_state.items():
-            if torch.is_tensor(value):
-                tensors[f"optim.{index}.{key}"] = value.detach().contiguous()
-            else:
-                opt_scalars.setdefault(str(index), {})[key] = value
-    tensors["rng.torch"] = torch.get_rng_state()
-    if loop.epoch_generator_state is not None:
-        tensors["rng.epoch_batches"] = loop.epoch_generator_state
-    meta = {
-        "step": loop.step, "epoch": loop.epoch, "batch_index": loop.batch_index, "counters": loop.counters,
-        "optimizer_groups": opt["param_groups"], "optimizer_scalars": opt_scalars, "data_fingerprint": data_fingerprint,
-    }
-    atomic_write_bytes(path, safetensors_bytes(tensors, metadata={_META_KEY: json.dumps(meta)}))
-
-
-def load_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, data_fingerprint: str) -> LoopState:
-    """Restore model, optimizer and the global RNG from ``path``; return the loop state to continue from."""
-    if not path.is_file():
-        raise InputError(f"{path}: no training state to resume from (the run saved none yet, or is not a training run)")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            meta = json.loads(f.metadata()[_META_KEY])
-            tensors = {key: f.get_tensor(key) for key in f.keys()}
-    except (SafetensorError, OSError, KeyError, TypeError, json.JSONDecodeError) as err:
-        raise InputError(f"{path}: not a readable attnkit training state ({err})") from None
-    if meta["data_fingerprint"] != data_fingerprint:
-        raise InputError(f"{path}: the training data differs from the data this run was started on; resume with the same files")
-
-    model.load_state_dict({name[len("model."):]: t for name, t in tensors.items() if name.startswith("model.")})
-    per_param: dict[int, dict] = {}
-    for name, tensor in tensors.items():
-        if name.startswith("optim."):
-            _, index, key = name.split(".", 2)
-            per_param.setdefault(int(index), {})[key] = tensor
-    for index, scalars in meta["optimizer_scalars"].items():
-        per_param.setdefault(int(index), {}).update(scalars)
-    groups = meta["optimizer_groups"]
-    for group in groups:  # JSON turned tuples into lists
-        if "betas" in group:
-            group["betas"] = tuple(group["betas"])
-    optimizer.load_state_dict({"state": per_param, "param_groups": groups})
-    torch.set_rng_state(tensors["rng.torch"])
-    return LoopState(meta["step"], meta["epoch"], meta["batch_index"], tensors.get("rng.epoch_batches"), meta["counters"])
-
-
-def fingerprint_texts(*columns: list[str]) -> str:
-    """sha256 over the training texts (and labels): resuming on other data would not be a resume."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for column in columns:
-        for value in column:
-            digest.update(value.encode("utf-8"))
-            digest.update(b"\x00")
-        digest.update(b"\x01")
-    return digest.hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The typed state of ``attnkit.training.loop.fit``
-
-
-@dataclass
 class FitState:
     """Where the one training loop is, and what it has decided so far: enough to continue it exactly.
 
@@ -187,3 +108,16 @@ def load_fit_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optim
     optimizer.load_state_dict({"state": per_param, "param_groups": groups})
     torch.set_rng_state(tensors["rng.torch"])
     return FitState(**meta["fit"], epoch_generator_state=tensors.get("rng.epoch_batches"))
+
+
+def fingerprint_texts(*columns: list[str]) -> str:
+    """sha256 over the training texts (and labels): resuming on other data would not be a resume."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for column in columns:
+        for value in column:
+            digest.update(value.encode("utf-8"))
+            digest.update(b"\x00")
+        digest.update(b"\x01")
+    return digest.hexdigest()
