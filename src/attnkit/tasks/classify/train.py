@@ -155,8 +155,8 @@ def train_classifier(
             quarter = -(-len(train) // 4)
             train_cfg = dataclasses.replace(train_cfg, patience=0, batch_size=min(train_cfg.batch_size, quarter))
             valid = list(train)
-            valid_source = (f"the training set (under 100 examples: none held out, no early stopping, batches of "
-                            f"{train_cfg.batch_size})")
+            valid_source = (f"the training set: under 100 examples, none held out, no early stopping, batches of "
+                            f"{train_cfg.batch_size}")
 
     initial = None
     labels: list[str]
