@@ -11,6 +11,10 @@ batches equals a step over one batch holding both. A distributed version only ha
 (the global token count) and the gradients; ``TrainContext`` is where its device and process group will come in.
 
 The library never prints: progress is a stream of typed events (``Event``) that the CLI renders.
+
+Why ~320 lines: ``fit`` is meant to be read top to bottom in one piece, like nanoGPT's train.py (the task, the
+events and the schedule's sizing are already in task.py, events.py and schedules.py); its helpers below are each a
+few lines that the loop names rather than spells out.
 """
 
 from __future__ import annotations
