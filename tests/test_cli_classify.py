@@ -282,3 +282,36 @@ def test_predict_in_bf16_agrees_and_notes_a_cpu_without_native_bfloat16(seed_run
     assert bf16["label"] == fp32["label"]
     assert abs(bf16["probs"]["positive"] - fp32["probs"]["positive"]) < 0.05  # bfloat16 keeps ~3 digits
     assert ("note: precision=bf16: your CPU has no native bfloat16" in err) == (not native)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Small data with the defaults; keys of the other task; loop keys that used to be ignored
+
+
+@pytest.mark.parametrize("epochs", [[], ["--epochs", "80"]])
+def test_twenty_sentences_are_learned_with_the_default_settings(tmp_path, capsys, epochs):
+    """Under 100 examples the training set selects the epoch: no early stopping on it, batches of a quarter of it,
+    ties between epochs broken by the lower loss. The defaults then fit the 20 sentences."""
+    out = tmp_path / "run"
+    summary = train_quietly(out, "--train", str(SEED_TSV), "--quiet", *epochs)
+    assert summary["epochs"] == (int(epochs[1]) if epochs else 20)  # every epoch ran
+    code, stdout, _ = cli(capsys, "classify", "eval", "--model", out, "--data", SEED_TSV)
+    assert code == 0
+    assert json.loads(stdout)["accuracy"] == 1.0
+
+
+@pytest.mark.parametrize("key", ["max_tokens=100", "valid_bleu=false"])
+def test_a_translator_key_is_refused_naming_the_key_and_the_task(tmp_path, capsys, key):
+    line = error_line(capsys, "classify", "train", "--train", SEED_TSV, "--out", tmp_path / "run", "--set", key)
+    assert f"'{key.split('=')[0]}'" in line and "classify" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_accumulation_and_a_time_budget_are_used_not_ignored(tmp_path):
+    out = tmp_path / "run"
+    summary = train_quietly(out, "--train", str(SEED_TSV), "--epochs", "3", "--quiet",
+                            "--set", *TINY_SET, "batch_size=2", "accum_steps=2", "max_minutes=5")
+    # 20 sentences in batches of 2: 10 batches an epoch, 5 optimizer steps of 2 batches (4 sentences) each
+    assert summary["steps"] == 15
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [row["sentences"] for row in rows if "loss" in row] == [4] * 15

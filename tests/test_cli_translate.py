@@ -130,3 +130,62 @@ def test_over_long_source_is_refused_under_the_error_policy(tmp_path, capsys):
                            "--max-steps", "1", "--set", "max_len=16", "max_len_policy=error", "tokenizer=word", "min_freq=1")
     assert code == 2
     assert_one_error_line(err, "max_len=16")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A stated step budget sizes the schedule; a warmup that cannot finish inside it is warned about; per-task keys
+
+TINY = ["--max-tokens", "200", "--seed", "0", "--quiet", "--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=1",
+        "tokenizer=word", "min_freq=1", "valid_bleu=false"]
+
+
+@pytest.fixture
+def small_task(tmp_path):
+    rng = random.Random(1)
+    write_reverse_task(tmp_path / "train.tsv", 100, rng)
+    write_reverse_task(tmp_path / "valid.tsv", 10, rng)
+    return ["--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "valid.tsv")]
+
+
+def step_rows(run: Path) -> list[dict]:
+    return [row for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in row]
+
+
+def test_a_step_budget_sizes_the_warmup_and_decay(tmp_path, capsys, small_task):
+    code, _, err = run_cli(capsys, "translate", "train", *small_task, "--out", str(tmp_path / "run"),
+                           "--max-steps", "20", *TINY)
+    assert code == 0, err
+    assert "warning" not in err
+    lrs = [row["lr"] for row in step_rows(tmp_path / "run")]
+    # Linear warmup over 10% of the 20 steps to lr (1e-3), then linear decay to 0 at step 20; eq. 3 with 4,000
+    # warmup steps would still be at 1e-5 here.
+    assert lrs[1] == pytest.approx(1e-3) and max(lrs) == pytest.approx(1e-3)
+    assert lrs[-1] == 0.0 and lrs == sorted(lrs[:2]) + sorted(lrs[2:], reverse=True)
+
+
+@pytest.mark.parametrize("setting", [["warmup_steps=100"], ["schedule=noam"]])
+def test_a_warmup_that_cannot_finish_inside_the_step_budget_is_one_warning_line(tmp_path, capsys, small_task, setting):
+    code, _, err = run_cli(capsys, "translate", "train", *small_task, "--out", str(tmp_path / "run"),
+                           "--max-steps", "10", *TINY, *setting)
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "warmup" in warnings[0] and "10 planned steps" in warnings[0], err
+
+
+@pytest.mark.parametrize("key", ["batch_size=8", "bucket_factor=2", "layer_lr_decay=0.9"])
+def test_a_classifier_key_is_refused_naming_the_key_and_the_task(tmp_path, capsys, small_task, key):
+    code, _, err = run_cli(capsys, "translate", "train", *small_task, "--out", str(tmp_path / "run"),
+                           "--max-steps", "2", *TINY, key)
+    assert code == 2
+    assert_one_error_line(err, f"'{key.split('=')[0]}'", "translate")
+
+
+def test_patience_stops_the_translator_and_the_best_evaluation_is_the_model(tmp_path, capsys, small_task):
+    code, out, err = run_cli(capsys, "translate", "train", *small_task, "--out", str(tmp_path / "run"),
+                             "--max-steps", "400", *TINY, "eval_every=2", "patience=1", "lr=0.5", "schedule=constant")
+    assert code == 0, err
+    assert json.loads(out)["steps"] < 400  # a learning rate this high stops improving at once
+    evals = [row for row in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+             if "valid_loss" in row]
+    best = min(evals, key=lambda row: row["valid_loss"])
+    assert best["best"] and json.loads(out)["valid_loss"] == best["valid_loss"]

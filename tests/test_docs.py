@@ -143,7 +143,8 @@ def config_keys() -> set[str]:
     from attnkit import config
 
     keys: set[str] = set()
-    for cls in (config.ClassifierConfig, config.TranslatorConfig, config.TrainConfig):
+    for cls in (config.ClassifierConfig, config.TranslatorConfig, config.ClassifierTrainConfig,
+                config.TranslatorTrainConfig):
         keys |= {f.name for f in dataclasses.fields(cls)}
     return keys
 

@@ -67,7 +67,8 @@ def test_classifier_killed_and_resumed_equals_uninterrupted(tmp_path):
               "--set", "d_model=32", "n_heads=2", "d_ff=64", "n_layers=1", "batch_size=16", "checkpoint_every=7",
               "min_freq=1", "patience=0"]
     run_to_end(*common, "--out", str(tmp_path / "alone"))
-    kill_at = random.Random().randint(3, 90)  # 25 steps an epoch, 100 in all
+    kill_at = random.Random(11).randint(3, 90)  # 25 steps an epoch, 100 in all; seeded, so a failure reproduces
+    print(f"killing the run after step {kill_at}")
     kill_after_steps([*common, "--out", str(tmp_path / "killed")], tmp_path / "killed" / "metrics.jsonl", kill_at)
     resume = ["classify", "train", "--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "valid.tsv"),
               "--out", str(tmp_path / "killed"), "--resume", "--quiet"]
@@ -92,7 +93,8 @@ def test_translator_killed_and_resumed_equals_uninterrupted(tmp_path):
               "--set", "d_model=32", "n_heads=2", "d_ff=64", "n_layers=1", "tokenizer=word", "min_freq=1",
               "checkpoint_every=6", "keep_last=3", "warmup_steps=10"]
     run_to_end(*common, "--out", str(tmp_path / "alone"))
-    kill_at = random.Random().randint(3, 55)
+    kill_at = random.Random(12).randint(3, 55)  # seeded, so a failure reproduces
+    print(f"killing the run after step {kill_at}")
     kill_after_steps([*common, "--out", str(tmp_path / "killed")], tmp_path / "killed" / "metrics.jsonl", kill_at)
     resume = ["translate", "train", "--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "valid.tsv"),
               "--out", str(tmp_path / "killed"), "--resume", "--quiet"]
@@ -160,3 +162,68 @@ def test_nan_guard_stops_the_run_naming_the_module_and_keeps_the_checkpoint(tmp_
 
     state = load_file(str(weights))
     assert all(torch.isfinite(t).all() for t in state.values())  # the epoch-1 checkpoint, intact
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Resuming with the command's own flags, leftovers of a kill, a run killed before its first save
+
+TINY_CLASSIFIER = ["--epochs", "2", "--seed", "1", "--quiet", "--set", "d_model=16", "n_heads=2", "d_ff=32",
+                   "n_layers=1", "min_freq=1"]
+
+
+def test_the_same_command_with_resume_appended_is_accepted(tmp_path, capsys):
+    from attnkit.cli import main
+
+    write_sentiment(tmp_path / "train.tsv", 40, random.Random(0))
+    argv = ["classify", "train", "--train", str(tmp_path / "train.tsv"), "--out", str(tmp_path / "run"),
+            *TINY_CLASSIFIER]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main([*argv, "--resume"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("changed", "named"), [(["--epochs", "3"], ["epochs=3", "epochs=2"]),
+                                                (["--set", "d_model=32"], ["d_model=32", "d_model=16"])])
+def test_resume_refuses_a_setting_that_differs_from_the_saved_one_naming_both_values(tmp_path, capsys, changed, named):
+    from attnkit.cli import main
+
+    write_sentiment(tmp_path / "train.tsv", 40, random.Random(0))
+    argv = ["classify", "train", "--train", str(tmp_path / "train.tsv"), "--out", str(tmp_path / "run"),
+            *TINY_CLASSIFIER]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main([*argv, *changed, "--resume"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --resume") and all(value in line for value in named), line
+
+
+TINY_TRANSLATOR = ["--max-steps", "12", "--max-tokens", "200", "--seed", "5", "--quiet", "--set", "d_model=16",
+                   "n_heads=2", "d_ff=32", "n_layers=1", "tokenizer=word", "min_freq=1", "checkpoint_every=4",
+                   "keep_last=2", "warmup_steps=3", "valid_bleu=false"]
+
+
+def test_resume_removes_leftover_temporary_files_and_starts_a_run_killed_before_its_first_save(tmp_path):
+    """A run killed after writing its config and tokenizer but before its first save holds those two files (and
+    perhaps half-written temporary ones): resuming it trains from the beginning, to the same bytes as a run left
+    alone, and removes the leftovers."""
+    from attnkit.cli import main
+
+    rng = random.Random(3)
+    write_reverse(tmp_path / "train.tsv", 120, rng)
+    write_reverse(tmp_path / "valid.tsv", 10, rng)
+    data = ["--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "valid.tsv")]
+    assert main(["translate", "train", *data, "--out", str(tmp_path / "alone"), *TINY_TRANSLATOR]) == 0
+    killed = tmp_path / "killed"
+    assert main(["translate", "train", *data, "--out", str(killed), *TINY_TRANSLATOR]) == 0
+    for name in ("train_state.safetensors", "model.safetensors", "manifest.json", "metrics.jsonl"):
+        (killed / name).unlink()
+    for checkpoint in (killed / "checkpoints").iterdir():
+        checkpoint.unlink()
+    leftovers = [killed / f".model.safetensors.{'a' * 32}.tmp",
+                 killed / "checkpoints" / f".step_4.safetensors.{'b' * 32}.tmp"]
+    for path in leftovers:
+        path.write_bytes(b"half a file")
+    assert main(["translate", "train", *data, "--out", str(killed), *TINY_TRANSLATOR, "--resume"]) == 0
+    assert not any(path.exists() for path in leftovers)
+    assert_same_run(tmp_path / "alone", killed)
+    assert sorted(p.name for p in (killed / "checkpoints").iterdir()) == ["step_12.safetensors", "step_8.safetensors"]

@@ -2,6 +2,10 @@
 
 Modules never see these objects: ``attnkit.model.build`` maps a config to module arguments, in one place.
 Every impossible value raises ``InputError`` (a ``ValueError``) naming the key and the value.
+
+Why one file of ~350 lines: every key a user can set is declared here, next to the one parser and checker of
+``--set`` / YAML values and the rule that routes a key to its config (model, or the task's training); split, the
+question "which keys exist and where do they go" would be answered in several places.
 """
 
 from __future__ import annotations
@@ -81,34 +85,37 @@ class TranslatorConfig(TransformerConfig):
     tie_embeddings: bool = True  # share source/target embeddings and the pre-softmax projection (§3.4)
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Training configs, one per task: a key that does not apply to the task is refused, never silently ignored.
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    """How to train. Defaults suit the classifier; ``TRANSLATE_TRAIN_DEFAULTS`` holds the paper's recipe (§5)."""
+    """What every task's training shares: the optimizer, the schedule, the budgets, checkpoints. The one loop
+    (``attnkit.training.loop.fit``) reads only these keys; each task's config adds its own."""
 
     optimizer: str = "adamw"  # "adam" or "adamw" (decoupled weight decay)
-    lr: float = 5e-4  # peak learning rate (schedule "linear"); "noam" uses lr_factor instead
+    lr: float = 5e-4  # peak learning rate (schedules "linear" and "constant"); "noam" uses lr_factor instead
     lr_factor: float = 1.0  # "noam": lr = lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (eq. 3)
-    schedule: str = "linear"  # "linear": warmup then linear decay to 0; "noam": eq. 3; "constant": warmup then flat
-    warmup_steps: int = 0  # 0 = warmup_ratio of the planned steps
+    # "linear": warmup then linear decay to 0 at the planned last step; "noam": eq. 3; "constant": warmup then flat;
+    # "auto": "linear" when a step budget (max_steps) is set, else "noam" (the paper's, for open-ended runs)
+    schedule: str = "linear"
+    warmup_steps: int = 0  # 0 = sized by the loop: warmup_ratio of the planned steps ("noam": 4,000, §5.3)
     warmup_ratio: float = 0.1  # share of the planned steps spent warming up when warmup_steps is 0
     beta1: float = 0.9
     beta2: float = 0.98  # §5.3 uses beta2 = 0.98
     adam_eps: float = 1e-9  # §5.3
     weight_decay: float = 0.01
-    layer_lr_decay: float = 1.0  # classifier: layer i of N (from the top) learns at lr * layer_lr_decay^i; 1 = one lr
     label_smoothing: float = 0.0  # epsilon_ls (§5.4 uses 0.1 for translation)
     clip_norm: float = 1.0  # max gradient norm; 0 = no clipping
-    batch_size: int = 32  # sentences per batch (classifier)
-    bucket_factor: int = 50  # classifier: batches cut from length-sorted pools of bucket_factor batches; 1 = random
-    max_tokens: int = 4096  # source + target tokens per batch (translator)
-    accum_steps: int = 1  # batches whose gradients are summed before one optimizer step
+    accum_steps: int = 1  # consecutive batches whose gradients make one optimizer step (loss over all their units)
     epochs: int = 20  # upper bound on passes over the training data
-    max_steps: int = 0  # 0 = no limit beyond epochs
-    patience: int = 4  # stop after this many validations without improvement; 0 = never stop early
-    max_minutes: float = 0.0  # stop (after saving a checkpoint) once training has run this long; 0 = no limit
-    checkpoint_every: int = 500  # save the training state every N steps (translator: also a checkpoint + validation)
-    keep_last: int = 5  # translator: checkpoints kept on disk (the paper averages the last 5, §6.1)
-    valid_bleu: bool = True  # translator: greedy-decode the validation set at each checkpoint and report BLEU
+    max_steps: int = 0  # optimizer steps; 0 = no limit beyond epochs
+    max_minutes: float = 0.0  # stop (after evaluating and saving) once training has run this long; 0 = no limit
+    eval_every: int = 0  # evaluate every N steps; 0 = at the end of each epoch (and always at the end of training)
+    patience: int = 4  # stop after this many evaluations without improvement; 0 = never stop early
+    checkpoint_every: int = 500  # save the training state (and a step checkpoint, if keep_last) every N steps
+    keep_last: int = 0  # step checkpoints kept in RUN/checkpoints (for `attnkit average`); 0 = none
     skip_nonfinite: bool = False  # a batch with a NaN/inf loss or gradient: False = stop the run, True = skip it
     precision: str = "fp32"  # "fp32", or "bf16": bfloat16 autocast for the forward pass (AMX / AVX512-BF16 CPUs, GPUs)
     tensorboard: bool = False  # also log every metric to RUN/tensorboard (needs `pip install tensorboard`)
@@ -119,27 +126,79 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check_choice("optimizer", self.optimizer, ("adam", "adamw"))
-        _check_choice("schedule", self.schedule, ("linear", "noam", "constant"))
+        _check_choice("schedule", self.schedule, ("linear", "noam", "constant", "auto"))
         _check_choice("tokenizer", self.tokenizer, ("word", "bpe", "wordpiece"))
         _check_choice("max_len_policy", self.max_len_policy, ("truncate", "error"))
         _check_choice("precision", self.precision, ("fp32", "bf16"))
         for key in ("lr", "lr_factor", "adam_eps"):
             if getattr(self, key) <= 0:
                 raise InputError(f"config key {key}={getattr(self, key)} must be positive")
-        if not 0.0 < self.layer_lr_decay <= 1.0:
-            raise InputError(f"config key layer_lr_decay={self.layer_lr_decay} must be in (0, 1]")
-        for key in ("batch_size", "bucket_factor", "max_tokens", "accum_steps", "epochs", "min_freq"):
+        for key in ("accum_steps", "epochs", "min_freq", "checkpoint_every"):
             if getattr(self, key) < 1:
                 raise InputError(f"config key {key}={getattr(self, key)} must be >= 1")
-        for key in ("checkpoint_every", "keep_last"):
-            if getattr(self, key) < 1:
-                raise InputError(f"config key {key}={getattr(self, key)} must be >= 1")
-        for key in ("warmup_steps", "max_steps", "patience", "weight_decay", "clip_norm", "max_minutes"):
+        for key in ("warmup_steps", "max_steps", "patience", "weight_decay", "clip_norm", "max_minutes", "eval_every",
+                    "keep_last"):
             if getattr(self, key) < 0:
                 raise InputError(f"config key {key}={getattr(self, key)} must be >= 0")
         for key in ("label_smoothing", "warmup_ratio"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise InputError(f"config key {key}={getattr(self, key)} must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class ClassifierTrainConfig(TrainConfig):
+    """Training a classifier: sentence batches, best epoch by validation accuracy, early stopping."""
+
+    batch_size: int = 32  # sentences per batch
+    bucket_factor: int = 50  # batches cut from length-sorted pools of bucket_factor batches; 1 = random
+    layer_lr_decay: float = 1.0  # layer i of N (from the top) learns at lr * layer_lr_decay^i; 1 = one lr
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("batch_size", "bucket_factor"):
+            if getattr(self, key) < 1:
+                raise InputError(f"config key {key}={getattr(self, key)} must be >= 1")
+        if not 0.0 < self.layer_lr_decay <= 1.0:
+            raise InputError(f"config key layer_lr_decay={self.layer_lr_decay} must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class TranslatorTrainConfig(TrainConfig):
+    """Training a translator: the paper's recipe (§5.3, §5.4) by default, token-budget batches, the last K
+    checkpoints kept for averaging (§6.1), the best by validation BLEU (or loss) as the model."""
+
+    optimizer: str = "adam"
+    lr: float = 1e-3  # peak of the "linear" schedule that a step budget selects (schedule "auto")
+    schedule: str = "auto"
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_norm: float = 0.0
+    epochs: int = 1000
+    eval_every: int = 500
+    patience: int = 0
+    keep_last: int = 5  # the paper averages the last 5 checkpoints (§6.1)
+    tokenizer: str = "bpe"
+    max_tokens: int = 4096  # source + target tokens per batch (padding included)
+    valid_bleu: bool = True  # greedy-decode the validation set at each evaluation; BLEU then decides the best
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_tokens < 1:
+            raise InputError(f"config key max_tokens={self.max_tokens} must be >= 1")
+
+
+TASK_TRAIN_CONFIGS: dict[str, type[TrainConfig]] = {"classify": ClassifierTrainConfig,
+                                                         "translate": TranslatorTrainConfig}
+
+
+def train_config_class(task: str, key: str) -> type[TrainConfig]:
+    """The training config of ``task``; ``key`` (being set) is refused, naming the task, when it belongs to another."""
+    cls = TASK_TRAIN_CONFIGS[task]
+    if key not in {f.name for f in fields(cls)}:
+        owners = [name for name, other in TASK_TRAIN_CONFIGS.items() if key in {f.name for f in fields(other)}]
+        if owners:
+            raise InputError(f"config key {key!r} does not apply to {task} training (it is a {' / '.join(owners)} key)")
+    return cls
 
 
 def _check_choice(key: str, value: object, choices: tuple[str, ...]) -> None:
@@ -166,12 +225,6 @@ TRANSLATOR_PRESETS: dict[str, dict] = {
     "base": dict(d_model=512, n_heads=8, d_ff=2048, n_layers=6, dropout=0.1, vocab_size=37000),  # Table 3, "base"
     "big": dict(d_model=1024, n_heads=16, d_ff=4096, n_layers=6, dropout=0.3, vocab_size=37000),  # Table 3, "big"
 }
-
-# The paper's training recipe (§5.3, §5.4), the translator's defaults.
-TRANSLATE_TRAIN_DEFAULTS: dict = dict(
-    optimizer="adam", schedule="noam", lr_factor=1.0, warmup_steps=4000, beta1=0.9, beta2=0.98, adam_eps=1e-9,
-    weight_decay=0.0, label_smoothing=0.1, clip_norm=0.0, tokenizer="bpe", epochs=1000, patience=0,
-)
 
 
 # Fine-tuning a pretrained encoder (--init-from): a small learning rate with warmup and weight decay, as users of
@@ -234,25 +287,61 @@ def load_yaml(path: str | Path) -> dict[str, object]:
     return {str(k): v for k, v in data.items()}
 
 
-def build_configs(model_cls: type, model_base: dict, train_base: dict, overrides: dict[str, object]):
-    """Apply ``overrides`` (strings from ``--set`` or typed values from YAML) on top of the two bases.
+def task_of(model_cls: type) -> str:
+    """The task a model config belongs to: "classify" or "translate"."""
+    return "classify" if issubclass(model_cls, ClassifierConfig) else "translate"
 
-    Each key goes to whichever of the model and training configs has it; a key neither has is an error that
-    lists the valid keys.
+
+def build_configs(model_cls: type, model_base: dict, train_base: dict, overrides: dict[str, object]):
+    """Apply ``overrides`` (strings from ``--set`` or typed values from YAML) on top of the two bases: the model
+    config and the training config of the model's task.
+
+    Each key goes to whichever of the two has it; a key of the other task's training is refused naming the key and
+    the task, any other unknown key lists the valid keys.
     """
+    task = task_of(model_cls)
+    train_cls = TASK_TRAIN_CONFIGS[task]
     model_keys = {f.name for f in fields(model_cls)}
-    train_keys = {f.name for f in fields(TrainConfig)}
+    train_keys = {f.name for f in fields(train_cls)}
     model_kwargs, train_kwargs = dict(model_base), dict(train_base)
     for key, value in overrides.items():
         if key in model_keys:
             target_cls, target = model_cls, model_kwargs
         elif key in train_keys:
-            target_cls, target = TrainConfig, train_kwargs
+            target_cls, target = train_cls, train_kwargs
         else:
+            train_config_class(task, key)  # a key of the other task: named as such
             valid = ", ".join(sorted(model_keys | train_keys))
             raise InputError(f"unknown config key {key!r}; valid keys: {valid}")
         target[key] = _parse_value(target_cls, key, value) if isinstance(value, str) else value
-    return model_cls(**model_kwargs), TrainConfig(**train_kwargs)
+    return model_cls(**model_kwargs), train_cls(**train_kwargs)
+
+
+def check_resume_settings(saved: dict, requested: dict[str, object], model_cls: type) -> None:
+    """A resumed run continues with its saved configuration: ``requested`` settings (``--set`` strings or typed flag
+    values) equal to the saved ones are accepted, a differing one is refused naming the key and both values.
+
+    ``saved`` is the run's config.json. Two keys are resolved by the run itself and compared accordingly:
+    ``vocab_size`` is the tokenizer's upper bound (the saved value is the size reached), ``n_classes=0`` means
+    "one per label".
+    """
+    model_keys = {f.name for f in fields(model_cls)}
+    for key, value in requested.items():
+        if key in model_keys:
+            section, cls = "model", model_cls
+        else:
+            section, cls = "train", train_config_class(task_of(model_cls), key)
+        if key not in {f.name for f in fields(cls)}:
+            raise InputError(f"unknown config key {key!r}")
+        value = _parse_value(cls, key, value) if isinstance(value, str) else value
+        old = saved.get(section, {}).get(key)
+        if key == "vocab_size" and isinstance(old, int) and isinstance(value, int) and value >= old:
+            continue
+        if key == "n_classes" and value == 0:
+            continue
+        if value != old:
+            raise InputError(f"--resume: {key}={value!r} differs from the run's saved {key}={old!r}; a resumed run "
+                             f"continues with its saved configuration (drop the setting, or train into a new --out)")
 
 
 def preset(presets: dict[str, dict], name: str) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnkit.config import ClassifierConfig, TrainConfig
+from attnkit.config import ClassifierConfig, ClassifierTrainConfig, TrainConfig
 from attnkit.errors import InputError
 from attnkit.model.build import build_classifier
 from attnkit.training.optim import make_optimizer, set_learning_rate
@@ -35,7 +35,7 @@ def test_every_parameter_once_decay_only_on_matrices(optimizer):
 def test_layer_wise_decay_scales_lr_from_the_head_down():
     cfg = ClassifierConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_layers=3, n_classes=2)
     model = build_classifier(cfg, pad_id=0)
-    opt = make_optimizer(model, TrainConfig(lr=1e-3, layer_lr_decay=0.5))
+    opt = make_optimizer(model, TrainConfig(lr=1e-3), layer_lr_decay=0.5)
     set_learning_rate(opt, 1e-3)
     assert _lr_of(opt, model.head.weight) == pytest.approx(1e-3)
     for i, layer in enumerate(model.encoder.layers):  # layer i of 3 sits 3 - i below the head
@@ -51,4 +51,4 @@ def test_layer_wise_decay_scales_lr_from_the_head_down():
 @pytest.mark.parametrize("value", [0.0, 1.5, -0.1])
 def test_layer_lr_decay_out_of_range_is_refused(value):
     with pytest.raises(InputError, match="layer_lr_decay"):
-        TrainConfig(layer_lr_decay=value)
+        ClassifierTrainConfig(layer_lr_decay=value)  # a classifier key: the translator has one learning rate

@@ -69,7 +69,6 @@ def variant_configs(task: str, preset_name: str | None, overrides: dict) -> tupl
     unless ``preset_name``) with ``overrides``, checked as for any training run."""
     from attnkit.config import (
         CLASSIFIER_PRESETS,
-        TRANSLATE_TRAIN_DEFAULTS,
         TRANSLATOR_PRESETS,
         ClassifierConfig,
         TranslatorConfig,
@@ -79,9 +78,7 @@ def variant_configs(task: str, preset_name: str | None, overrides: dict) -> tupl
 
     if task == "classify":
         return build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, preset_name or "default"), {}, overrides)
-    return build_configs(
-        TranslatorConfig, preset(TRANSLATOR_PRESETS, preset_name or "small"), TRANSLATE_TRAIN_DEFAULTS, overrides
-    )
+    return build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, preset_name or "small"), {}, overrides)
 
 
 def train_variant(

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from attnkit.cli.common import (Parser, add_config_args, check_init_from, check_resume, config_overrides,
-                                dataset_splits, eval_file, event_line, note_slow_bf16, print_json, texts_from)
+from attnkit.cli.common import (
+    Parser,
+    add_config_args,
+    check_init_from,
+    check_resume,
+    config_overrides,
+    dataset_splits,
+    eval_file,
+    note_slow_bf16,
+    print_json,
+    texts_from,
+)
 from attnkit.errors import InputError
 
 
 def cmd_classify_train(args: argparse.Namespace) -> None:
-    from tqdm import tqdm
-
+    from attnkit.cli.progress import TrainingProgress
     from attnkit.config import CLASSIFIER_PRESETS, FINE_TUNE_TRAIN_DEFAULTS, ClassifierConfig, build_configs, preset
     from attnkit.data.readers import read_labeled
     from attnkit.tasks.classify import train_classifier
@@ -22,7 +30,6 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
         raise InputError("classify train: give --train FILE or --dataset NAME (one of them)")
     train_path, valid_path = (args.train, args.valid) if args.train else dataset_splits(args.dataset)
     overrides = config_overrides(args)
-    check_resume(args, overrides)
     for key in ("epochs", "seed"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
@@ -31,44 +38,25 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
     train_base = dict(FINE_TUNE_TRAIN_DEFAULTS) if args.init_from else {}
     model_cfg, train_cfg = build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset or "default"),
                                          train_base, overrides)
+    check_resume(args, overrides, ClassifierConfig, CLASSIFIER_PRESETS)
     note_slow_bf16(train_cfg.precision)
     train = read_labeled(train_path)
     valid = read_labeled(valid_path) if valid_path else None
 
-    bar = None
-
-    def on_event(event: dict) -> None:
-        nonlocal bar
-        if event["event"] == "info":
-            note = f", {event['truncated']} truncated to {event['max_len']} tokens" if event["truncated"] else ""
-            print(f"train {event['n_train']} / valid {event['n_valid']} ({event['valid_source']}), "
-                  f"vocabulary {event['vocab_size']}, labels {event['labels']}{note}", file=sys.stderr)
-        elif event["event"] in ("resume", "skipped"):
-            print(event_line(event), file=sys.stderr)
-        elif event["event"] == "step":
-            if bar is None:
-                bar = tqdm(total=event["steps_per_epoch"], desc=f"epoch {event['epoch']}", leave=False,
-                           disable=args.quiet, file=sys.stderr)
-            bar.update(1)
-            bar.set_postfix(loss=f"{event['running_loss']:.4f}", acc=f"{event['running_accuracy']:.3f}")
-        elif event["event"] == "epoch":
-            if bar is not None:
-                bar.close()
-                bar = None
-            if not args.quiet:
-                print(f"epoch {event['epoch']:3d}  loss {event['train_loss']:.4f}  train acc {event['train_accuracy']:.3f}  "
-                      f"valid acc {event['valid_accuracy']:.3f}{'  *' if event['best'] else ''}", file=sys.stderr)
-
     pretrained = None
-    if args.init_from and not args.resume:
+    if args.init_from and not (args.resume and (Path(args.out) / "config.json").is_file()):
         from attnkit.interop.bert import load_pretrained
 
         pretrained = load_pretrained(args.init_from)
-    summary = train_classifier(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=args.out,
-                               resume=args.resume, pretrained=pretrained, on_event=on_event)
+    progress = TrainingProgress(quiet=args.quiet)
+    try:
+        summary = train_classifier(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=args.out,
+                                   resume=args.resume, pretrained=pretrained, on_event=progress)
+    finally:
+        progress.close()
     print_json({"run_dir": str(summary.run_dir), "best_epoch": summary.best_epoch,
-                 "valid_accuracy": summary.best_valid_accuracy, "epochs": summary.epochs_run, "steps": summary.steps,
-                 "seconds": round(summary.seconds, 1), "truncated": summary.truncation.n_truncated})
+                "valid_accuracy": summary.best_valid_accuracy, "epochs": summary.epochs_run, "steps": summary.steps,
+                "seconds": round(summary.seconds, 1), "truncated": summary.truncation.n_truncated})
 
 
 def cmd_classify_predict(args: argparse.Namespace) -> None:
@@ -84,8 +72,8 @@ def cmd_classify_predict(args: argparse.Namespace) -> None:
 
 
 def cmd_classify_eval(args: argparse.Namespace) -> None:
-    from attnkit.tasks.classify import ClassifierRun
     from attnkit.data.readers import read_labeled
+    from attnkit.tasks.classify import ClassifierRun
 
     note_slow_bf16(args.precision)
     run = ClassifierRun(args.model, precision=args.precision)

@@ -32,31 +32,36 @@ def config_overrides(args: argparse.Namespace) -> dict[str, object]:
     return merged
 
 
-def check_resume(args: argparse.Namespace, overrides: dict) -> None:
-    """A resumed run continues with the configuration it was started with: changing it would not be a resume."""
-    changed = [f"--{k.replace('_', '-')}" for k in ("preset", "epochs", "max_steps", "max_tokens", "seed", "init_from")
-               if getattr(args, k, None) is not None]
-    if args.resume and (overrides or changed):
-        what = ", ".join(changed + [f"--set {k}" for k in overrides])
-        raise InputError(f"--resume continues the run with its saved configuration; drop {what}")
+def check_resume(args: argparse.Namespace, settings: dict[str, object], model_cls: type, presets: dict) -> None:
+    """A resumed run continues with the configuration it was started with. The same command with --resume appended
+    is accepted: each setting (``--set``, --config and the flags, already merged into ``settings``; a --preset's
+    keys) must equal the saved one, and a differing one is refused naming the key and both values."""
+    from attnkit import runs
+    from attnkit.config import check_resume_settings, preset
+
+    config = Path(args.out) / runs.CONFIG
+    if not args.resume or not config.is_file():  # nothing saved yet: the run starts from the beginning
+        return
+    saved = runs.read_json(config)
+    requested = {**(preset(presets, args.preset) if args.preset else {}), **settings}
+    check_resume_settings(saved, requested, model_cls)
+    init_from = getattr(args, "init_from", None)
+    if init_from is not None and str(init_from) != saved.get("init_from"):
+        raise InputError(f"--resume: --init-from {init_from} differs from the run's saved init_from="
+                         f"{saved.get('init_from')!r}; a resumed run continues with its saved configuration")
 
 
 def check_init_from(args: argparse.Namespace, overrides: dict) -> None:
     """A pretrained encoder fixes its architecture and tokenizer; only the head, pooling and training can be set."""
-    from attnkit.config import FINE_TUNE_SETTABLE_MODEL_KEYS, ClassifierConfig
     from dataclasses import fields
+
+    from attnkit.config import FINE_TUNE_SETTABLE_MODEL_KEYS, ClassifierConfig
 
     model_keys = {f.name for f in fields(ClassifierConfig)} - set(FINE_TUNE_SETTABLE_MODEL_KEYS)
     fixed = sorted(k for k in overrides if k in model_keys or k in ("tokenizer", "min_freq"))
     if args.preset or fixed:
         what = ", ".join((["--preset"] if args.preset else []) + [f"--set {k}" for k in fixed])
         raise InputError(f"--init-from {args.init_from}: the pretrained encoder fixes the architecture and tokenizer; drop {what}")
-
-
-def event_line(event: dict) -> str:
-    if event["event"] == "resume":
-        return f"resuming at step {event['step']} (epoch {event['epoch']}) from the run's saved state"
-    return f"skipped a batch: {event['message']}"
 
 
 def print_json(obj: object) -> None:

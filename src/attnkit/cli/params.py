@@ -11,8 +11,14 @@ def cmd_params(args: argparse.Namespace) -> None:
     import torch
 
     from attnkit.analysis.params import format_table, parameter_table, to_json
-    from attnkit.config import (CLASSIFIER_PRESETS, TRANSLATE_TRAIN_DEFAULTS, TRANSLATOR_PRESETS, ClassifierConfig,
-                                TranslatorConfig, build_configs, preset)
+    from attnkit.config import (
+        CLASSIFIER_PRESETS,
+        TRANSLATOR_PRESETS,
+        ClassifierConfig,
+        TranslatorConfig,
+        build_configs,
+        preset,
+    )
     from attnkit.model.build import build_classifier, build_translator
 
     if args.task == "classify":
@@ -20,7 +26,7 @@ def cmd_params(args: argparse.Namespace) -> None:
         build = build_classifier
     else:
         model_cfg, _ = build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset or "small"),
-                                     TRANSLATE_TRAIN_DEFAULTS, config_overrides(args))
+                                     {}, config_overrides(args))
         build = build_translator
     with torch.device("meta"):  # shapes only: no memory is allocated, even for the big model
         model = build(model_cfg)

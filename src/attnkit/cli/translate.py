@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import (Parser, add_config_args, check_resume, config_overrides, eval_file, event_line,
-                                fetch_dataset, note_slow_bf16, print_json)
+from attnkit.cli.common import (
+    Parser,
+    add_config_args,
+    check_resume,
+    config_overrides,
+    eval_file,
+    fetch_dataset,
+    note_slow_bf16,
+    print_json,
+)
 from attnkit.errors import InputError
 
 
@@ -27,9 +34,8 @@ def _read_pairs(tsv: Path | None, src: Path | None, tgt: Path | None, what: str)
 
 
 def cmd_translate_train(args: argparse.Namespace) -> None:
-    from tqdm import tqdm
-
-    from attnkit.config import TRANSLATE_TRAIN_DEFAULTS, TRANSLATOR_PRESETS, TranslatorConfig, build_configs, preset
+    from attnkit.cli.progress import TrainingProgress
+    from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig, build_configs, preset
     from attnkit.tasks.translate import train_translator
 
     if args.dataset:
@@ -41,42 +47,25 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
             raise InputError("translate train: give --train FILE, --train-src A --train-tgt B, or --dataset NAME")
         valid = _read_pairs(args.valid, args.valid_src, args.valid_tgt, "valid")
     overrides = config_overrides(args)
-    check_resume(args, overrides)
     for key in ("epochs", "max_steps", "max_tokens", "seed"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     if args.epochs is not None and args.max_steps is not None:
         raise InputError("give --max-steps or --epochs, not both")
-    model_cfg, train_cfg = build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset or "small"),
-                                         TRANSLATE_TRAIN_DEFAULTS, overrides)
+    model_cfg, train_cfg = build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset or "small"), {},
+                                         overrides)
+    check_resume(args, overrides, TranslatorConfig, TRANSLATOR_PRESETS)
     note_slow_bf16(train_cfg.precision)
 
-    bar = None
-
-    def on_event(event: dict) -> None:
-        nonlocal bar
-        if event["event"] == "info":
-            note = f", {event['truncated']} pairs truncated to {event['max_len']} tokens" if event["truncated"] else ""
-            print(f"train {event['n_train']} pairs / valid {event['n_valid']}, shared vocabulary {event['vocab_size']}{note}",
-                  file=sys.stderr)
-        elif event["event"] == "step":
-            if bar is None:
-                bar = tqdm(total=event["total_steps"], desc="train", disable=args.quiet, file=sys.stderr)
-            bar.update(1)
-            bar.set_postfix(loss=f"{event['loss']:.3f}", lr=f"{event['lr']:.2e}", epoch=f"{event['epoch']:.2f}")
-        elif event["event"] in ("resume", "skipped"):
-            (bar.write if bar is not None else print)(event_line(event), file=sys.stderr)
-        elif event["event"] == "checkpoint" and not args.quiet:
-            shown = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in event.items() if k != "event"}
-            (bar.write if bar is not None else print)(json.dumps(shown), file=sys.stderr)
-
-    summary = train_translator(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=args.out,
-                               resume=args.resume, on_event=on_event)
-    if bar is not None:
-        bar.close()
+    progress = TrainingProgress(quiet=args.quiet)
+    try:
+        summary = train_translator(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=args.out,
+                                   resume=args.resume, on_event=progress)
+    finally:
+        progress.close()
     print_json({"run_dir": str(summary.run_dir), "steps": summary.steps, "epochs": summary.epochs,
-                 "seconds": round(summary.seconds, 1), "valid_loss": summary.valid_loss, "valid_bleu": summary.valid_bleu,
-                 "truncated": summary.truncation.n_truncated})
+                "seconds": round(summary.seconds, 1), "valid_loss": summary.valid_loss, "valid_bleu": summary.valid_bleu,
+                "truncated": summary.truncation.n_truncated})
 
 
 def cmd_translate_run(args: argparse.Namespace) -> None:

@@ -9,21 +9,21 @@ from torch import nn
 from attnkit.config import TrainConfig
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(model: nn.Module, cfg: TrainConfig, layer_lr_decay: float = 1.0) -> torch.optim.Optimizer:
     """Adam or AdamW (§5.3 betas and eps by default); biases, norms and embeddings get no weight decay.
 
     Every group carries an ``lr_scale`` that the training loop multiplies the scheduled learning rate by. It is 1
-    unless ``cfg.layer_lr_decay`` < 1 (layer-wise decay for fine-tuning, as in ELECTRA and BEiT): with N encoder
+    unless ``layer_lr_decay`` < 1 (a classifier's key) (layer-wise decay for fine-tuning, as in ELECTRA and BEiT): with N encoder
     layers, the head learns at lr, layer i (0 = the lowest) at lr * decay^(N - i), the embeddings at
     lr * decay^(N + 1), so the pretrained lower layers move least.
     """
-    n_layers = len(model.encoder.layers) if cfg.layer_lr_decay != 1.0 else 0
+    n_layers = len(model.encoder.layers) if layer_lr_decay != 1.0 else 0
     groups: dict[tuple[float, float], list[nn.Parameter]] = {}
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
         weight_decay = 0.0 if param.ndim < 2 or "embeddings" in name else cfg.weight_decay
-        groups.setdefault((weight_decay, cfg.layer_lr_decay ** _depth(name, n_layers)), []).append(param)
+        groups.setdefault((weight_decay, layer_lr_decay ** _depth(name, n_layers)), []).append(param)
     param_groups = [{"params": params, "weight_decay": wd, "lr_scale": scale} for (wd, scale), params in groups.items()]
     optim_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam  # Adam: decay as an L2 term
     return optim_cls(param_groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps)

@@ -15,7 +15,7 @@ What "bit-exact" needs, and where it comes from:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -32,17 +32,34 @@ _META_KEY = "attnkit_train_state"
 
 
 @dataclass
-class LoopState:
-    """Where a training loop is: enough to continue it exactly."""
+class FitState:
+    """Where the one training loop is, and what it has decided so far: enough to continue it exactly.
 
-    step: int = 0  # optimizer steps taken
-    epoch: int = 1  # the epoch in progress (1-based)
-    batch_index: int = 0  # index of the next batch of that epoch
+    Saved in the training state's JSON (every field but the generator state, which is a tensor).
+    """
+
+    step: int = 0  # optimizer steps taken (a skipped non-finite step counts: it used its batches)
+    epoch: int = 1  # the epoch in progress (1-based); after the last one, epochs + 1
+    batch_index: int = 0  # index of the next batch of that epoch's order
     epoch_generator_state: torch.Tensor | None = None  # batch generator state when the epoch's order was drawn
-    counters: dict = field(default_factory=dict)  # loop-specific: running sums, best score, patience...
+    # Training statistics since the last evaluation (the running loss and, e.g., accuracy the progress shows)
+    train_loss_sum: float = 0.0  # summed loss over train_size units
+    train_size: int = 0  # units (sentences or target tokens) of the steps taken since the last evaluation
+    train_sums: dict[str, float] = field(default_factory=dict)  # the task's statistics summed over those units
+    # Model selection
+    best_score: float | None = None  # the task's metric at the best evaluation so far
+    best_loss: float | None = None  # validation loss at that evaluation (breaks ties)
+    best_step: int = 0
+    best_epoch: float = 0.0  # epochs completed at the best evaluation
+    best_metrics: dict[str, float] = field(default_factory=dict)
+    stale: int = 0  # evaluations since the best one (patience)
+    last_eval_step: int = 0  # the step of the last evaluation (0: none yet)
+    skipped: int = 0  # non-finite steps skipped (skip_nonfinite)
+    log_rows: int = 0  # rows in the metrics log when the state was saved: a resume drops the rows after them
 
 
-def save_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, loop: LoopState, data_fingerprint: str) -> None:
+def save_fit_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, state: FitState,
+                   data_fingerprint: str) -> None:
     """Write model, optimizer, RNG and loop state to ``path`` (atomically)."""
     tensors = {f"model.{name}": t for name, t in state_dict_for_saving(model).items()}
     opt = optimizer.state_dict()
@@ -50,38 +67,38 @@ def save_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer
     for index, param_state in opt["state"].items():
         for key, value in param_state.items():
             if torch.is_tensor(value):
-                tensors[f"optim.{index}.{key}"] = value.detach().contiguous()
+                tensors[f"optim.{index}.{key}"] = value.detach().cpu().contiguous()
             else:
                 opt_scalars.setdefault(str(index), {})[key] = value
     tensors["rng.torch"] = torch.get_rng_state()
-    if loop.epoch_generator_state is not None:
-        tensors["rng.epoch_batches"] = loop.epoch_generator_state
-    meta = {
-        "step": loop.step, "epoch": loop.epoch, "batch_index": loop.batch_index, "counters": loop.counters,
-        "optimizer_groups": opt["param_groups"], "optimizer_scalars": opt_scalars, "data_fingerprint": data_fingerprint,
-    }
+    if state.epoch_generator_state is not None:
+        tensors["rng.epoch_batches"] = state.epoch_generator_state
+    loop = {f.name: getattr(state, f.name) for f in fields(state) if f.name != "epoch_generator_state"}
+    meta = {"fit": loop, "optimizer_groups": opt["param_groups"], "optimizer_scalars": opt_scalars,
+            "data_fingerprint": data_fingerprint}
     atomic_write_bytes(path, safetensors_bytes(tensors, metadata={_META_KEY: json.dumps(meta)}))
 
 
-def load_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, data_fingerprint: str) -> LoopState:
+def load_fit_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
+                   data_fingerprint: str) -> FitState:
     """Restore model, optimizer and the global RNG from ``path``; return the loop state to continue from."""
-    if not path.is_file():
-        raise InputError(f"{path}: no training state to resume from (the run saved none yet, or is not a training run)")
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = json.loads(f.metadata()[_META_KEY])
             tensors = {key: f.get_tensor(key) for key in f.keys()}
     except (SafetensorError, OSError, KeyError, TypeError, json.JSONDecodeError) as err:
         raise InputError(f"{path}: not a readable attnkit training state ({err})") from None
+    if "fit" not in meta:
+        raise InputError(f"{path}: a training state written by an older attnkit; it cannot be resumed by this one")
     if meta["data_fingerprint"] != data_fingerprint:
-        raise InputError(f"{path}: the training data differs from the data this run was started on; resume with the same files")
-
+        raise InputError(f"{path}: the training data differs from the data this run was started on; "
+                         f"resume with the same files")
     model.load_state_dict({name[len("model."):]: t for name, t in tensors.items() if name.startswith("model.")})
     per_param: dict[int, dict] = {}
     for name, tensor in tensors.items():
         if name.startswith("optim."):
             _, index, key = name.split(".", 2)
-            per_param.setdefault(int(index), {})[key] = tensor
+            per_param.setdefault(int(index), {})[key] = tensor  # load_state_dict moves it to its parameter's device
     for index, scalars in meta["optimizer_scalars"].items():
         per_param.setdefault(int(index), {}).update(scalars)
     groups = meta["optimizer_groups"]
@@ -90,7 +107,7 @@ def load_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer
             group["betas"] = tuple(group["betas"])
     optimizer.load_state_dict({"state": per_param, "param_groups": groups})
     torch.set_rng_state(tensors["rng.torch"])
-    return LoopState(meta["step"], meta["epoch"], meta["batch_index"], tensors.get("rng.epoch_batches"), meta["counters"])
+    return FitState(**meta["fit"], epoch_generator_state=tensors.get("rng.epoch_batches"))
 
 
 def fingerprint_texts(*columns: list[str]) -> str:

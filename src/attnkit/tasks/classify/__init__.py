@@ -7,7 +7,7 @@ from attnkit.tasks.classify.predict import (
            predict_ids,
            predicted_classes,
 )
-from attnkit.tasks.classify.train import Pretrained, TrainSummary, train_classifier
+from attnkit.tasks.classify.train import ClassificationTask, Pretrained, TrainSummary, train_classifier
 
-__all__ = ["ClassifierRun", "Prediction", "Pretrained", "TrainSummary", "encode_examples", "predict_ids",
+__all__ = ["ClassificationTask", "ClassifierRun", "Prediction", "Pretrained", "TrainSummary", "encode_examples", "predict_ids",
            "predicted_classes", "resolve_classes", "train_classifier"]

@@ -1,11 +1,11 @@
-"""Training a text classifier: tokenizer, batches, AdamW with warmup and decay, validation each epoch, the best
-checkpoint kept by validation accuracy, early stopping, and a metrics log."""
+"""Training a text classifier: the tokenizer, the label set, the encoded data, and the classification task the one
+training loop (``attnkit.training.loop.fit``) runs: length-bucketed sentence batches, the mean cross-entropy per
+sentence, validation accuracy (ties broken by validation loss) deciding the best epoch."""
 
 from __future__ import annotations
 
 import dataclasses
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from attnkit import runs
-from attnkit.config import ClassifierConfig, TrainConfig
+from attnkit.config import ClassifierConfig, ClassifierTrainConfig
 from attnkit.data.batching import Truncation, bucketed_batches, pad
 from attnkit.data.readers import Example
 from attnkit.errors import InputError
@@ -24,31 +24,26 @@ from attnkit.model.classifier import TransformerClassifier
 from attnkit.tasks.classify.data import encode_examples, resolve_classes
 from attnkit.tasks.classify.predict import predict_ids, predicted_classes
 from attnkit.tokenization import Tokenizer, train_tokenizer
-from attnkit.training.guards import NonFiniteError, check_step
-from attnkit.training.losses import autocast, classification_loss
-from attnkit.training.optim import make_optimizer, set_learning_rate
-from attnkit.training.schedules import learning_rate
-from attnkit.training.state import (
-    STATE,
-    LoopState,
-    fingerprint_texts,
-    load_state,
-    save_state,
-)
-
-Event = dict  # {"event": "step" | "epoch" | "info", ...}: what the CLI shows in its progress bar
+from attnkit.training.events import Event, Prepared
+from attnkit.training.loop import fit
+from attnkit.training.losses import classification_loss
+from attnkit.training.optim import make_optimizer
+from attnkit.training.run_setup import open_run, write_run_files
+from attnkit.training.state import fingerprint_texts
+from attnkit.training.task import Batch, BatchLoss
 
 
 @dataclass
 class TrainSummary:
     run_dir: Path
-    best_epoch: int
+    best_epoch: float
     best_valid_accuracy: float
-    epochs_run: int
+    epochs_run: float
     steps: int
     seconds: float
     truncation: Truncation
-    valid_source: str  # "file" or "held out from train"
+    valid_source: str  # "file", "held out from train" or the training set itself
+    stopped_by: str
 
 
 @dataclass
@@ -74,12 +69,54 @@ def with_fresh_head(pretrained: Pretrained, *, n_classes: int, pooling: str) -> 
     return model, cfg
 
 
+@dataclass
+class ClassificationTask:
+    """The loop's view of a classifier run (``attnkit.training.loop.Task``)."""
+
+    train_ids: list[list[int]]
+    train_y: torch.Tensor  # (N,)
+    valid_ids: list[list[int]]
+    valid_y: list[int]
+    n_labels: int
+    pad_id: int
+    cfg: ClassifierTrainConfig
+    d_model: int
+    fingerprint: str
+    metric: str = "accuracy"
+    higher_is_better: bool = True
+    unit: str = "sentences"
+
+    def epoch_batches(self, generator: torch.Generator | None) -> list[list[int]]:
+        lengths = [len(s) for s in self.train_ids]
+        return bucketed_batches(lengths, self.cfg.batch_size, generator, self.cfg.bucket_factor)
+
+    def collate(self, indices: list[int]) -> Batch:
+        ids = pad([self.train_ids[i] for i in indices], self.pad_id)  # (B, S)
+        return Batch((ids, self.train_y[indices]), len(indices))
+
+    def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
+        ids, y = batch.tensors
+        logits = model(ids)  # (B, C)
+        correct = sum(p == t for p, t in zip(predicted_classes(logits.detach()), y.tolist()))
+        # The mean over the batch's sentences, as before the one loop (bitwise: one batch a step is weighted by 1.0).
+        return BatchLoss(classification_loss(logits.float(), y, self.cfg.label_smoothing), mean=True,
+                         sums={"accuracy": float(correct)})
+
+    def evaluate(self, model: nn.Module, device: torch.device) -> dict[str, float]:
+        assert isinstance(model, TransformerClassifier)
+        logits = predict_ids(model, self.valid_ids, self.pad_id)  # (N, C)
+        predicted = predicted_classes(logits)
+        loss = classification_loss(logits, torch.tensor(self.valid_y)).item()  # no smoothing: the plain NLL
+        return {"accuracy": accuracy(predicted, self.valid_y),
+                "macro_f1": macro_f1(predicted, self.valid_y, self.n_labels), "loss": loss}
+
+
 def train_classifier(
     train: list[Example],
     valid: list[Example] | None,
     *,
     model_cfg: ClassifierConfig,
-    train_cfg: TrainConfig,
+    train_cfg: ClassifierTrainConfig,
     out_dir: str | Path,
     resume: bool = False,
     pretrained: Pretrained | None = None,
@@ -95,12 +132,10 @@ def train_classifier(
     training continues from the saved step exactly as if it had never stopped (``model_cfg`` and ``train_cfg``
     are then taken from the run, not from the arguments).
     """
-    start = time.perf_counter()
-    out_dir = runs.prepare_run_dir(out_dir, resume)
-    saved_config = runs.read_json(out_dir / runs.CONFIG) if resume else None
-    if saved_config is not None:
-        model_cfg = ClassifierConfig(**saved_config["model"])
-        train_cfg = TrainConfig(**saved_config["train"])
+    run = open_run(out_dir, resume)
+    if run.saved is not None:
+        model_cfg = ClassifierConfig(**run.saved["model"])
+        train_cfg = ClassifierTrainConfig(**run.saved["train"])
     torch.manual_seed(train_cfg.seed)
 
     valid_source = "file"
@@ -114,13 +149,20 @@ def train_classifier(
             valid, train = shuffled[:n_valid], shuffled[n_valid:]
             valid_source = "held out from train"
         else:
-            valid, valid_source = list(train), "the training set (under 100 examples: none held out)"
+            # The training set itself selects the epoch. Early stopping on it would measure nothing (training data
+            # cannot be overfitted away from), so every epoch runs; and batches of at most a quarter of the set give
+            # an epoch 4 steps rather than 1, so that the default 20 epochs fit 20 sentences (100% training accuracy).
+            quarter = -(-len(train) // 4)
+            train_cfg = dataclasses.replace(train_cfg, patience=0, batch_size=min(train_cfg.batch_size, quarter))
+            valid = list(train)
+            valid_source = (f"the training set: under 100 examples, none held out, no early stopping, batches of "
+                            f"{train_cfg.batch_size}")
 
-    init_from = pretrained.source if pretrained is not None else None
     initial = None
-    if saved_config is not None:
-        labels = runs.read_json(out_dir / runs.LABELS)
-        tokenizer = Tokenizer.load(out_dir / runs.TOKENIZER, saved_config["tokenizer"])
+    labels: list[str]
+    if run.saved is not None:
+        labels = list(runs.read_json(run.path / runs.LABELS))  # written by this function: a list of names
+        tokenizer = Tokenizer.load(run.path / runs.TOKENIZER, run.saved["tokenizer"])
     elif pretrained is not None:
         labels = sorted({ex.label for ex in train})
         n_classes = resolve_classes(model_cfg, labels).n_classes
@@ -143,133 +185,22 @@ def train_classifier(
                                             train_cfg.max_len_policy, [ex.line for ex in train])
     valid_ids, _ = encode_examples(tokenizer, [ex.text for ex in valid], model_cfg.max_len, train_cfg.max_len_policy,
                                    [ex.line for ex in valid])
-    train_y = torch.tensor([label_id[ex.label] for ex in train])
-    valid_y = [label_id[ex.label] for ex in valid]
-    data_fingerprint = fingerprint_texts([ex.text for ex in train], [ex.label for ex in train], [ex.text for ex in valid])
-    on_event({"event": "info", "n_train": len(train), "n_valid": len(valid), "valid_source": valid_source,
-              "vocab_size": tokenizer.vocab_size, "labels": labels, "truncated": truncation.n_truncated,
-              "longest": truncation.longest, "max_len": model_cfg.max_len})
+    on_event(Prepared(len(train), len(valid), valid_source, tokenizer.vocab_size, truncation.n_truncated,
+                      model_cfg.max_len, labels))
 
     model = build_classifier(model_cfg, pad_id=tokenizer.pad_id)
     if initial is not None:
         model.load_state_dict(initial.state_dict())  # the same weights, in a model built with this run's dropout
-    optimizer = make_optimizer(model, train_cfg)
-    steps_per_epoch = -(-len(train) // train_cfg.batch_size)
-    total_steps = train_cfg.max_steps or steps_per_epoch * train_cfg.epochs
-    warmup = train_cfg.warmup_steps or int(train_cfg.warmup_ratio * total_steps)
-    generator = torch.Generator().manual_seed(train_cfg.seed)
-
-    if saved_config is None:
-        config = {**runs.config_header("classify"), "model": dataclasses.asdict(model_cfg),
-                  "train": dataclasses.asdict(train_cfg), "tokenizer": tokenizer.meta(), "pad_id": tokenizer.pad_id}
-        if init_from is not None:
-            config["init_from"] = str(init_from)
-        for stale_file in (runs.MANIFEST, STATE, runs.WEIGHTS):
-            (out_dir / stale_file).unlink(missing_ok=True)  # a run written over an earlier one starts clean
-        runs.atomic_write_json(out_dir / runs.CONFIG, config)
-        runs.atomic_write_json(out_dir / runs.LABELS, labels)
-        tokenizer.save(out_dir / runs.TOKENIZER)
-        loop = LoopState(counters={"best_acc": -1.0, "best_epoch": 0, "stale": 0, "seen": 0, "correct": 0,
-                                   "loss_sum": 0.0, "skipped": 0})
-        log = runs.MetricsLog(out_dir / runs.METRICS, tensorboard=train_cfg.tensorboard)
-    else:
-        loop = load_state(out_dir / STATE, model=model, optimizer=optimizer, data_fingerprint=data_fingerprint)
-        generator.set_state(loop.epoch_generator_state)
-        resumed_at = loop
-        log = runs.MetricsLog(
-            out_dir / runs.METRICS, tensorboard=train_cfg.tensorboard,
-            keep=lambda row: row["step"] <= resumed_at.step and ("valid_accuracy" not in row or row["epoch"] < resumed_at.epoch),
-        )
-        on_event({"event": "resume", "step": loop.step, "epoch": loop.epoch})
-    c = loop.counters
-    lengths = [len(s) for s in train_ids]
-
-    def save_state_now() -> None:
-        """The training state, then the manifest: a run killed after this loads (and resumes) from here."""
-        save_state(out_dir / STATE, model=model, optimizer=optimizer, loop=loop, data_fingerprint=data_fingerprint)
-        runs.write_manifest(out_dir)
-
-    def run_epoch(batches: list[list[int]]) -> bool:
-        """Train on ``batches`` from ``loop.batch_index`` on; False when the step budget ran out first."""
-        model.train()  # validation at the end of the previous epoch left it in eval mode
-        while loop.batch_index < len(batches):
-            batch = batches[loop.batch_index]
-            loop.step += 1
-            lr = learning_rate(loop.step, schedule=train_cfg.schedule, peak=train_cfg.lr, factor=train_cfg.lr_factor,
-                               warmup=warmup, total=total_steps, d_model=model_cfg.d_model)
-            set_learning_rate(optimizer, lr)
-            ids = pad([train_ids[i] for i in batch], tokenizer.pad_id)  # (B, S)
-            y = train_y[batch]  # (B,)
-            rng_before = torch.get_rng_state()
-            with autocast(train_cfg.precision):
-                logits = model(ids)  # (B, C)
-            loss = classification_loss(logits.float(), y, train_cfg.label_smoothing)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm or float("inf"))
-
-            def replay() -> None:
-                torch.set_rng_state(rng_before)
-                with autocast(train_cfg.precision):
-                    model(ids)
-
-            problem = check_step(model, loss.detach(), grad_norm, step=loop.step, replay=replay)
-            loop.batch_index += 1
-            if problem is not None:
-                if not train_cfg.skip_nonfinite:
-                    raise NonFiniteError(f"{problem}. The last good checkpoint in {out_dir} is kept; "
-                                         f"lower lr or set skip_nonfinite=true to skip such batches")
-                c["skipped"] += 1
-                optimizer.zero_grad(set_to_none=True)
-                log.write({"step": loop.step, "epoch": loop.epoch, "skipped": problem})
-                on_event({"event": "skipped", "step": loop.step, "message": problem})
-                continue
-            optimizer.step()
-            batch_correct = sum(p == t for p, t in zip(predicted_classes(logits.detach()), y.tolist()))
-            c["seen"] += len(batch)
-            c["correct"] += batch_correct
-            c["loss_sum"] += loss.item() * len(batch)
-            row = {"step": loop.step, "epoch": loop.epoch, "loss": loss.item(), "accuracy": batch_correct / len(batch), "lr": lr}
-            log.write(row)
-            on_event({"event": "step", **row, "steps_per_epoch": steps_per_epoch,
-                      "running_loss": c["loss_sum"] / c["seen"], "running_accuracy": c["correct"] / c["seen"]})
-            if loop.step % train_cfg.checkpoint_every == 0:
-                save_state_now()
-            if train_cfg.max_steps and loop.step >= train_cfg.max_steps:
-                return False
-        return True
-
-    try:
-        while loop.epoch <= train_cfg.epochs:
-            if loop.batch_index == 0:
-                loop.epoch_generator_state = generator.get_state()
-            else:  # resuming inside an epoch: draw the same order again, from the epoch's starting state
-                generator.set_state(loop.epoch_generator_state)
-            batches = bucketed_batches(lengths, train_cfg.batch_size, generator, train_cfg.bucket_factor)
-            finished_epoch = run_epoch(batches)
-
-            valid_pred = predicted_classes(predict_ids(model, valid_ids, tokenizer.pad_id))
-            valid_acc = accuracy(valid_pred, valid_y)
-            row = {"epoch": loop.epoch, "step": loop.step, "train_loss": c["loss_sum"] / max(1, c["seen"]),
-                   "train_accuracy": c["correct"] / max(1, c["seen"]), "valid_accuracy": valid_acc,
-                   "valid_macro_f1": macro_f1(valid_pred, valid_y, len(labels))}
-            improved = valid_acc > c["best_acc"]
-            if improved:
-                c.update(best_acc=valid_acc, best_epoch=loop.epoch, stale=0)
-                runs.save_weights(out_dir, model)
-                runs.write_manifest(out_dir)
-            else:
-                c["stale"] += 1
-            log.write({**row, "best": improved})
-            on_event({"event": "epoch", **row, "best": improved})
-            loop.epoch, loop.batch_index = loop.epoch + 1, 0
-            c.update(seen=0, correct=0, loss_sum=0.0)
-            loop.epoch_generator_state = generator.get_state()
-            save_state_now()
-            if not finished_epoch or (train_cfg.patience and c["stale"] >= train_cfg.patience):
-                break
-    finally:
-        log.close()
-    runs.write_manifest(out_dir)
-    return TrainSummary(out_dir, c["best_epoch"], c["best_acc"], loop.epoch - 1, loop.step,
-                        time.perf_counter() - start, truncation, valid_source)
+    optimizer = make_optimizer(model, train_cfg, layer_lr_decay=train_cfg.layer_lr_decay)
+    extra = {"init_from": pretrained.source} if pretrained is not None else {}
+    write_run_files(run, "classify", model_cfg, train_cfg, tokenizer, **extra)
+    if run.saved is None:
+        runs.atomic_write_json(run.path / runs.LABELS, labels)
+    task = ClassificationTask(
+        train_ids, torch.tensor([label_id[ex.label] for ex in train]), valid_ids, [label_id[ex.label] for ex in valid],
+        len(labels), tokenizer.pad_id, train_cfg, model_cfg.d_model,
+        fingerprint_texts([ex.text for ex in train], [ex.label for ex in train], [ex.text for ex in valid]),
+    )
+    result = fit(model, optimizer, task, train_cfg, run.path, resume=run.resume, on_event=on_event)
+    return TrainSummary(run.path, result.best_epoch, result.best.get("accuracy", 0.0), result.epochs, result.steps,
+                        result.seconds, truncation, valid_source, result.stopped_by)

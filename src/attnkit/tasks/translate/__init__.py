@@ -9,9 +9,10 @@ from attnkit.tasks.translate.data import (
 from attnkit.tasks.translate.predict import TranslatorRun
 from attnkit.tasks.translate.train import (
            TranslateSummary,
+           TranslationTask,
            train_translator,
            validation_loss,
 )
 
-__all__ = ["ParallelData", "TranslateSummary", "TranslatorRun", "encode_pairs", "encode_sources", "make_batch",
+__all__ = ["ParallelData", "TranslateSummary", "TranslationTask", "TranslatorRun", "encode_pairs", "encode_sources", "make_batch",
            "train_translator", "validation_loss"]

@@ -1,0 +1,320 @@
+"""The one training loop of every task, read top to bottom in ``fit``.
+
+A task (``Task``) supplies what differs: the batches of an epoch, the loss of a batch with its normaliser
+(sentences or target tokens), an evaluation, and the metric that decides "better". The loop owns the rest: steps,
+gradient accumulation, the learning-rate schedule sized to the budgets, the budgets themselves (epochs, steps,
+minutes), the non-finite guard, checkpoints (the best weights and/or the last K steps) and bit-exact resume.
+
+Gradient accumulation follows fairseq: the batches of one optimizer step are consecutive in the epoch's order, and
+the step's loss is the sum of their summed losses divided by the sum of their normalisers, so a step over two
+batches equals a step over one batch holding both. A distributed version only has to all-reduce that normaliser
+(the global token count) and the gradients; ``TrainContext`` is where its device and process group will come in.
+
+The library never prints: progress is a stream of typed events (``Event``) that the CLI renders.
+
+Why ~320 lines: ``fit`` is meant to be read top to bottom in one piece, like nanoGPT's train.py (the task, the
+events and the schedule's sizing are already in task.py, events.py and schedules.py); its helpers below are each a
+few lines that the loop names rather than spells out.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from attnkit import runs
+from attnkit.config import TrainConfig
+from attnkit.errors import InputError
+from attnkit.training.events import Checkpointed, Evaluated, Event, FitResult, Planned, Resumed, Skipped, Step, Warned
+from attnkit.training.guards import NonFiniteError, check_step
+from attnkit.training.losses import autocast
+from attnkit.training.optim import set_learning_rate
+from attnkit.training.schedules import Plan, plan
+from attnkit.training.state import STATE, FitState, load_fit_state, save_fit_state
+from attnkit.training.task import Batch, Task, TrainContext
+
+TIME_PROBE_STEPS = 20  # steps timed before judging whether a warmup fits inside max_minutes
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The loop
+
+
+def fit(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    task: Task,
+    cfg: TrainConfig,
+    run_dir: Path,
+    *,
+    resume: bool = False,
+    on_event: Callable[[Event], None] = lambda event: None,
+    context: TrainContext | None = None,
+) -> FitResult:
+    """Train ``model`` (already on ``context.device``) on ``task`` into ``run_dir``, the run's other files (config,
+    tokenizer) already written by the task.
+
+    Writes ``model.safetensors`` (the best evaluated weights; the last ones without validation data),
+    ``checkpoints/step_N.safetensors`` (the last ``keep_last``), the training state and the manifest (every
+    ``checkpoint_every`` steps, at each evaluation and at the end), and the metrics log. With ``resume``, continues
+    from the saved training state exactly as if the run had never stopped; a run that saved no state yet starts
+    from the beginning. The caller seeds torch and builds the model the same way in both cases.
+    """
+    started = time.perf_counter()
+    context = context or TrainContext()
+    batches_per_epoch = len(task.epoch_batches(None))
+    if not batches_per_epoch:
+        raise InputError("no training data: the task made no batches")
+    the_plan, warnings = plan(cfg, -(-batches_per_epoch // cfg.accum_steps), task.d_model)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    state_path = run_dir / STATE
+    if resume and state_path.is_file():
+        state = load_fit_state(state_path, model=model, optimizer=optimizer, data_fingerprint=task.fingerprint)
+        if state.epoch_generator_state is not None:
+            generator.set_state(state.epoch_generator_state)
+        log = _metrics_log(run_dir, cfg, keep_rows=state.log_rows)
+        on_event(Resumed(state.step, state.epoch))
+    else:
+        _clear_run_outputs(run_dir)
+        state = FitState()
+        log = _metrics_log(run_dir, cfg, keep_rows=None)
+    for message in warnings:
+        on_event(Warned(message))
+    on_event(Planned(the_plan.total_steps, the_plan.steps_per_epoch, batches_per_epoch, the_plan.schedule,
+                     the_plan.warmup, state.step))
+
+    last: dict[str, float] = {}
+
+    def evaluate(epoch: float) -> bool:
+        """Evaluate, keep the weights if they are the best so far; True when patience has run out."""
+        model.eval()
+        with torch.no_grad():
+            metrics = task.evaluate(model, context.device)
+        model.train()
+        train_loss = state.train_loss_sum / max(1, state.train_size)
+        train = {key: value / max(1, state.train_size) for key, value in state.train_sums.items()}
+        state.last_eval_step = state.step
+        state.train_loss_sum, state.train_size, state.train_sums = 0.0, 0, {}
+        if metrics is None:  # no validation data: the last weights are the model (written at each save)
+            log.write({"step": state.step, "epoch": epoch, "train_loss": train_loss,
+                       **{f"train_{k}": v for k, v in train.items()}})
+            on_event(Evaluated(state.step, epoch, {}, train_loss, train, best=False))
+            return False
+        last.clear()
+        last.update(metrics)
+        best = _improves(metrics, state, task)
+        if best:
+            state.best_score, state.best_loss = metrics[task.metric], metrics.get("loss")
+            state.best_step, state.best_epoch, state.best_metrics, state.stale = state.step, epoch, dict(metrics), 0
+            runs.save_weights(run_dir, model)
+        else:
+            state.stale += 1
+        log.write({"step": state.step, "epoch": epoch, "train_loss": train_loss,
+                   **{f"train_{k}": v for k, v in train.items()}, **{f"valid_{k}": v for k, v in metrics.items()},
+                   "best": best})
+        on_event(Evaluated(state.step, epoch, dict(metrics), train_loss, train, best))
+        return bool(cfg.patience) and state.stale >= cfg.patience
+
+    def save(step_checkpoint: bool) -> None:
+        """Step checkpoint (keeping the last K), the weights until an evaluation has chosen some (for good, without
+        validation data), the training state, the manifest: a run killed after this resumes from here."""
+        if step_checkpoint and cfg.keep_last:
+            (run_dir / runs.CHECKPOINTS).mkdir(exist_ok=True)
+            name = f"step_{state.step}.safetensors"
+            runs.save_weights(run_dir / runs.CHECKPOINTS, model, name)
+            for old in runs.checkpoint_paths(run_dir)[: -cfg.keep_last]:
+                old.unlink()
+            on_event(Checkpointed(state.step, run_dir / runs.CHECKPOINTS / name))
+        if state.best_score is None:
+            runs.save_weights(run_dir, model)
+        state.log_rows = log.rows
+        save_fit_state(state_path, model=model, optimizer=optimizer, state=state, data_fingerprint=task.fingerprint)
+        runs.write_manifest(run_dir)
+
+    stopped_by = _finished(cfg, state)  # "" unless resuming a run that had already stopped
+    warned_time = False
+    model.train()
+    try:
+        while not stopped_by:
+            if state.batch_index == 0:
+                state.epoch_generator_state = generator.get_state()
+            elif state.epoch_generator_state is not None:  # resuming inside an epoch: the same order again
+                generator.set_state(state.epoch_generator_state)
+            batches = task.epoch_batches(generator)
+            while state.batch_index < len(batches):
+                group = batches[state.batch_index : state.batch_index + cfg.accum_steps]
+                state.step += 1
+                state.batch_index += len(group)
+                lr = the_plan.lr(state.step)
+                set_learning_rate(optimizer, lr)
+                outcome = _train_step(model, optimizer, task, [task.collate(b) for b in group], cfg, context,
+                                      step=state.step)
+                progress = _epochs_done(state, len(batches))
+                if outcome.problem is not None:
+                    if not cfg.skip_nonfinite:
+                        raise NonFiniteError(f"{outcome.problem}. The last good checkpoint in {run_dir} is kept; "
+                                             f"lower the learning rate or set skip_nonfinite=true to skip such batches")
+                    state.skipped += 1
+                    log.write({"step": state.step, "epoch": progress, "skipped": outcome.problem})
+                    on_event(Skipped(state.step, outcome.problem))
+                else:
+                    state.train_loss_sum += outcome.loss_sum
+                    state.train_size += outcome.size
+                    for key, value in outcome.sums.items():
+                        state.train_sums[key] = state.train_sums.get(key, 0.0) + value
+                    stats = {key: value / outcome.size for key, value in outcome.sums.items()}
+                    log.write({"step": state.step, "epoch": progress, "loss": outcome.loss_sum / outcome.size,
+                               **stats, "lr": lr, task.unit: outcome.size})
+                    on_event(Step(state.step, the_plan.total_steps, state.epoch, progress,
+                                  outcome.loss_sum / outcome.size, lr, outcome.size, stats,
+                                  state.train_loss_sum / max(1, state.train_size),
+                                  {k: v / max(1, state.train_size) for k, v in state.train_sums.items()}))
+
+                # Budgets, then the end of the epoch, then evaluation and saving, in that order.
+                elapsed = time.perf_counter() - started
+                if cfg.max_steps and state.step >= cfg.max_steps:
+                    stopped_by = "max_steps"
+                elif cfg.max_minutes and elapsed > 60 * cfg.max_minutes:
+                    stopped_by = "max_minutes"
+                if cfg.max_minutes and not warned_time and (state.step % TIME_PROBE_STEPS == 0 or elapsed > 30):
+                    warned_time = True
+                    note = _time_warning(the_plan, state.step, elapsed, cfg.max_minutes)
+                    if note:
+                        on_event(Warned(note))
+                epoch_done = state.batch_index >= len(batches)
+                if epoch_done:
+                    state.epoch, state.batch_index = state.epoch + 1, 0
+                    state.epoch_generator_state = generator.get_state()  # the next epoch's order is drawn from here
+                    if state.epoch > cfg.epochs:
+                        stopped_by = stopped_by or "epochs"
+                evaluate_now = (state.step % cfg.eval_every == 0) if cfg.eval_every else epoch_done
+                if (evaluate_now or stopped_by) and evaluate(_epochs_done(state, len(batches))):
+                    stopped_by = stopped_by or "patience"
+                at_checkpoint = state.step % cfg.checkpoint_every == 0
+                if at_checkpoint or evaluate_now or stopped_by:
+                    save(step_checkpoint=at_checkpoint or bool(stopped_by))
+                if stopped_by or epoch_done:
+                    break  # (the next epoch's order is drawn above)
+    finally:
+        log.close()
+    runs.write_manifest(run_dir)
+    return FitResult(state.step, _epochs_done(state, batches_per_epoch), time.perf_counter() - started, stopped_by,
+                     dict(state.best_metrics), state.best_step, state.best_epoch, dict(last), state.skipped)
+
+
+@dataclass
+class _StepOutcome:
+    loss_sum: float  # summed over the step's units
+    size: int
+    sums: dict[str, float]
+    problem: str | None  # a non-finite loss or gradient, described; the optimizer did not step
+
+
+def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, task: Task, batches: list[Batch],
+                cfg: TrainConfig, context: TrainContext, *, step: int) -> _StepOutcome:
+    """One optimizer step over ``batches`` (accum_steps of them, fewer at the end of an epoch)."""
+    batches = [Batch(tuple(t.to(context.device) for t in b.tensors), b.size) for b in batches]  # the one device move
+    n_units = sum(b.size for b in batches)  # the step's normaliser (distributed: all-reduced over the processes)
+    optimizer.zero_grad(set_to_none=True)
+    rng_before = torch.get_rng_state()
+    loss_sum = torch.zeros((), dtype=torch.float64, device=context.device)  # exact for a mean times its size
+    sums: dict[str, float] = {}
+    for batch in batches:
+        with autocast(cfg.precision):
+            out = task.loss(model, batch)
+        # sum_b loss_b / n_units; a mean loss is weighted by its share of the units, which is exactly 1.0 (and so
+        # bitwise the plain mean) when one batch makes the step.
+        (out.value * (batch.size / n_units) if out.mean else out.value / n_units).backward()
+        loss_sum += out.value.detach().double() * batch.size if out.mean else out.value.detach().double()
+        for key, value in out.sums.items():
+            sums[key] = sums.get(key, 0.0) + value
+    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm or float("inf"))
+
+    def replay() -> None:  # the same forward passes, with the dropout masks the step drew, for the diagnosis
+        torch.set_rng_state(rng_before)
+        with autocast(cfg.precision):
+            for batch in batches:
+                task.loss(model, batch)
+
+    problem = check_step(model, loss_sum, grad_norm, step=step, replay=replay)
+    if problem is not None:
+        optimizer.zero_grad(set_to_none=True)
+        return _StepOutcome(0.0, n_units, {}, problem)
+    optimizer.step()
+    return _StepOutcome(loss_sum.item(), n_units, sums, None)
+
+
+def _finished(cfg: TrainConfig, state: FitState) -> str:
+    """Why a (resumed) run has nothing left to do, or ""."""
+    if state.epoch > cfg.epochs:
+        return "epochs"
+    if cfg.max_steps and state.step >= cfg.max_steps:
+        return "max_steps"
+    if cfg.patience and state.stale >= cfg.patience:
+        return "patience"
+    return ""
+
+
+def _improves(metrics: dict[str, float], state: FitState, task: Task) -> bool:
+    """Better by the task's metric; on a tie, lower validation loss (a first best is not kept for its own sake)."""
+    score = metrics[task.metric]
+    if math.isnan(score):
+        return False
+    if state.best_score is None:
+        return True
+    if score != state.best_score:
+        return (score > state.best_score) == task.higher_is_better
+    loss, best_loss = metrics.get("loss"), state.best_loss
+    return loss is not None and best_loss is not None and loss < best_loss
+
+
+def _epochs_done(state: FitState, batches_per_epoch: int) -> float:
+    """Epochs completed, fractional (3 decimals); a whole number as an int."""
+    done = round(state.epoch - 1 + state.batch_index / max(1, batches_per_epoch), 3)
+    return int(done) if done == int(done) else done
+
+
+def _time_warning(the_plan: Plan, step: int, elapsed: float, max_minutes: float) -> str | None:
+    """A warmup longer than the steps max_minutes allows, at the speed of the first steps."""
+    reachable = int(step / max(elapsed, 1e-9) * 60 * max_minutes)
+    if the_plan.schedule == "constant" or the_plan.warmup < reachable:
+        return None
+    return (f"the learning-rate warmup ({the_plan.warmup} steps) cannot finish inside max_minutes={max_minutes:g}: "
+            f"at {step / max(elapsed, 1e-9):.1f} steps/s about {reachable} steps fit; set warmup_steps below that, "
+            f"or state the budget as --max-steps")
+
+
+def _clear_run_outputs(run_dir: Path) -> None:
+    """A run started over an earlier one begins clean: no weights, state, manifest or step checkpoints of the old."""
+    for name in (runs.MANIFEST, STATE, runs.WEIGHTS):
+        (run_dir / name).unlink(missing_ok=True)
+    for old in runs.checkpoint_paths(run_dir):
+        old.unlink()
+
+
+class _CountingLog(runs.MetricsLog):
+    """The metrics log, counting its rows so that the training state can say how many a resume keeps."""
+
+    rows = 0
+
+    def write(self, row: dict) -> None:
+        super().write(row)
+        self.rows += 1
+
+
+def _metrics_log(run_dir: Path, cfg: TrainConfig, keep_rows: int | None) -> _CountingLog:
+    """A fresh log, or (resuming) the log cut back to the ``keep_rows`` rows written before the saved state."""
+    if keep_rows is None:
+        return _CountingLog(run_dir / runs.METRICS, tensorboard=cfg.tensorboard)
+    seen = iter(range(keep_rows + 1))  # MetricsLog asks about each row in order: keep the first keep_rows
+    log = _CountingLog(run_dir / runs.METRICS, keep=lambda row: next(seen, keep_rows) < keep_rows,
+                       tensorboard=cfg.tensorboard)
+    log.rows = keep_rows
+    return log
+

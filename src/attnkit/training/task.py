@@ -1,0 +1,66 @@
+"""What a task gives the one training loop (``attnkit.training.loop.fit``): its batches, the loss of a batch with
+its normaliser, its evaluation, and the metric that decides "better"; and where training runs (``TrainContext``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch as the task's loss reads it. ``size`` is its normaliser: sentences or target tokens."""
+
+    tensors: tuple[Tensor, ...]
+    size: int
+
+
+@dataclass
+class BatchLoss:
+    """The loss of one batch: ``value`` is summed over the batch's ``size`` units, or their mean if ``mean``.
+
+    ``sums`` are statistics summed over the units (e.g. ``{"accuracy": correct}``); the loop reports each divided by
+    the units it covers.
+    """
+
+    value: Tensor
+    mean: bool = False
+    sums: dict[str, float] = field(default_factory=dict)
+
+
+class Task(Protocol):
+    """What differs between tasks. Attributes, then the four calls the loop makes."""
+
+    metric: str  # the evaluation metric that decides "better" (a key of ``evaluate``'s result)
+    higher_is_better: bool  # for ``metric``; ties are broken by the lower validation "loss"
+    unit: str  # what ``Batch.size`` counts ("sentences", "tokens"), for the log
+    d_model: int  # model width, for the schedule of eq. 3 ("noam")
+    fingerprint: str  # of the training data: a resume on other data is refused
+
+    def epoch_batches(self, generator: torch.Generator | None) -> list[list[int]]:
+        """The example indices of each batch of one epoch, in training order, drawn from ``generator`` (None: a
+        deterministic order, used to count the batches)."""
+        ...
+
+    def collate(self, indices: list[int]) -> Batch:
+        """The padded tensors of one batch (on the CPU: the loop moves them)."""
+        ...
+
+    def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
+        """Forward pass and loss of one batch (the model is in training mode; the loop runs it under autocast)."""
+        ...
+
+    def evaluate(self, model: nn.Module, device: torch.device) -> dict[str, float] | None:
+        """Validation metrics including "loss" and ``metric``, or None without validation data (the model is in eval
+        mode, gradients off)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TrainContext:
+    """Where training runs. One process on one device today; a process group joins it for distributed training."""
+
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
