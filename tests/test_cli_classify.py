@@ -135,7 +135,13 @@ def test_run_directory_files(seed_run):
     assert json.loads((seed_run / "labels.json").read_text()) == LABELS
     assert json.loads((seed_run / "config.json").read_text())["task"] == "classify"
     manifest = json.loads((seed_run / "manifest.json").read_text())["sha256"]
-    assert set(manifest) == {"config.json", "model.safetensors", "tokenizer.json", "labels.json", "train_state.safetensors"}
+    assert set(manifest) == {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "labels.json",
+        "train_state.safetensors",
+    }
     assert all(runs.sha256_file(seed_run / name) == digest for name, digest in manifest.items())
 
 
@@ -234,7 +240,9 @@ def test_console_script_reports_one_error_line_without_traceback(tmp_path):
     data.write_text("text\tlabel\ngood\tpositive\nbad\tnegative\textra\n", encoding="utf-8")
     result = subprocess.run(
         [str(script), "classify", "train", "--train", str(data), "--out", str(tmp_path / "run")],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2
     assert result.stdout == ""
@@ -309,8 +317,19 @@ def test_a_translator_key_is_refused_naming_the_key_and_the_task(tmp_path, capsy
 
 def test_accumulation_and_a_time_budget_are_used_not_ignored(tmp_path):
     out = tmp_path / "run"
-    summary = train_quietly(out, "--train", str(SEED_TSV), "--epochs", "3", "--quiet",
-                            "--set", *TINY_SET, "batch_size=2", "accum_steps=2", "max_minutes=5")
+    summary = train_quietly(
+        out,
+        "--train",
+        str(SEED_TSV),
+        "--epochs",
+        "3",
+        "--quiet",
+        "--set",
+        *TINY_SET,
+        "batch_size=2",
+        "accum_steps=2",
+        "max_minutes=5",
+    )
     # 20 sentences in batches of 2: 10 batches an epoch, 5 optimizer steps of 2 batches (4 sentences) each
     assert summary["steps"] == 15
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

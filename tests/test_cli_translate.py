@@ -36,13 +36,40 @@ def reverse_run(tmp_path_factory):
     rng = random.Random(0)
     for name, n in (("train", 6000), ("valid", 200), ("test", 300)):
         write_reverse_task(tmp / f"{name}.tsv", n, rng)
-    code = main([
-        "translate", "train", "--train", str(tmp / "train.tsv"), "--valid", str(tmp / "valid.tsv"),
-        "--out", str(tmp / "run"), "--max-steps", "2400", "--max-tokens", "2048", "--seed", "0", "--quiet",
-        "--set", "tokenizer=word", "min_freq=1", "d_model=128", "n_heads=4", "d_ff=256", "n_layers=2", "dropout=0.0",
-        "label_smoothing=0.0", "schedule=linear", "lr=2e-3", "warmup_steps=150", "checkpoint_every=300",
-        "keep_last=3", "valid_bleu=false",
-    ])
+    code = main(
+        [
+            "translate",
+            "train",
+            "--train",
+            str(tmp / "train.tsv"),
+            "--valid",
+            str(tmp / "valid.tsv"),
+            "--out",
+            str(tmp / "run"),
+            "--max-steps",
+            "2400",
+            "--max-tokens",
+            "2048",
+            "--seed",
+            "0",
+            "--quiet",
+            "--set",
+            "tokenizer=word",
+            "min_freq=1",
+            "d_model=128",
+            "n_heads=4",
+            "d_ff=256",
+            "n_layers=2",
+            "dropout=0.0",
+            "label_smoothing=0.0",
+            "schedule=linear",
+            "lr=2e-3",
+            "warmup_steps=150",
+            "checkpoint_every=300",
+            "keep_last=3",
+            "valid_bleu=false",
+        ]
+    )
     assert code == 0
     return tmp
 
@@ -50,8 +77,17 @@ def reverse_run(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("beam", ["1", "4"])
 def test_reverse_task_is_learned_to_99_percent_exact_match(reverse_run, capsys, beam):
-    code, out, _ = run_cli(capsys, "translate", "eval", "--model", str(reverse_run / "run"),
-                           "--data", str(reverse_run / "test.tsv"), "--beam", beam)
+    code, out, _ = run_cli(
+        capsys,
+        "translate",
+        "eval",
+        "--model",
+        str(reverse_run / "run"),
+        "--data",
+        str(reverse_run / "test.tsv"),
+        "--beam",
+        beam,
+    )
     assert code == 0
     result = json.loads(out)
     assert result["n"] == 300
@@ -83,8 +119,17 @@ def test_average_of_last_checkpoints_is_their_mean(reverse_run, capsys, tmp_path
     for name, tensor in averaged.items():
         torch.testing.assert_close(tensor, sum(p[name].double() for p in parts).div(3).float())
     # The averaged directory is a run of its own: it translates.
-    code, _, _ = run_cli(capsys, "translate", "eval", "--model", str(tmp_path / "avg"), "--data",
-                         str(reverse_run / "test.tsv"), "--beam", "1")
+    code, _, _ = run_cli(
+        capsys,
+        "translate",
+        "eval",
+        "--model",
+        str(tmp_path / "avg"),
+        "--data",
+        str(reverse_run / "test.tsv"),
+        "--beam",
+        "1",
+    )
     assert code == 0
 
 
@@ -109,7 +154,9 @@ def assert_one_error_line(err: str, *needles: str) -> None:
 )
 def test_bad_parallel_tsv_is_refused_with_its_line(tmp_path, capsys, content, needles):
     bad = write(tmp_path / "bad.tsv", content)
-    code, _, err = run_cli(capsys, "translate", "train", "--train", str(bad), "--out", str(tmp_path / "run"), "--max-steps", "1")
+    code, _, err = run_cli(
+        capsys, "translate", "train", "--train", str(bad), "--out", str(tmp_path / "run"), "--max-steps", "1"
+    )
     assert code == 2
     assert_one_error_line(err, *needles)
     assert not (tmp_path / "run").exists()
@@ -118,16 +165,41 @@ def test_bad_parallel_tsv_is_refused_with_its_line(tmp_path, capsys, content, ne
 def test_mismatched_parallel_files_are_refused(tmp_path, capsys):
     src = write(tmp_path / "a.txt", "one\ntwo\nthree\n")
     tgt = write(tmp_path / "b.txt", "eins\nzwei\n")
-    code, _, err = run_cli(capsys, "translate", "train", "--train-src", str(src), "--train-tgt", str(tgt),
-                           "--out", str(tmp_path / "run"), "--max-steps", "1")
+    code, _, err = run_cli(
+        capsys,
+        "translate",
+        "train",
+        "--train-src",
+        str(src),
+        "--train-tgt",
+        str(tgt),
+        "--out",
+        str(tmp_path / "run"),
+        "--max-steps",
+        "1",
+    )
     assert code == 2
     assert_one_error_line(err, "a.txt", "b.txt")
 
 
 def test_over_long_source_is_refused_under_the_error_policy(tmp_path, capsys):
     train = write(tmp_path / "train.tsv", "".join(f"{'a ' * 40}\tb\n" for _ in range(10)))
-    code, _, err = run_cli(capsys, "translate", "train", "--train", str(train), "--out", str(tmp_path / "run"),
-                           "--max-steps", "1", "--set", "max_len=16", "max_len_policy=error", "tokenizer=word", "min_freq=1")
+    code, _, err = run_cli(
+        capsys,
+        "translate",
+        "train",
+        "--train",
+        str(train),
+        "--out",
+        str(tmp_path / "run"),
+        "--max-steps",
+        "1",
+        "--set",
+        "max_len=16",
+        "max_len_policy=error",
+        "tokenizer=word",
+        "min_freq=1",
+    )
     assert code == 2
     assert_one_error_line(err, "max_len=16")
 
@@ -135,8 +207,21 @@ def test_over_long_source_is_refused_under_the_error_policy(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------------------------
 # A stated step budget sizes the schedule; a warmup that cannot finish inside it is warned about; per-task keys
 
-TINY = ["--max-tokens", "200", "--seed", "0", "--quiet", "--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=1",
-        "tokenizer=word", "min_freq=1", "valid_bleu=false"]
+TINY = [
+    "--max-tokens",
+    "200",
+    "--seed",
+    "0",
+    "--quiet",
+    "--set",
+    "d_model=16",
+    "n_heads=2",
+    "d_ff=32",
+    "n_layers=1",
+    "tokenizer=word",
+    "min_freq=1",
+    "valid_bleu=false",
+]
 
 
 @pytest.fixture
@@ -152,8 +237,9 @@ def step_rows(run: Path) -> list[dict]:
 
 
 def test_a_step_budget_sizes_the_warmup_and_decay(tmp_path, capsys, small_task):
-    code, _, err = run_cli(capsys, "translate", "train", *small_task, "--out", str(tmp_path / "run"),
-                           "--max-steps", "20", *TINY)
+    code, _, err = run_cli(
+        capsys, "translate", "train", *small_task, "--out", str(tmp_path / "run"), "--max-steps", "20", *TINY
+    )
     assert code == 0, err
     assert "warning" not in err
     lrs = [row["lr"] for row in step_rows(tmp_path / "run")]
@@ -165,8 +251,9 @@ def test_a_step_budget_sizes_the_warmup_and_decay(tmp_path, capsys, small_task):
 
 @pytest.mark.parametrize("setting", [["warmup_steps=100"], ["schedule=noam"]])
 def test_a_warmup_that_cannot_finish_inside_the_step_budget_is_one_warning_line(tmp_path, capsys, small_task, setting):
-    code, _, err = run_cli(capsys, "translate", "train", *small_task, "--out", str(tmp_path / "run"),
-                           "--max-steps", "10", *TINY, *setting)
+    code, _, err = run_cli(
+        capsys, "translate", "train", *small_task, "--out", str(tmp_path / "run"), "--max-steps", "10", *TINY, *setting
+    )
     assert code == 0, err
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "warmup" in warnings[0] and "10 planned steps" in warnings[0], err
@@ -174,18 +261,35 @@ def test_a_warmup_that_cannot_finish_inside_the_step_budget_is_one_warning_line(
 
 @pytest.mark.parametrize("key", ["batch_size=8", "bucket_factor=2", "layer_lr_decay=0.9"])
 def test_a_classifier_key_is_refused_naming_the_key_and_the_task(tmp_path, capsys, small_task, key):
-    code, _, err = run_cli(capsys, "translate", "train", *small_task, "--out", str(tmp_path / "run"),
-                           "--max-steps", "2", *TINY, key)
+    code, _, err = run_cli(
+        capsys, "translate", "train", *small_task, "--out", str(tmp_path / "run"), "--max-steps", "2", *TINY, key
+    )
     assert code == 2
     assert_one_error_line(err, f"'{key.split('=')[0]}'", "translate")
 
 
 def test_patience_stops_the_translator_and_the_best_evaluation_is_the_model(tmp_path, capsys, small_task):
-    code, out, err = run_cli(capsys, "translate", "train", *small_task, "--out", str(tmp_path / "run"),
-                             "--max-steps", "400", *TINY, "eval_every=2", "patience=1", "lr=0.5", "schedule=constant")
+    code, out, err = run_cli(
+        capsys,
+        "translate",
+        "train",
+        *small_task,
+        "--out",
+        str(tmp_path / "run"),
+        "--max-steps",
+        "400",
+        *TINY,
+        "eval_every=2",
+        "patience=1",
+        "lr=0.5",
+        "schedule=constant",
+    )
     assert code == 0, err
     assert json.loads(out)["steps"] < 400  # a learning rate this high stops improving at once
-    evals = [row for row in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
-             if "valid_loss" in row]
+    evals = [
+        row
+        for row in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+        if "valid_loss" in row
+    ]
     best = min(evals, key=lambda row: row["valid_loss"])
     assert best["best"] and json.loads(out)["valid_loss"] == best["valid_loss"]

@@ -143,8 +143,12 @@ def config_keys() -> set[str]:
     from attnkit import config
 
     keys: set[str] = set()
-    for cls in (config.ClassifierConfig, config.TranslatorConfig, config.ClassifierTrainConfig,
-                config.TranslatorTrainConfig):
+    for cls in (
+        config.ClassifierConfig,
+        config.TranslatorConfig,
+        config.ClassifierTrainConfig,
+        config.TranslatorTrainConfig,
+    ):
         keys |= {f.name for f in dataclasses.fields(cls)}
     return keys
 

@@ -17,8 +17,14 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # the same thread count in every r
 
 
 def attnkit(*argv: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "attnkit.cli", *argv], env=ENV, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "attnkit.cli", *argv],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
 
 
 def run_to_end(*argv: str) -> None:
@@ -62,16 +68,44 @@ def test_classifier_killed_and_resumed_equals_uninterrupted(tmp_path):
     rng = random.Random(1)
     write_sentiment(tmp_path / "train.tsv", 400, rng)
     write_sentiment(tmp_path / "valid.tsv", 60, rng)
-    common = ["classify", "train", "--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "valid.tsv"),
-              "--epochs", "4", "--seed", "3", "--quiet",
-              "--set", "d_model=32", "n_heads=2", "d_ff=64", "n_layers=1", "batch_size=16", "checkpoint_every=7",
-              "min_freq=1", "patience=0"]
+    common = [
+        "classify",
+        "train",
+        "--train",
+        str(tmp_path / "train.tsv"),
+        "--valid",
+        str(tmp_path / "valid.tsv"),
+        "--epochs",
+        "4",
+        "--seed",
+        "3",
+        "--quiet",
+        "--set",
+        "d_model=32",
+        "n_heads=2",
+        "d_ff=64",
+        "n_layers=1",
+        "batch_size=16",
+        "checkpoint_every=7",
+        "min_freq=1",
+        "patience=0",
+    ]
     run_to_end(*common, "--out", str(tmp_path / "alone"))
     kill_at = random.Random(11).randint(3, 90)  # 25 steps an epoch, 100 in all; seeded, so a failure reproduces
     print(f"killing the run after step {kill_at}")
     kill_after_steps([*common, "--out", str(tmp_path / "killed")], tmp_path / "killed" / "metrics.jsonl", kill_at)
-    resume = ["classify", "train", "--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "valid.tsv"),
-              "--out", str(tmp_path / "killed"), "--resume", "--quiet"]
+    resume = [
+        "classify",
+        "train",
+        "--train",
+        str(tmp_path / "train.tsv"),
+        "--valid",
+        str(tmp_path / "valid.tsv"),
+        "--out",
+        str(tmp_path / "killed"),
+        "--resume",
+        "--quiet",
+    ]
     run_to_end(*resume)
     assert_same_run(tmp_path / "alone", tmp_path / "killed")
 
@@ -88,22 +122,55 @@ def test_translator_killed_and_resumed_equals_uninterrupted(tmp_path):
     rng = random.Random(2)
     write_reverse(tmp_path / "train.tsv", 600, rng)
     write_reverse(tmp_path / "valid.tsv", 30, rng)
-    common = ["translate", "train", "--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "valid.tsv"),
-              "--max-steps", "60", "--max-tokens", "400", "--seed", "5", "--quiet",
-              "--set", "d_model=32", "n_heads=2", "d_ff=64", "n_layers=1", "tokenizer=word", "min_freq=1",
-              "checkpoint_every=6", "keep_last=3", "warmup_steps=10"]
+    common = [
+        "translate",
+        "train",
+        "--train",
+        str(tmp_path / "train.tsv"),
+        "--valid",
+        str(tmp_path / "valid.tsv"),
+        "--max-steps",
+        "60",
+        "--max-tokens",
+        "400",
+        "--seed",
+        "5",
+        "--quiet",
+        "--set",
+        "d_model=32",
+        "n_heads=2",
+        "d_ff=64",
+        "n_layers=1",
+        "tokenizer=word",
+        "min_freq=1",
+        "checkpoint_every=6",
+        "keep_last=3",
+        "warmup_steps=10",
+    ]
     run_to_end(*common, "--out", str(tmp_path / "alone"))
     kill_at = random.Random(12).randint(3, 55)  # seeded, so a failure reproduces
     print(f"killing the run after step {kill_at}")
     kill_after_steps([*common, "--out", str(tmp_path / "killed")], tmp_path / "killed" / "metrics.jsonl", kill_at)
-    resume = ["translate", "train", "--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "valid.tsv"),
-              "--out", str(tmp_path / "killed"), "--resume", "--quiet"]
+    resume = [
+        "translate",
+        "train",
+        "--train",
+        str(tmp_path / "train.tsv"),
+        "--valid",
+        str(tmp_path / "valid.tsv"),
+        "--out",
+        str(tmp_path / "killed"),
+        "--resume",
+        "--quiet",
+    ]
     run_to_end(*resume)
     assert_same_run(tmp_path / "alone", tmp_path / "killed")
     alone = sorted(p.name for p in (tmp_path / "alone" / "checkpoints").iterdir())
     assert alone == sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
     for name in alone:
-        assert (tmp_path / "alone" / "checkpoints" / name).read_bytes() == (tmp_path / "killed" / "checkpoints" / name).read_bytes()
+        assert (tmp_path / "alone" / "checkpoints" / name).read_bytes() == (
+            tmp_path / "killed" / "checkpoints" / name
+        ).read_bytes()
 
 
 def test_resume_refuses_a_changed_config(tmp_path, capsys):
@@ -111,8 +178,19 @@ def test_resume_refuses_a_changed_config(tmp_path, capsys):
 
     rng = random.Random(0)
     write_sentiment(tmp_path / "train.tsv", 40, rng)
-    code = main(["classify", "train", "--train", str(tmp_path / "train.tsv"), "--out", str(tmp_path / "run"),
-                 "--resume", "--set", "d_model=64"])
+    code = main(
+        [
+            "classify",
+            "train",
+            "--train",
+            str(tmp_path / "train.tsv"),
+            "--out",
+            str(tmp_path / "run"),
+            "--resume",
+            "--set",
+            "d_model=64",
+        ]
+    )
     assert code == 2
     assert "--resume" in capsys.readouterr().err
 
@@ -127,8 +205,24 @@ def test_nan_guard_stops_the_run_naming_the_module_and_keeps_the_checkpoint(tmp_
 
     rng = random.Random(0)
     write_sentiment(tmp_path / "train.tsv", 64, rng)
-    argv = ["classify", "train", "--train", str(tmp_path / "train.tsv"), "--out", str(tmp_path / "run"), "--quiet",
-            "--epochs", "3", "--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=2", "batch_size=16", "min_freq=1"]
+    argv = [
+        "classify",
+        "train",
+        "--train",
+        str(tmp_path / "train.tsv"),
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+        "--epochs",
+        "3",
+        "--set",
+        "d_model=16",
+        "n_heads=2",
+        "d_ff=32",
+        "n_layers=2",
+        "batch_size=16",
+        "min_freq=1",
+    ]
     calls = {"n": 0}
     original = PositionwiseFeedForward.forward
 
@@ -167,29 +261,56 @@ def test_nan_guard_stops_the_run_naming_the_module_and_keeps_the_checkpoint(tmp_
 # ---------------------------------------------------------------------------------------------------------------
 # Resuming with the command's own flags, leftovers of a kill, a run killed before its first save
 
-TINY_CLASSIFIER = ["--epochs", "2", "--seed", "1", "--quiet", "--set", "d_model=16", "n_heads=2", "d_ff=32",
-                   "n_layers=1", "min_freq=1"]
+TINY_CLASSIFIER = [
+    "--epochs",
+    "2",
+    "--seed",
+    "1",
+    "--quiet",
+    "--set",
+    "d_model=16",
+    "n_heads=2",
+    "d_ff=32",
+    "n_layers=1",
+    "min_freq=1",
+]
 
 
 def test_the_same_command_with_resume_appended_is_accepted(tmp_path, capsys):
     from attnkit.cli import main
 
     write_sentiment(tmp_path / "train.tsv", 40, random.Random(0))
-    argv = ["classify", "train", "--train", str(tmp_path / "train.tsv"), "--out", str(tmp_path / "run"),
-            *TINY_CLASSIFIER]
+    argv = [
+        "classify",
+        "train",
+        "--train",
+        str(tmp_path / "train.tsv"),
+        "--out",
+        str(tmp_path / "run"),
+        *TINY_CLASSIFIER,
+    ]
     assert main(argv) == 0
     capsys.readouterr()
     assert main([*argv, "--resume"]) == 0, capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("changed", "named"), [(["--epochs", "3"], ["epochs=3", "epochs=2"]),
-                                                (["--set", "d_model=32"], ["d_model=32", "d_model=16"])])
+@pytest.mark.parametrize(
+    ("changed", "named"),
+    [(["--epochs", "3"], ["epochs=3", "epochs=2"]), (["--set", "d_model=32"], ["d_model=32", "d_model=16"])],
+)
 def test_resume_refuses_a_setting_that_differs_from_the_saved_one_naming_both_values(tmp_path, capsys, changed, named):
     from attnkit.cli import main
 
     write_sentiment(tmp_path / "train.tsv", 40, random.Random(0))
-    argv = ["classify", "train", "--train", str(tmp_path / "train.tsv"), "--out", str(tmp_path / "run"),
-            *TINY_CLASSIFIER]
+    argv = [
+        "classify",
+        "train",
+        "--train",
+        str(tmp_path / "train.tsv"),
+        "--out",
+        str(tmp_path / "run"),
+        *TINY_CLASSIFIER,
+    ]
     assert main(argv) == 0
     capsys.readouterr()
     assert main([*argv, *changed, "--resume"]) == 2
@@ -197,9 +318,26 @@ def test_resume_refuses_a_setting_that_differs_from_the_saved_one_naming_both_va
     assert line.startswith("error: --resume") and all(value in line for value in named), line
 
 
-TINY_TRANSLATOR = ["--max-steps", "12", "--max-tokens", "200", "--seed", "5", "--quiet", "--set", "d_model=16",
-                   "n_heads=2", "d_ff=32", "n_layers=1", "tokenizer=word", "min_freq=1", "checkpoint_every=4",
-                   "keep_last=2", "warmup_steps=3", "valid_bleu=false"]
+TINY_TRANSLATOR = [
+    "--max-steps",
+    "12",
+    "--max-tokens",
+    "200",
+    "--seed",
+    "5",
+    "--quiet",
+    "--set",
+    "d_model=16",
+    "n_heads=2",
+    "d_ff=32",
+    "n_layers=1",
+    "tokenizer=word",
+    "min_freq=1",
+    "checkpoint_every=4",
+    "keep_last=2",
+    "warmup_steps=3",
+    "valid_bleu=false",
+]
 
 
 def test_resume_removes_leftover_temporary_files_and_starts_a_run_killed_before_its_first_save(tmp_path):
@@ -219,8 +357,10 @@ def test_resume_removes_leftover_temporary_files_and_starts_a_run_killed_before_
         (killed / name).unlink()
     for checkpoint in (killed / "checkpoints").iterdir():
         checkpoint.unlink()
-    leftovers = [killed / f".model.safetensors.{'a' * 32}.tmp",
-                 killed / "checkpoints" / f".step_4.safetensors.{'b' * 32}.tmp"]
+    leftovers = [
+        killed / f".model.safetensors.{'a' * 32}.tmp",
+        killed / "checkpoints" / f".step_4.safetensors.{'b' * 32}.tmp",
+    ]
     for path in leftovers:
         path.write_bytes(b"half a file")
     assert main(["translate", "train", *data, "--out", str(killed), *TINY_TRANSLATOR, "--resume"]) == 0

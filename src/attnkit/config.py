@@ -10,7 +10,6 @@ question "which keys exist and where do they go" would be answered in several pl
 
 from __future__ import annotations
 
-import dataclasses
 import types
 import typing
 from dataclasses import dataclass, fields
@@ -43,7 +42,10 @@ class TransformerConfig:
             if getattr(self, key) < 1:
                 raise InputError(f"config key {key}={getattr(self, key)} must be a positive integer")
         if self.d_head is None and self.d_model % self.n_heads != 0:
-            raise InputError(f"config: d_model={self.d_model} is not divisible by n_heads={self.n_heads} (set d_head to decouple them)")
+            raise InputError(
+                f"config: d_model={self.d_model} is not divisible by n_heads={self.n_heads} "
+                "(set d_head to decouple them)"
+            )
         if self.d_head is not None and self.d_head < 1:
             raise InputError(f"config key d_head={self.d_head} must be a positive integer")
         for key in ("dropout", "attention_dropout"):
@@ -136,8 +138,16 @@ class TrainConfig:
         for key in ("accum_steps", "epochs", "min_freq", "checkpoint_every"):
             if getattr(self, key) < 1:
                 raise InputError(f"config key {key}={getattr(self, key)} must be >= 1")
-        for key in ("warmup_steps", "max_steps", "patience", "weight_decay", "clip_norm", "max_minutes", "eval_every",
-                    "keep_last"):
+        for key in (
+            "warmup_steps",
+            "max_steps",
+            "patience",
+            "weight_decay",
+            "clip_norm",
+            "max_minutes",
+            "eval_every",
+            "keep_last",
+        ):
             if getattr(self, key) < 0:
                 raise InputError(f"config key {key}={getattr(self, key)} must be >= 0")
         for key in ("label_smoothing", "warmup_ratio"):
@@ -187,8 +197,10 @@ class TranslatorTrainConfig(TrainConfig):
             raise InputError(f"config key max_tokens={self.max_tokens} must be >= 1")
 
 
-TASK_TRAIN_CONFIGS: dict[str, type[TrainConfig]] = {"classify": ClassifierTrainConfig,
-                                                         "translate": TranslatorTrainConfig}
+TASK_TRAIN_CONFIGS: dict[str, type[TrainConfig]] = {
+    "classify": ClassifierTrainConfig,
+    "translate": TranslatorTrainConfig,
+}
 
 
 def train_config_class(task: str, key: str) -> type[TrainConfig]:
@@ -214,8 +226,9 @@ CLASSIFIER_PRESETS: dict[str, dict] = {
     # The default shape with a fixed 10,000-token vocabulary and 2 classes (d_model 128, 4 heads, d_ff 512, 2 layers).
     "vocab10k": dict(vocab_size=10000, d_model=128, n_heads=4, d_ff=512, n_layers=2, n_classes=2),
     # A tiny binary classifier on BERT's 30,522-token vocabulary: d_model 32, one layer, [CLS] pooling, one logit.
-    "tiny-binary": dict(vocab_size=30522, d_model=32, n_heads=4, d_ff=32, n_layers=1, max_len=400, n_classes=1,
-                        pooling="cls"),
+    "tiny-binary": dict(
+        vocab_size=30522, d_model=32, n_heads=4, d_ff=32, n_layers=1, max_len=400, n_classes=1, pooling="cls"
+    ),
 }
 # Earlier names, still accepted and not listed: the reference notes these shapes came from were numbered.
 PRESET_ALIASES = {"seed000": "vocab10k", "seed001": "tiny-binary"}
@@ -230,7 +243,12 @@ TRANSLATOR_PRESETS: dict[str, dict] = {
 # Fine-tuning a pretrained encoder (--init-from): a small learning rate with warmup and weight decay, as users of
 # BERT-family models expect (Devlin et al. 2019 use 2e-5 to 5e-5, 2 to 4 epochs); the best epoch is kept.
 FINE_TUNE_TRAIN_DEFAULTS: dict = dict(lr=5e-5, warmup_ratio=0.1, weight_decay=0.01, epochs=3, patience=0, batch_size=32)
-FINE_TUNE_SETTABLE_MODEL_KEYS = ("n_classes", "pooling", "dropout", "attention_dropout")  # the rest comes with the pretrained weights
+FINE_TUNE_SETTABLE_MODEL_KEYS = (
+    "n_classes",
+    "pooling",
+    "dropout",
+    "attention_dropout",
+)  # the rest comes with the pretrained weights
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -240,7 +258,11 @@ FINE_TUNE_SETTABLE_MODEL_KEYS = ("n_classes", "pooling", "dropout", "attention_d
 def _parse_value(cls: type, key: str, raw: str) -> object:
     """Turn the string ``raw`` into the type of field ``key`` of ``cls``."""
     hint = typing.get_type_hints(cls)[key]
-    options = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union else (hint,)
+    options = (
+        typing.get_args(hint)
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+        else (hint,)
+    )
     if type(None) in options and raw.lower() in ("none", "null", ""):
         return None
     target = next(t for t in options if t is not type(None))
@@ -340,8 +362,10 @@ def check_resume_settings(saved: dict, requested: dict[str, object], model_cls: 
         if key == "n_classes" and value == 0:
             continue
         if value != old:
-            raise InputError(f"--resume: {key}={value!r} differs from the run's saved {key}={old!r}; a resumed run "
-                             f"continues with its saved configuration (drop the setting, or train into a new --out)")
+            raise InputError(
+                f"--resume: {key}={value!r} differs from the run's saved {key}={old!r}; a resumed run "
+                f"continues with its saved configuration (drop the setting, or train into a new --out)"
+            )
 
 
 def preset(presets: dict[str, dict], name: str) -> dict:
@@ -351,7 +375,3 @@ def preset(presets: dict[str, dict], name: str) -> dict:
     if name not in presets:
         raise InputError(f"unknown preset {name!r}; choose one of {', '.join(presets)}")
     return dict(presets[name])
-
-
-def to_dict(config: object) -> dict:
-    return dataclasses.asdict(config)

@@ -46,8 +46,11 @@ class ToyTask:
         self.snapshots: list[dict[str, torch.Tensor]] = []  # the weights at each evaluation
 
     def epoch_batches(self, generator):
-        order = (torch.randperm(N_EXAMPLES, generator=generator).tolist() if generator is not None
-                 else list(range(N_EXAMPLES)))
+        order = (
+            torch.randperm(N_EXAMPLES, generator=generator).tolist()
+            if generator is not None
+            else list(range(N_EXAMPLES))
+        )
         batches, start, i = [], 0, 0
         while start < N_EXAMPLES:
             size = self.batch_sizes[i % len(self.batch_sizes)]
@@ -73,8 +76,10 @@ class ToyTask:
         if self.scripted is not None:
             return self.scripted.pop(0)
         logits = model(self.x)
-        return {"loss": F.cross_entropy(logits, self.y).item(),
-                "accuracy": (logits.argmax(-1) == self.y).float().mean().item()}
+        return {
+            "loss": F.cross_entropy(logits, self.y).item(),
+            "accuracy": (logits.argmax(-1) == self.y).float().mean().item(),
+        }
 
 
 def toy_model(dropout=0.1) -> nn.Module:
@@ -88,8 +93,11 @@ def config(**kwargs) -> ClassifierTrainConfig:
 
 def train(tmp: Path, task: ToyTask, cfg, events=None, model=None, resume=False, optimizer="adamw"):
     model = model or toy_model()
-    opt = (torch.optim.AdamW(model.parameters(), lr=cfg.lr) if optimizer == "adamw"
-           else torch.optim.SGD(model.parameters(), lr=cfg.lr))
+    opt = (
+        torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+        if optimizer == "adamw"
+        else torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    )
     tmp.mkdir(exist_ok=True)
     on_event = events.append if events is not None else lambda e: None
     result = fit(model, opt, task, cfg, tmp, resume=resume, on_event=on_event)
@@ -109,8 +117,13 @@ def test_two_accumulated_batches_give_the_gradient_of_one_batch_of_both(tmp_path
     for sizes, accum in (((3, 5), 2), ((8,), 1)):
         model = toy_model(dropout=0.0)
         before = [p.detach().clone() for p in model.parameters()]
-        model, result = train(tmp_path / f"a{accum}", ToyTask(sizes, mean=mean),
-                              dataclasses.replace(cfg, accum_steps=accum), model=model, optimizer="sgd")
+        model, result = train(
+            tmp_path / f"a{accum}",
+            ToyTask(sizes, mean=mean),
+            dataclasses.replace(cfg, accum_steps=accum),
+            model=model,
+            optimizer="sgd",
+        )
         assert result.steps == 1
         grads.append([(b - p.detach()) for b, p in zip(before, model.parameters())])  # SGD, lr 1: the gradient
     for a, b in zip(*grads):
@@ -183,12 +196,15 @@ def test_resume_on_other_data_is_refused(tmp_path):
 # Budgets
 
 
-@pytest.mark.parametrize(("budget", "steps", "why"), [
-    ({"max_steps": 5}, 5, "max_steps"),
-    ({"epochs": 2}, 12, "epochs"),
-    ({"epochs": 2, "max_steps": 50}, 12, "epochs"),
-    ({"max_minutes": 1e-9}, 1, "max_minutes"),
-])
+@pytest.mark.parametrize(
+    ("budget", "steps", "why"),
+    [
+        ({"max_steps": 5}, 5, "max_steps"),
+        ({"epochs": 2}, 12, "epochs"),
+        ({"epochs": 2, "max_steps": 50}, 12, "epochs"),
+        ({"max_minutes": 1e-9}, 1, "max_minutes"),
+    ],
+)
 def test_budgets_stop_the_run(tmp_path, budget, steps, why):
     events: list = []
     _, result = train(tmp_path, ToyTask(), config(**budget), events)
@@ -310,9 +326,14 @@ def test_without_a_step_budget_the_translator_keeps_the_papers_schedule():
     assert (the_plan.schedule, the_plan.warmup, warnings) == ("noam", 4000, [])
 
 
-@pytest.mark.parametrize("cfg", [TranslatorTrainConfig(max_steps=1200, schedule="noam"),
-                                 TranslatorTrainConfig(max_steps=1000, warmup_steps=1500),
-                                 TranslatorTrainConfig(epochs=10)])  # 10 x 40 steps: 4,000 warmup steps do not fit
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        TranslatorTrainConfig(max_steps=1200, schedule="noam"),
+        TranslatorTrainConfig(max_steps=1000, warmup_steps=1500),
+        TranslatorTrainConfig(epochs=10),
+    ],
+)  # 10 x 40 steps: 4,000 warmup steps do not fit
 def test_a_warmup_that_cannot_finish_inside_the_budget_is_warned_about(cfg):
     _, warnings = plan(cfg, steps_per_epoch=40, d_model=256)
     (message,) = warnings
@@ -336,10 +357,15 @@ def test_the_classifiers_defaults_warn_about_nothing():
     assert warnings == []
 
 
-@pytest.mark.parametrize(("task", "key", "other"), [("classify", "max_tokens", "translate"),
-                                                    ("classify", "valid_bleu", "translate"),
-                                                    ("translate", "batch_size", "classify"),
-                                                    ("translate", "layer_lr_decay", "classify")])
+@pytest.mark.parametrize(
+    ("task", "key", "other"),
+    [
+        ("classify", "max_tokens", "translate"),
+        ("classify", "valid_bleu", "translate"),
+        ("translate", "batch_size", "classify"),
+        ("translate", "layer_lr_decay", "classify"),
+    ],
+)
 def test_a_key_of_another_task_is_refused_naming_the_key_and_the_task(task, key, other):
     with pytest.raises(InputError, match=f"'{key}' does not apply to {task} training .*{other}"):
         train_config_class(task, key)
@@ -356,8 +382,9 @@ def test_resume_settings_equal_to_the_saved_ones_pass_and_a_differing_one_is_nam
 
     saved = {"model": {"d_model": 16, "vocab_size": 40, "n_classes": 2}, "train": {"epochs": 2, "seed": 1, "lr": 0.001}}
     # vocab_size is an upper bound the tokenizer reached 40 of; n_classes=0 means one per label
-    check_resume_settings(saved, {"epochs": 2, "d_model": "16", "lr": "1e-3", "vocab_size": "10000", "n_classes": "0"},
-                          ClassifierConfig)
+    check_resume_settings(
+        saved, {"epochs": 2, "d_model": "16", "lr": "1e-3", "vocab_size": "10000", "n_classes": "0"}, ClassifierConfig
+    )
     with pytest.raises(InputError, match=r"epochs=3 differs from the run's saved epochs=2"):
         check_resume_settings(saved, {"seed": 1, "epochs": 3}, ClassifierConfig)
     with pytest.raises(InputError, match=r"d_model=32 differs from the run's saved d_model=16"):

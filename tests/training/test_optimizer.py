@@ -21,8 +21,9 @@ def _decay_of(optimizer: torch.optim.Optimizer, param: torch.nn.Parameter) -> fl
 
 @pytest.mark.parametrize("optimizer", ["adam", "adamw"])
 def test_every_parameter_once_decay_only_on_matrices(optimizer):
-    model = build_classifier(ClassifierConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_layers=2, n_classes=2),
-                             pad_id=0)
+    model = build_classifier(
+        ClassifierConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_layers=2, n_classes=2), pad_id=0
+    )
     opt = make_optimizer(model, TrainConfig(optimizer=optimizer, weight_decay=0.1))
     in_groups = [p for g in opt.param_groups for p in g["params"]]
     assert len(in_groups) == len(list(model.parameters())) == len({id(p) for p in in_groups})

@@ -17,8 +17,28 @@ def test_tensorboard_scalars_match_the_metrics_log(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = tmp_path / "run"
-    assert main(["classify", "train", "--train", str(EXAMPLES), "--out", str(run), "--epochs", "2", "--quiet",
-                 "--set", "tensorboard=true", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=1"]) == 0
+    assert (
+        main(
+            [
+                "classify",
+                "train",
+                "--train",
+                str(EXAMPLES),
+                "--out",
+                str(run),
+                "--epochs",
+                "2",
+                "--quiet",
+                "--set",
+                "tensorboard=true",
+                "d_model=16",
+                "n_heads=2",
+                "d_ff=32",
+                "n_layers=1",
+            ]
+        )
+        == 0
+    )
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from attnkit.cli.common import add_config_args, config_overrides, fetch_dataset
 from attnkit.errors import InputError
@@ -12,8 +13,14 @@ from attnkit.errors import InputError
 
 def cmd_ablate(args: argparse.Namespace) -> None:
     """Train the base model and one variant per --grid value with the same budget; write ablation.md and .png."""
-    from attnkit.analysis.ablation import (parse_grid, read_variants, run_ablation, train_variant, variant_configs,
-                                           write_report)
+    from attnkit.analysis.ablation import (
+        parse_grid,
+        read_variants,
+        run_ablation,
+        train_variant,
+        variant_configs,
+        write_report,
+    )
     from attnkit.data.readers import read_labeled, read_parallel_tsv
 
     variants = parse_grid(args.grid)
@@ -23,6 +30,8 @@ def cmd_ablate(args: argparse.Namespace) -> None:
     valid_path = directory / "valid.tsv" if directory else args.valid
     if train_path is None or valid_path is None:
         raise InputError("ablate: give --dataset NAME, or --train FILE and --valid FILE")
+    train: list[Any]
+    valid: list[Any]
     if args.task == "classify":
         train, valid = read_labeled(train_path), read_labeled(valid_path)
     else:
@@ -40,8 +49,12 @@ def cmd_ablate(args: argparse.Namespace) -> None:
         return train_variant(args.task, args.preset, {**base, **variant.overrides}, train, valid, out)
 
     def show(variant) -> None:
-        print(f"{variant.name}: {variant.params:,} params, valid {variant.valid:.4f}"
-              + (f", BLEU {variant.bleu}" if variant.bleu is not None else "") + f", {variant.seconds:.0f} s", file=sys.stderr)
+        print(
+            f"{variant.name}: {variant.params:,} params, valid {variant.valid:.4f}"
+            + (f", BLEU {variant.bleu}" if variant.bleu is not None else "")
+            + f", {variant.seconds:.0f} s",
+            file=sys.stderr,
+        )
 
     run_ablation(variants, train_one, args.out, show)
     table, figure = write_report(variants, args.task, budget, args.out, n_valid=len(valid))
@@ -57,11 +70,19 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--train", type=Path)
     p.add_argument("--valid", type=Path)
     p.add_argument("--preset", help="base model preset")
-    p.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2",
-                   help="one row group: the base with KEY set to each value (repeatable)")
+    p.add_argument(
+        "--grid",
+        action="append",
+        required=True,
+        metavar="KEY=V1,V2",
+        help="one row group: the base with KEY set to each value (repeatable)",
+    )
     p.add_argument("--budget", help="how the budget is described in the report (default: the --set values)")
     p.add_argument("--out", type=Path, required=True, help="directory for the variants' runs and the report")
-    p.add_argument("--report-only", action="store_true",
-                   help="train nothing: rewrite ablation.md and the figure from OUT/ablation.json")
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="train nothing: rewrite ablation.md and the figure from OUT/ablation.json",
+    )
     add_config_args(p)
     p.set_defaults(func=cmd_ablate)

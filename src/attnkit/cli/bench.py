@@ -31,11 +31,17 @@ def cmd_bench(args: argparse.Namespace) -> None:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     from attnkit.bench import IMPL_CHOICES, SUITES  # cheap: no torch import
 
-    p = commands.add_parser("bench", help="time attnkit beside torch.nn, Hugging Face and CTranslate2 (benchmarks/README.md)")
+    p = commands.add_parser(
+        "bench", help="time attnkit beside torch.nn, Hugging Face and CTranslate2 (benchmarks/README.md)"
+    )
     p.add_argument("suite", choices=SUITES, help="train, classify, decode or scaling")
     p.add_argument("--json", action="store_true", help="one JSON object per result on stdout (table on stderr)")
     p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions: a smoke test")
     p.add_argument("--threads", type=int, default=2, help="intra-op threads for every implementation (default 2)")
-    p.add_argument("--impl", action="append", choices=IMPL_CHOICES,
-                   help="only these implementations (repeatable; default: all installed)")
+    p.add_argument(
+        "--impl",
+        action="append",
+        choices=IMPL_CHOICES,
+        help="only these implementations (repeatable; default: all installed)",
+    )
     p.set_defaults(func=cmd_bench)

@@ -36,8 +36,9 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
     if args.init_from:
         check_init_from(args, overrides)
     train_base = dict(FINE_TUNE_TRAIN_DEFAULTS) if args.init_from else {}
-    model_cfg, train_cfg = build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset or "default"),
-                                         train_base, overrides)
+    model_cfg, train_cfg = build_configs(
+        ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset or "default"), train_base, overrides
+    )
     check_resume(args, overrides, ClassifierConfig, CLASSIFIER_PRESETS)
     note_slow_bf16(train_cfg.precision)
     train = read_labeled(train_path)
@@ -50,13 +51,29 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
         pretrained = load_pretrained(args.init_from)
     progress = TrainingProgress(quiet=args.quiet)
     try:
-        summary = train_classifier(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=args.out,
-                                   resume=args.resume, pretrained=pretrained, on_event=progress)
+        summary = train_classifier(
+            train,
+            valid,
+            model_cfg=model_cfg,
+            train_cfg=train_cfg,
+            out_dir=args.out,
+            resume=args.resume,
+            pretrained=pretrained,
+            on_event=progress,
+        )
     finally:
         progress.close()
-    print_json({"run_dir": str(summary.run_dir), "best_epoch": summary.best_epoch,
-                "valid_accuracy": summary.best_valid_accuracy, "epochs": summary.epochs_run, "steps": summary.steps,
-                "seconds": round(summary.seconds, 1), "truncated": summary.truncation.n_truncated})
+    print_json(
+        {
+            "run_dir": str(summary.run_dir),
+            "best_epoch": summary.best_epoch,
+            "valid_accuracy": summary.best_valid_accuracy,
+            "epochs": summary.epochs_run,
+            "steps": summary.steps,
+            "seconds": round(summary.seconds, 1),
+            "truncated": summary.truncation.n_truncated,
+        }
+    )
 
 
 def cmd_classify_predict(args: argparse.Namespace) -> None:
@@ -94,23 +111,37 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int)
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
     p.add_argument("--resume", action="store_true", help="continue the killed run in --out from its last saved state")
-    p.add_argument("--init-from", metavar="DIR|minilm", help="fine-tune a pretrained BERT-format encoder (a Hugging "
-                   "Face folder, or minilm): its tokenizer and weights, a fresh head")
+    p.add_argument(
+        "--init-from",
+        metavar="DIR|minilm",
+        help="fine-tune a pretrained BERT-format encoder (a Hugging "
+        "Face folder, or minilm): its tokenizer and weights, a fresh head",
+    )
     add_config_args(p)
     p.set_defaults(func=cmd_classify_train)
 
     p = classify_cmds.add_parser("predict", help="predict labels with probabilities, one JSON object per text")
     p.add_argument("--model", type=Path, required=True, help="run directory")
     p.add_argument("texts", nargs="*", metavar="TEXT", help="texts (default: one per stdin line)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                   help="bf16: bfloat16 autocast (fast on CPUs with AMX or AVX512-BF16, and GPUs)")
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="bf16: bfloat16 autocast (fast on CPUs with AMX or AVX512-BF16, and GPUs)",
+    )
     p.set_defaults(func=cmd_classify_predict)
 
     p = classify_cmds.add_parser("eval", help="accuracy and macro-F1 on a labelled file")
     p.add_argument("--model", type=Path, required=True, help="run directory")
     p.add_argument("--data", type=Path, help="labelled file (.tsv, .csv or .jsonl)")
     p.add_argument("--dataset", help="a dataset recipe instead of --data (e.g. rt-polarity)")
-    p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                   help="bf16: bfloat16 autocast (fast on CPUs with AMX or AVX512-BF16, and GPUs)")
+    p.add_argument(
+        "--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)"
+    )
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="bf16: bfloat16 autocast (fast on CPUs with AMX or AVX512-BF16, and GPUs)",
+    )
     p.set_defaults(func=cmd_classify_eval)

@@ -19,8 +19,14 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
-                   help="config overrides, e.g. --set d_model=64 n_heads=2 dropout=0.2")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides, e.g. --set d_model=64 n_heads=2 dropout=0.2",
+    )
     p.add_argument("--config", type=Path, help="YAML file of config keys (applied before --set)")
 
 
@@ -47,8 +53,10 @@ def check_resume(args: argparse.Namespace, settings: dict[str, object], model_cl
     check_resume_settings(saved, requested, model_cls)
     init_from = getattr(args, "init_from", None)
     if init_from is not None and str(init_from) != saved.get("init_from"):
-        raise InputError(f"--resume: --init-from {init_from} differs from the run's saved init_from="
-                         f"{saved.get('init_from')!r}; a resumed run continues with its saved configuration")
+        raise InputError(
+            f"--resume: --init-from {init_from} differs from the run's saved init_from="
+            f"{saved.get('init_from')!r}; a resumed run continues with its saved configuration"
+        )
 
 
 def check_init_from(args: argparse.Namespace, overrides: dict) -> None:
@@ -61,7 +69,9 @@ def check_init_from(args: argparse.Namespace, overrides: dict) -> None:
     fixed = sorted(k for k in overrides if k in model_keys or k in ("tokenizer", "min_freq"))
     if args.preset or fixed:
         what = ", ".join((["--preset"] if args.preset else []) + [f"--set {k}" for k in fixed])
-        raise InputError(f"--init-from {args.init_from}: the pretrained encoder fixes the architecture and tokenizer; drop {what}")
+        raise InputError(
+            f"--init-from {args.init_from}: the pretrained encoder fixes the architecture and tokenizer; drop {what}"
+        )
 
 
 def print_json(obj: object) -> None:

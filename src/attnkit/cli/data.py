@@ -43,22 +43,27 @@ def cmd_data_prepare(args: argparse.Namespace) -> None:
 
     train, valid = _split_sources(args, "train"), _split_sources(args, "valid")
     if bool(train) == bool(args.dataset):
-        raise InputError("data prepare: give --train FILE (or --train-src A --train-tgt B) or --dataset NAME, "
-                         "one of them")
+        raise InputError(
+            "data prepare: give --train FILE (or --train-src A --train-tgt B) or --dataset NAME, one of them"
+        )
     if args.dataset:
         if valid:
             raise InputError("--dataset brings its own valid split; drop --valid")
         directory = fetch_dataset(args.dataset, args.pair)
-        splits = {name: Source((directory / f"{name}.tsv",)) for name in ("train", "valid")
-                  if (directory / f"{name}.tsv").is_file()}
+        splits = {
+            name: Source((directory / f"{name}.tsv",))
+            for name in ("train", "valid")
+            if (directory / f"{name}.tsv").is_file()
+        }
     else:
         assert train is not None
         splits = {"train": Source(train)}
         if valid:
             splits["valid"] = Source(valid)
     if args.tokenizer and (args.vocab_size or args.tokenizer_kind or args.min_freq or args.pooling):
-        raise InputError("--tokenizer gives the tokenizer; drop --vocab-size/--tokenizer-kind/--min-freq/--pooling, "
-                         "which train one")
+        raise InputError(
+            "--tokenizer gives the tokenizer; drop --vocab-size/--tokenizer-kind/--min-freq/--pooling, which train one"
+        )
     model_cfg = TranslatorConfig() if args.task == "translate" else ClassifierConfig()
     tokenizer, spec = None, None
     if args.tokenizer:
@@ -66,15 +71,35 @@ def cmd_data_prepare(args: argparse.Namespace) -> None:
     else:
         # The defaults are those `translate train` / `classify train` train their tokenizer with.
         kind = args.tokenizer_kind or ("bpe" if args.task == "translate" else TrainConfig().tokenizer)
-        spec = TokenizerSpec(kind=kind, vocab_size=args.vocab_size or model_cfg.vocab_size,
-                             min_freq=args.min_freq or TrainConfig().min_freq, add_cls=args.pooling == "cls")
-    sidecar = prepare_corpus(args.task, splits, args.out, max_len=args.max_len or model_cfg.max_len,
-                             policy=args.max_len_policy, tokenizer=tokenizer, tokenizer_spec=spec)
-    print_json({"out": str(args.out), "task": args.task, "vocab_size": sidecar["vocab_size"],
-                "tokenizer_fingerprint": sidecar["tokenizer"]["fingerprint"], "max_len": sidecar["max_len"],
-                **({"labels": sidecar["labels"]} if "labels" in sidecar else {}),
-                "splits": {name: {k: info[k] for k in ("sequences", "tokens", "truncated", "longest")}
-                           for name, info in sidecar["splits"].items()}})
+        spec = TokenizerSpec(
+            kind=kind,
+            vocab_size=args.vocab_size or model_cfg.vocab_size,
+            min_freq=args.min_freq or TrainConfig().min_freq,
+            add_cls=args.pooling == "cls",
+        )
+    sidecar = prepare_corpus(
+        args.task,
+        splits,
+        args.out,
+        max_len=args.max_len or model_cfg.max_len,
+        policy=args.max_len_policy,
+        tokenizer=tokenizer,
+        tokenizer_spec=spec,
+    )
+    print_json(
+        {
+            "out": str(args.out),
+            "task": args.task,
+            "vocab_size": sidecar["vocab_size"],
+            "tokenizer_fingerprint": sidecar["tokenizer"]["fingerprint"],
+            "max_len": sidecar["max_len"],
+            **({"labels": sidecar["labels"]} if "labels" in sidecar else {}),
+            "splits": {
+                name: {k: info[k] for k in ("sequences", "tokens", "truncated", "longest")}
+                for name, info in sidecar["splits"].items()
+            },
+        }
+    )
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -88,9 +113,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p = data_cmds.add_parser("list", help="the known recipes")
     p.set_defaults(func=cmd_data_list)
     p = data_cmds.add_parser(
-        "prepare", help="tokenise a corpus once, streaming, into memory-mapped .bin/.idx token files (prints JSON)",
+        "prepare",
+        help="tokenise a corpus once, streaming, into memory-mapped .bin/.idx token files (prints JSON)",
         description="Tokenise a parallel (translate) or labelled (classify) corpus once, in constant memory, into "
-                    "Megatron/fairseq-layout .bin/.idx token files with a prepared.json sidecar.")
+        "Megatron/fairseq-layout .bin/.idx token files with a prepared.json sidecar.",
+    )
     p.add_argument("--task", required=True, choices=("translate", "classify"))
     p.add_argument("--train", type=Path, help="train split: source<TAB>target TSV, or a labelled .tsv/.csv/.jsonl")
     p.add_argument("--train-src", type=Path, help="translate: source sentences, one a line (with --train-tgt)")
@@ -100,16 +127,27 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--valid-tgt", type=Path)
     p.add_argument("--dataset", help="a dataset recipe instead of files (its train and valid splits)")
     p.add_argument("--pair", help="language pair for --dataset bible, e.g. en-de")
-    p.add_argument("--tokenizer", type=Path,
-                   help="use this tokenizer: a run directory, a prepared corpus or a tokenizer.json")
-    p.add_argument("--vocab-size", type=int, help="train a tokenizer of at most N entries on the train split "
-                   "(default: the task's model default)")
-    p.add_argument("--tokenizer-kind", choices=("word", "bpe", "wordpiece"),
-                   help="kind of tokenizer to train (default: bpe for translate, word for classify)")
+    p.add_argument(
+        "--tokenizer", type=Path, help="use this tokenizer: a run directory, a prepared corpus or a tokenizer.json"
+    )
+    p.add_argument(
+        "--vocab-size",
+        type=int,
+        help="train a tokenizer of at most N entries on the train split (default: the task's model default)",
+    )
+    p.add_argument(
+        "--tokenizer-kind",
+        choices=("word", "bpe", "wordpiece"),
+        help="kind of tokenizer to train (default: bpe for translate, word for classify)",
+    )
     p.add_argument("--min-freq", type=int, help="minimum count for a vocabulary entry (default 2)")
     p.add_argument("--pooling", choices=("mean", "cls"), help="classify: cls prepends a <cls> token to every text")
     p.add_argument("--max-len", type=int, help="longest sequence in tokens (default: the task's model max_len)")
-    p.add_argument("--max-len-policy", choices=("truncate", "error"), default="truncate",
-                   help="over-long sequences: cut and count them (default) or refuse the corpus")
+    p.add_argument(
+        "--max-len-policy",
+        choices=("truncate", "error"),
+        default="truncate",
+        help="over-long sequences: cut and count them (default) or refuse the corpus",
+    )
     p.add_argument("--out", type=Path, required=True, help="directory to write (a new one, or a prepared corpus)")
     p.set_defaults(func=cmd_data_prepare, needs_torch=False)

@@ -21,10 +21,18 @@ def cmd_embed(args: argparse.Namespace) -> None:
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("embed", help="sentence vectors, one JSON object per text")
-    p.add_argument("--model", required=True, metavar="DIR|minilm",
-                   help="a Hugging Face BERT folder, minilm (the cached recipe), or a classifier run directory")
-    p.add_argument("--pool", choices=("mean", "cls"), default="mean",
-                   help="mean over the real tokens (default) or the first ([CLS]) token")
+    p.add_argument(
+        "--model",
+        required=True,
+        metavar="DIR|minilm",
+        help="a Hugging Face BERT folder, minilm (the cached recipe), or a classifier run directory",
+    )
+    p.add_argument(
+        "--pool",
+        choices=("mean", "cls"),
+        default="mean",
+        help="mean over the real tokens (default) or the first ([CLS]) token",
+    )
     p.add_argument("--normalize", action="store_true", help="unit-length vectors (cosine similarity = dot product)")
     p.add_argument("texts", nargs="*", metavar="TEXT", help="texts (default: one per stdin line)")
     p.set_defaults(func=cmd_embed)

@@ -12,7 +12,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> None:
     from attnkit.interop.onnx_export import check_onnx, export_onnx, sidecar_paths
 
     out = export_onnx(args.model, args.out, opset=args.opset)
-    result = {"out": str(out), "files": [str(p) for p in (out, *sidecar_paths(out))]}
+    result: dict[str, object] = {"out": str(out), "files": [str(p) for p in (out, *sidecar_paths(out))]}
     if args.check:
         result["max_abs_diff"] = check_onnx(args.model, out, args.check)  # onnxruntime vs attnkit logits
     print_json(result)
@@ -35,28 +35,54 @@ def cmd_export_hf(args: argparse.Namespace) -> None:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     export = commands.add_parser("export", help="write a run in another library's format")
     export_cmds = export.add_subparsers(dest="subcommand", required=True, parser_class=Parser)
-    p = export_cmds.add_parser("hf", help="a BERT-shaped classifier run as a Hugging Face BERT folder "
-                               "(BertForSequenceClassification with its labels; cls pooling only)")
+    p = export_cmds.add_parser(
+        "hf",
+        help="a BERT-shaped classifier run as a Hugging Face BERT folder "
+        "(BertForSequenceClassification with its labels; cls pooling only)",
+    )
     p.add_argument("--model", type=Path, required=True, help="classifier run directory")
-    p.add_argument("--out", type=Path, required=True,
-                   help="folder to write (config.json, model.safetensors, tokenizer.json, vocab.txt)")
-    p.add_argument("--encoder-only", action="store_true",
-                   help="write the encoder alone as a BertModel (any pooling; the head is not written)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="folder to write (config.json, model.safetensors, tokenizer.json, vocab.txt)",
+    )
+    p.add_argument(
+        "--encoder-only",
+        action="store_true",
+        help="write the encoder alone as a BertModel (any pooling; the head is not written)",
+    )
     p.set_defaults(func=cmd_export_hf)
-    p = export_cmds.add_parser("onnx", help="a classifier run as an ONNX model (dynamic batch and length) for onnxruntime")
+    p = export_cmds.add_parser(
+        "onnx", help="a classifier run as an ONNX model (dynamic batch and length) for onnxruntime"
+    )
     p.add_argument("--model", type=Path, required=True, help="classifier run directory")
-    p.add_argument("--out", type=Path, required=True,
-                   help="FILE.onnx to write; FILE.json (labels, pad id, length policy) and FILE.tokenizer.json go beside it")
+    p.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="FILE.onnx to write; FILE.json (labels, pad id, length policy) and FILE.tokenizer.json go beside it",
+    )
     p.add_argument("--opset", type=int, default=None, help="ONNX opset, 18 or newer (default: the exporter's)")
-    p.add_argument("--check", nargs="+", metavar="TEXT",
-                   help="then run these texts through onnxruntime and attnkit and print the max abs logit difference")
+    p.add_argument(
+        "--check",
+        nargs="+",
+        metavar="TEXT",
+        help="then run these texts through onnxruntime and attnkit and print the max abs logit difference",
+    )
     p.set_defaults(func=cmd_export_onnx)
     p = export_cmds.add_parser("ct2", help="a translator run as a CTranslate2 model directory")
     p.add_argument("--model", type=Path, required=True, help="translator run directory")
-    p.add_argument("--out", type=Path, required=True,
-                   help="directory to write (model.bin, config.json, shared_vocabulary.json, tokenizer.json, "
-                        "attnkit_ct2.json)")
-    p.add_argument("--quantization", metavar="TYPE",
-                   help="stored weight type: int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, "
-                        "bfloat16 or float32 (default: float32)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="directory to write (model.bin, config.json, shared_vocabulary.json, tokenizer.json, attnkit_ct2.json)",
+    )
+    p.add_argument(
+        "--quantization",
+        metavar="TYPE",
+        help="stored weight type: int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, "
+        "bfloat16 or float32 (default: float32)",
+    )
     p.set_defaults(func=cmd_export_ct2)

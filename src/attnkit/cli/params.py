@@ -21,15 +21,17 @@ def cmd_params(args: argparse.Namespace) -> None:
     )
     from attnkit.model.build import build_classifier, build_translator
 
-    if args.task == "classify":
-        model_cfg, _ = build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset or "default"), {}, config_overrides(args))
-        build = build_classifier
-    else:
-        model_cfg, _ = build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset or "small"),
-                                     {}, config_overrides(args))
-        build = build_translator
     with torch.device("meta"):  # shapes only: no memory is allocated, even for the big model
-        model = build(model_cfg)
+        if args.task == "classify":
+            classifier_cfg, _ = build_configs(
+                ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset or "default"), {}, config_overrides(args)
+            )
+            model: torch.nn.Module = build_classifier(classifier_cfg)
+        else:
+            translator_cfg, _ = build_configs(
+                TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset or "small"), {}, config_overrides(args)
+            )
+            model = build_translator(translator_cfg)
     report = parameter_table(model)
     if args.json:
         print_json(to_json(report))

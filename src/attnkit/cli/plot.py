@@ -30,13 +30,21 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
         raise InputError(f"--head {bad[0]}: the model has heads 0..{n_heads - 1}")
     if captured.note:
         print(f"note: {captured.note}", file=sys.stderr)
-    print(plot_attention_grid(captured.maps, captured.query_tokens, captured.key_tokens, args.out, heads=args.head,
-                              title=f"{captured.kind}, {args.model}"))
+    print(
+        plot_attention_grid(
+            captured.maps,
+            captured.query_tokens,
+            captured.key_tokens,
+            args.out,
+            heads=args.head,
+            title=f"{captured.kind}, {args.model}",
+        )
+    )
 
 
 def cmd_plot_curves(args: argparse.Namespace) -> None:
-    from attnkit.analysis.plots import check_format, plot_curves
     from attnkit import runs
+    from attnkit.analysis.plots import check_format, plot_curves
 
     check_format(args.out)
     rows = runs.read_metrics(args.run)
@@ -54,8 +62,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, help="figure to write: .png, .svg or .html (inline SVG)")
     p.set_defaults(func=cmd_plot_pe)
     p = plot_cmds.add_parser("attention", help="attention maps of a trained model for one text (layers x heads)")
-    p.add_argument("--model", type=Path, required=True, help="run directory (classifier: self-attention; translator: "
-                   "cross-attention of its translation)")
+    p.add_argument(
+        "--model",
+        type=Path,
+        required=True,
+        help="run directory (classifier: self-attention; translator: cross-attention of its translation)",
+    )
     p.add_argument("--out", type=Path, required=True, help="figure to write: .png, .svg or .html (inline SVG)")
     p.add_argument("--layer", type=int, action="append", help="layer to show (repeatable; default all)")
     p.add_argument("--head", type=int, action="append", help="head to show (repeatable; default all)")

@@ -31,12 +31,27 @@ def add_average_command(commands: argparse._SubParsersAction) -> None:
 
 
 def add_convert_command(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("convert", help="import weights from a PyTorch pickle into a new run directory (safetensors)")
-    p.add_argument("--from-pickle", type=Path, required=True, metavar="FILE",
-                   help="torch.save file (.pt, .pth, .bin) holding a state dict, or a dict with a 'model' or 'state_dict' entry")
-    p.add_argument("--model", type=Path, required=True, metavar="RUN",
-                   help="run directory whose config, tokenizer and labels the weights belong to")
+    p = commands.add_parser(
+        "convert", help="import weights from a PyTorch pickle into a new run directory (safetensors)"
+    )
+    p.add_argument(
+        "--from-pickle",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="torch.save file (.pt, .pth, .bin) holding a state dict, or a dict with a 'model' or 'state_dict' entry",
+    )
+    p.add_argument(
+        "--model",
+        type=Path,
+        required=True,
+        metavar="RUN",
+        help="run directory whose config, tokenizer and labels the weights belong to",
+    )
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="new run directory to write")
-    p.add_argument("--trust-pickle", action="store_true",
-                   help="allow unpickling FILE: pickles can run code when loaded, so only for files you trust")
+    p.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="allow unpickling FILE: pickles can run code when loaded, so only for files you trust",
+    )
     p.set_defaults(func=cmd_convert)

@@ -15,7 +15,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
         from attnkit.serving.app import Limits, create_app
         from attnkit.serving.models import load_model
     except ImportError as err:
-        raise InputError(f"attnkit serve needs the serve extra ({err.name} is missing): pip install 'attnkit[serve]'") from None
+        raise InputError(
+            f"attnkit serve needs the serve extra ({err.name} is missing): pip install 'attnkit[serve]'"
+        ) from None
     import logging
 
     import torch
@@ -24,11 +26,19 @@ def cmd_serve(args: argparse.Namespace) -> None:
         if args.threads < 1:
             raise InputError(f"--threads {args.threads}: must be >= 1")
         torch.set_num_threads(args.threads)
-    limits = Limits(max_body_bytes=args.max_body_bytes, max_inputs=args.max_inputs, max_chars=args.max_chars,
-                    max_queue=args.max_queue, max_batch_tokens=args.max_batch_tokens,
-                    max_batch_inputs=args.max_batch_inputs, max_wait_ms=args.max_wait_ms, timeout_s=args.timeout,
-                    max_beam=args.max_beam, attention_max_tokens=args.attention_max_tokens,
-                    batching=not args.no_batching)
+    limits = Limits(
+        max_body_bytes=args.max_body_bytes,
+        max_inputs=args.max_inputs,
+        max_chars=args.max_chars,
+        max_queue=args.max_queue,
+        max_batch_tokens=args.max_batch_tokens,
+        max_batch_inputs=args.max_batch_inputs,
+        max_wait_ms=args.max_wait_ms,
+        timeout_s=args.timeout,
+        max_beam=args.max_beam,
+        attention_max_tokens=args.attention_max_tokens,
+        batching=not args.no_batching,
+    )
     for name, value in vars(limits).items():
         if isinstance(value, bool):
             continue
@@ -47,17 +57,27 @@ def cmd_serve(args: argparse.Namespace) -> None:
             app.state.batcher.drain()
             super().handle_exit(sig, frame)
 
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",
-                            timeout_graceful_shutdown=args.timeout + 5)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning" if args.quiet else "info",
+        timeout_graceful_shutdown=args.timeout + 5,
+    )
     server = Server(config)
-    print(f"attnkit serve: {model.task} {model.name} on http://{args.host}:{args.port}/ (Ctrl-C stops)", file=sys.stderr)
+    print(
+        f"attnkit serve: {model.task} {model.name} on http://{args.host}:{args.port}/ (Ctrl-C stops)", file=sys.stderr
+    )
     server.run()
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("serve", help="an HTTP API with dynamic batching, and a playground at /")
-    p.add_argument("model", metavar="RUN_DIR|minilm", help="a classifier or translator run directory, a BERT folder, "
-                   "or minilm (embeddings)")
+    p.add_argument(
+        "model",
+        metavar="RUN_DIR|minilm",
+        help="a classifier or translator run directory, a BERT folder, or minilm (embeddings)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
     p.add_argument("--threads", type=int, help="torch intra-op threads of the inference worker")

@@ -40,7 +40,10 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
 
     if args.dataset:
         directory = fetch_dataset(args.dataset, args.pair)
-        train, valid = _read_pairs(directory / "train.tsv", None, None, "train"), _read_pairs(directory / "valid.tsv", None, None, "valid")
+        train, valid = (
+            _read_pairs(directory / "train.tsv", None, None, "train"),
+            _read_pairs(directory / "valid.tsv", None, None, "valid"),
+        )
     else:
         train = _read_pairs(args.train, args.train_src, args.train_tgt, "train")
         if train is None:
@@ -52,28 +55,45 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
             overrides[key] = getattr(args, key)
     if args.epochs is not None and args.max_steps is not None:
         raise InputError("give --max-steps or --epochs, not both")
-    model_cfg, train_cfg = build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset or "small"), {},
-                                         overrides)
+    model_cfg, train_cfg = build_configs(
+        TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset or "small"), {}, overrides
+    )
     check_resume(args, overrides, TranslatorConfig, TRANSLATOR_PRESETS)
     note_slow_bf16(train_cfg.precision)
 
     progress = TrainingProgress(quiet=args.quiet)
     try:
-        summary = train_translator(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=args.out,
-                                   resume=args.resume, on_event=progress)
+        summary = train_translator(
+            train,
+            valid,
+            model_cfg=model_cfg,
+            train_cfg=train_cfg,
+            out_dir=args.out,
+            resume=args.resume,
+            on_event=progress,
+        )
     finally:
         progress.close()
-    print_json({"run_dir": str(summary.run_dir), "steps": summary.steps, "epochs": summary.epochs,
-                "seconds": round(summary.seconds, 1), "valid_loss": summary.valid_loss, "valid_bleu": summary.valid_bleu,
-                "truncated": summary.truncation.n_truncated})
+    print_json(
+        {
+            "run_dir": str(summary.run_dir),
+            "steps": summary.steps,
+            "epochs": summary.epochs,
+            "seconds": round(summary.seconds, 1),
+            "valid_loss": summary.valid_loss,
+            "valid_bleu": summary.valid_bleu,
+            "truncated": summary.truncation.n_truncated,
+        }
+    )
 
 
 def cmd_translate_run(args: argparse.Namespace) -> None:
     if args.engine == "ct2":
         from attnkit.interop.ct2 import CT2Translator
 
-        run = CT2Translator(args.model)
-        max_len = run.max_len
+        ct2 = CT2Translator(args.model)
+        run: CT2Translator | TranslatorRun = ct2
+        max_len = ct2.max_len
     else:
         from attnkit.tasks.translate import TranslatorRun
 
@@ -83,11 +103,13 @@ def cmd_translate_run(args: argparse.Namespace) -> None:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             raise InputError(f"<stdin>:{number}: empty source line")
-    outputs, n_truncated = run.translate(lines, beam=args.beam, alpha=args.alpha, length_penalty=args.length_penalty,
-                                         batch_size=args.batch_size)
+    outputs, n_truncated = run.translate(
+        lines, beam=args.beam, alpha=args.alpha, length_penalty=args.length_penalty, batch_size=args.batch_size
+    )
     if n_truncated:
-        print(f"note: {n_truncated} source line(s) longer than max_len={max_len} tokens were truncated",
-              file=sys.stderr)
+        print(
+            f"note: {n_truncated} source line(s) longer than max_len={max_len} tokens were truncated", file=sys.stderr
+        )
     for out in outputs:
         print(out)
 
@@ -106,7 +128,9 @@ def cmd_translate_eval(args: argparse.Namespace) -> None:
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    translate = commands.add_parser("translate", help="train, run and evaluate translators (the paper's encoder-decoder)")
+    translate = commands.add_parser(
+        "translate", help="train, run and evaluate translators (the paper's encoder-decoder)"
+    )
     translate_cmds = translate.add_subparsers(dest="subcommand", required=True, parser_class=Parser)
     p = translate_cmds.add_parser("train", help="train on parallel text (TSV source<TAB>target, or two aligned files)")
     p.add_argument("--train", type=Path, help="TSV of source<TAB>target lines (optional header: source<TAB>target)")
@@ -121,7 +145,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", help="small (CPU-sized, the default), base or big (Table 3)")
     p.add_argument("--max-steps", type=int)
     p.add_argument("--epochs", type=int)
-    p.add_argument("--max-tokens", type=int, help="source + target tokens per batch (accumulate with --set accum_steps=N)")
+    p.add_argument(
+        "--max-tokens", type=int, help="source + target tokens per batch (accumulate with --set accum_steps=N)"
+    )
     p.add_argument("--seed", type=int)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--resume", action="store_true", help="continue the killed run in --out from its last saved state")
@@ -131,14 +157,26 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     def add_decoding_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default 4, §6.1)")
         p.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent (default 0.6, §6.1)")
-        p.add_argument("--length-penalty", choices=("gnmt", "power", "none"), default="gnmt",
-                       help="gnmt: ((5+|Y|)/6)^alpha; power: |Y|^alpha")
+        p.add_argument(
+            "--length-penalty",
+            choices=("gnmt", "power", "none"),
+            default="gnmt",
+            help="gnmt: ((5+|Y|)/6)^alpha; power: |Y|^alpha",
+        )
 
     p = translate_cmds.add_parser("run", help="translate stdin to stdout, one line each, same order")
-    p.add_argument("--model", type=Path, required=True,
-                   help="run directory; with --engine ct2, a directory written by `attnkit export ct2`")
-    p.add_argument("--engine", choices=("attnkit", "ct2"), default="attnkit",
-                   help="attnkit (PyTorch, default) or ct2 (CTranslate2: pip install ctranslate2)")
+    p.add_argument(
+        "--model",
+        type=Path,
+        required=True,
+        help="run directory; with --engine ct2, a directory written by `attnkit export ct2`",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("attnkit", "ct2"),
+        default="attnkit",
+        help="attnkit (PyTorch, default) or ct2 (CTranslate2: pip install ctranslate2)",
+    )
     p.add_argument("--batch-size", type=int, default=32)
     add_decoding_args(p)
     p.set_defaults(func=cmd_translate_run)
@@ -150,6 +188,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--data-tgt", type=Path)
     p.add_argument("--dataset", help="a dataset recipe instead of --data (e.g. bible)")
     p.add_argument("--pair", help="language pair of the dataset recipe, e.g. en-de")
-    p.add_argument("--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)")
+    p.add_argument(
+        "--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)"
+    )
     add_decoding_args(p)
     p.set_defaults(func=cmd_translate_eval)

@@ -24,7 +24,9 @@ def average_checkpoints(run_dir: str | Path, last: int, out_dir: str | Path) -> 
         raise InputError(f"--last {last}: must be >= 1")
     paths = checkpoint_paths(run_dir)
     if len(paths) < last:
-        raise InputError(f"{run_dir}: has {len(paths)} checkpoint(s) in {run_dir / 'checkpoints'}; cannot average the last {last}")
+        raise InputError(
+            f"{run_dir}: has {len(paths)} checkpoint(s) in {run_dir / 'checkpoints'}; cannot average the last {last}"
+        )
     if out_dir.resolve() == run_dir.resolve():
         raise InputError(f"--out {out_dir}: must differ from the run directory")
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / runs.CONFIG).is_file():

@@ -86,8 +86,16 @@ def fit(
         log = _metrics_log(run_dir, cfg, keep_rows=None)
     for message in warnings:
         on_event(Warned(message))
-    on_event(Planned(the_plan.total_steps, the_plan.steps_per_epoch, batches_per_epoch, the_plan.schedule,
-                     the_plan.warmup, state.step))
+    on_event(
+        Planned(
+            the_plan.total_steps,
+            the_plan.steps_per_epoch,
+            batches_per_epoch,
+            the_plan.schedule,
+            the_plan.warmup,
+            state.step,
+        )
+    )
 
     last: dict[str, float] = {}
 
@@ -102,8 +110,14 @@ def fit(
         state.last_eval_step = state.step
         state.train_loss_sum, state.train_size, state.train_sums = 0.0, 0, {}
         if metrics is None:  # no validation data: the last weights are the model (written at each save)
-            log.write({"step": state.step, "epoch": epoch, "train_loss": train_loss,
-                       **{f"train_{k}": v for k, v in train.items()}})
+            log.write(
+                {
+                    "step": state.step,
+                    "epoch": epoch,
+                    "train_loss": train_loss,
+                    **{f"train_{k}": v for k, v in train.items()},
+                }
+            )
             on_event(Evaluated(state.step, epoch, {}, train_loss, train, best=False))
             return False
         last.clear()
@@ -115,9 +129,16 @@ def fit(
             runs.save_weights(run_dir, model)
         else:
             state.stale += 1
-        log.write({"step": state.step, "epoch": epoch, "train_loss": train_loss,
-                   **{f"train_{k}": v for k, v in train.items()}, **{f"valid_{k}": v for k, v in metrics.items()},
-                   "best": best})
+        log.write(
+            {
+                "step": state.step,
+                "epoch": epoch,
+                "train_loss": train_loss,
+                **{f"train_{k}": v for k, v in train.items()},
+                **{f"valid_{k}": v for k, v in metrics.items()},
+                "best": best,
+            }
+        )
         on_event(Evaluated(state.step, epoch, dict(metrics), train_loss, train, best))
         return bool(cfg.patience) and state.stale >= cfg.patience
 
@@ -153,13 +174,16 @@ def fit(
                 state.batch_index += len(group)
                 lr = the_plan.lr(state.step)
                 set_learning_rate(optimizer, lr)
-                outcome = _train_step(model, optimizer, task, [task.collate(b) for b in group], cfg, context,
-                                      step=state.step)
+                outcome = _train_step(
+                    model, optimizer, task, [task.collate(b) for b in group], cfg, context, step=state.step
+                )
                 progress = _epochs_done(state, len(batches))
                 if outcome.problem is not None:
                     if not cfg.skip_nonfinite:
-                        raise NonFiniteError(f"{outcome.problem}. The last good checkpoint in {run_dir} is kept; "
-                                             f"lower the learning rate or set skip_nonfinite=true to skip such batches")
+                        raise NonFiniteError(
+                            f"{outcome.problem}. The last good checkpoint in {run_dir} is kept; "
+                            f"lower the learning rate or set skip_nonfinite=true to skip such batches"
+                        )
                     state.skipped += 1
                     log.write({"step": state.step, "epoch": progress, "skipped": outcome.problem})
                     on_event(Skipped(state.step, outcome.problem))
@@ -169,12 +193,30 @@ def fit(
                     for key, value in outcome.sums.items():
                         state.train_sums[key] = state.train_sums.get(key, 0.0) + value
                     stats = {key: value / outcome.size for key, value in outcome.sums.items()}
-                    log.write({"step": state.step, "epoch": progress, "loss": outcome.loss_sum / outcome.size,
-                               **stats, "lr": lr, task.unit: outcome.size})
-                    on_event(Step(state.step, the_plan.total_steps, state.epoch, progress,
-                                  outcome.loss_sum / outcome.size, lr, outcome.size, stats,
-                                  state.train_loss_sum / max(1, state.train_size),
-                                  {k: v / max(1, state.train_size) for k, v in state.train_sums.items()}))
+                    log.write(
+                        {
+                            "step": state.step,
+                            "epoch": progress,
+                            "loss": outcome.loss_sum / outcome.size,
+                            **stats,
+                            "lr": lr,
+                            task.unit: outcome.size,
+                        }
+                    )
+                    on_event(
+                        Step(
+                            state.step,
+                            the_plan.total_steps,
+                            state.epoch,
+                            progress,
+                            outcome.loss_sum / outcome.size,
+                            lr,
+                            outcome.size,
+                            stats,
+                            state.train_loss_sum / max(1, state.train_size),
+                            {k: v / max(1, state.train_size) for k, v in state.train_sums.items()},
+                        )
+                    )
 
                 # Budgets, then the end of the epoch, then evaluation and saving, in that order.
                 elapsed = time.perf_counter() - started
@@ -204,8 +246,17 @@ def fit(
     finally:
         log.close()
     runs.write_manifest(run_dir)
-    return FitResult(state.step, _epochs_done(state, batches_per_epoch), time.perf_counter() - started, stopped_by,
-                     dict(state.best_metrics), state.best_step, state.best_epoch, dict(last), state.skipped)
+    return FitResult(
+        state.step,
+        _epochs_done(state, batches_per_epoch),
+        time.perf_counter() - started,
+        stopped_by,
+        dict(state.best_metrics),
+        state.best_step,
+        state.best_epoch,
+        dict(last),
+        state.skipped,
+    )
 
 
 @dataclass
@@ -216,8 +267,16 @@ class _StepOutcome:
     problem: str | None  # a non-finite loss or gradient, described; the optimizer did not step
 
 
-def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, task: Task, batches: list[Batch],
-                cfg: TrainConfig, context: TrainContext, *, step: int) -> _StepOutcome:
+def _train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    task: Task,
+    batches: list[Batch],
+    cfg: TrainConfig,
+    context: TrainContext,
+    *,
+    step: int,
+) -> _StepOutcome:
     """One optimizer step over ``batches`` (accum_steps of them, fewer at the end of an epoch)."""
     batches = [Batch(tuple(t.to(context.device) for t in b.tensors), b.size) for b in batches]  # the one device move
     n_units = sum(b.size for b in batches)  # the step's normaliser (distributed: all-reduced over the processes)
@@ -285,9 +344,11 @@ def _time_warning(the_plan: Plan, step: int, elapsed: float, max_minutes: float)
     reachable = int(step / max(elapsed, 1e-9) * 60 * max_minutes)
     if the_plan.schedule == "constant" or the_plan.warmup < reachable:
         return None
-    return (f"the learning-rate warmup ({the_plan.warmup} steps) cannot finish inside max_minutes={max_minutes:g}: "
-            f"at {step / max(elapsed, 1e-9):.1f} steps/s about {reachable} steps fit; set warmup_steps below that, "
-            f"or state the budget as --max-steps")
+    return (
+        f"the learning-rate warmup ({the_plan.warmup} steps) cannot finish inside max_minutes={max_minutes:g}: "
+        f"at {step / max(elapsed, 1e-9):.1f} steps/s about {reachable} steps fit; set warmup_steps below that, "
+        f"or state the budget as --max-steps"
+    )
 
 
 def _clear_run_outputs(run_dir: Path) -> None:
@@ -313,8 +374,8 @@ def _metrics_log(run_dir: Path, cfg: TrainConfig, keep_rows: int | None) -> _Cou
     if keep_rows is None:
         return _CountingLog(run_dir / runs.METRICS, tensorboard=cfg.tensorboard)
     seen = iter(range(keep_rows + 1))  # MetricsLog asks about each row in order: keep the first keep_rows
-    log = _CountingLog(run_dir / runs.METRICS, keep=lambda row: next(seen, keep_rows) < keep_rows,
-                       tensorboard=cfg.tensorboard)
+    log = _CountingLog(
+        run_dir / runs.METRICS, keep=lambda row: next(seen, keep_rows) < keep_rows, tensorboard=cfg.tensorboard
+    )
     log.rows = keep_rows
     return log
-

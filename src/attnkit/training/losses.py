@@ -33,8 +33,11 @@ def sequence_loss(logits: Tensor, targets: Tensor, pad_id: int, smoothing: float
     gradient accumulation can normalise by the tokens of the whole effective batch.
     """
     loss = F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=pad_id,
-        label_smoothing=smoothing, reduction="sum",
+        logits.reshape(-1, logits.size(-1)),
+        targets.reshape(-1),
+        ignore_index=pad_id,
+        label_smoothing=smoothing,
+        reduction="sum",
     )
     return loss, int((targets != pad_id).sum())
 
@@ -54,5 +57,7 @@ def native_bf16() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
-SLOW_BF16_NOTE = ("your CPU has no native bfloat16 arithmetic (AMX or AVX512-BF16): bf16 matrix multiplications "
-                  "are emulated on it and run about 100x slower than float32; use fp32")
+SLOW_BF16_NOTE = (
+    "your CPU has no native bfloat16 arithmetic (AMX or AVX512-BF16): bf16 matrix multiplications "
+    "are emulated on it and run about 100x slower than float32; use fp32"
+)

@@ -13,11 +13,11 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, layer_lr_decay: float = 1
     """Adam or AdamW (§5.3 betas and eps by default); biases, norms and embeddings get no weight decay.
 
     Every group carries an ``lr_scale`` that the training loop multiplies the scheduled learning rate by. It is 1
-    unless ``layer_lr_decay`` < 1 (a classifier's key) (layer-wise decay for fine-tuning, as in ELECTRA and BEiT): with N encoder
-    layers, the head learns at lr, layer i (0 = the lowest) at lr * decay^(N - i), the embeddings at
+    unless ``layer_lr_decay`` < 1 (a classifier's key: layer-wise decay for fine-tuning, as in ELECTRA and BEiT):
+    with N encoder layers, the head learns at lr, layer i (0 = the lowest) at lr * decay^(N - i), the embeddings at
     lr * decay^(N + 1), so the pretrained lower layers move least.
     """
-    n_layers = len(model.encoder.layers) if layer_lr_decay != 1.0 else 0
+    n_layers = len(list(model.get_submodule("encoder.layers").children())) if layer_lr_decay != 1.0 else 0
     groups: dict[tuple[float, float], list[nn.Parameter]] = {}
     for name, param in model.named_parameters():
         if not param.requires_grad:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnkit import runs
+from attnkit.config import TrainConfig, TransformerConfig
 from attnkit.errors import InputError
 from attnkit.tokenization import Tokenizer
 
@@ -33,15 +34,20 @@ def open_run(out_dir: str | Path, resume: bool) -> RunDir:
     return RunDir(runs.prepare_run_dir(out_dir, resume=False), None, resume)
 
 
-def write_run_files(run: RunDir, task: str, model_cfg: object, train_cfg: object, tokenizer: Tokenizer,
-                    **extra: object) -> None:
+def write_run_files(
+    run: RunDir, task: str, model_cfg: TransformerConfig, train_cfg: TrainConfig, tokenizer: Tokenizer, **extra: object
+) -> None:
     """config.json (task, format, both configs, tokenizer roles, ``extra``) and tokenizer.json of a run that starts;
     nothing when resuming a run that has them."""
     if run.saved is not None:
         return
-    config = {**runs.config_header(task), "model": dataclasses.asdict(model_cfg),  # type: ignore[call-overload]
-              "train": dataclasses.asdict(train_cfg), "tokenizer": tokenizer.meta(),  # type: ignore[call-overload]
-              "pad_id": tokenizer.pad_id, **extra}
+    config = {
+        **runs.config_header(task),
+        "model": dataclasses.asdict(model_cfg),
+        "train": dataclasses.asdict(train_cfg),
+        "tokenizer": tokenizer.meta(),
+        "pad_id": tokenizer.pad_id,
+        **extra,
+    }
     runs.atomic_write_json(run.path / runs.CONFIG, config)
     tokenizer.save(run.path / runs.TOKENIZER)
-

@@ -28,7 +28,9 @@ def constant_warmup(step: int, *, peak: float, warmup: int) -> float:
     return peak * min(1.0, step / warmup) if warmup else peak
 
 
-def learning_rate(step: int, *, schedule: str, peak: float, factor: float, warmup: int, total: int, d_model: int) -> float:
+def learning_rate(
+    step: int, *, schedule: str, peak: float, factor: float, warmup: int, total: int, d_model: int
+) -> float:
     """The learning rate at ``step`` for the named schedule (see ``TrainConfig.schedule``)."""
     if schedule == "noam":
         return noam(step, d_model=d_model, warmup=warmup, factor=factor)
@@ -48,8 +50,15 @@ class Plan:
     d_model: int
 
     def lr(self, step: int) -> float:
-        return learning_rate(step, schedule=self.schedule, peak=self.peak, factor=self.factor, warmup=self.warmup,
-                             total=self.total_steps, d_model=self.d_model)
+        return learning_rate(
+            step,
+            schedule=self.schedule,
+            peak=self.peak,
+            factor=self.factor,
+            warmup=self.warmup,
+            total=self.total_steps,
+            d_model=self.d_model,
+        )
 
 
 def plan(cfg: TrainConfig, steps_per_epoch: int, d_model: int) -> tuple[Plan, list[str]]:
@@ -70,9 +79,14 @@ def plan(cfg: TrainConfig, steps_per_epoch: int, d_model: int) -> tuple[Plan, li
         warmup = int(cfg.warmup_ratio * total)
     warnings = []
     if warmup >= total and (cfg.warmup_steps or schedule == "noam"):
-        budget = (f"max_steps={cfg.max_steps}" if total == cfg.max_steps
-                  else f"{cfg.epochs} epochs of {steps_per_epoch} steps")
-        warnings.append(f"the learning-rate warmup ({warmup} steps) cannot finish inside the {total} planned steps "
-                        f"({budget}): the rate would still be rising when training stops; set warmup_steps below "
-                        f"{total} or leave schedule and warmup_steps unset with --max-steps")
+        budget = (
+            f"max_steps={cfg.max_steps}"
+            if total == cfg.max_steps
+            else f"{cfg.epochs} epochs of {steps_per_epoch} steps"
+        )
+        warnings.append(
+            f"the learning-rate warmup ({warmup} steps) cannot finish inside the {total} planned steps "
+            f"({budget}): the rate would still be rising when training stops; set warmup_steps below "
+            f"{total} or leave schedule and warmup_steps unset with --max-steps"
+        )
     return Plan(total, steps_per_epoch, schedule, warmup, cfg.lr, cfg.lr_factor, d_model), warnings

@@ -58,8 +58,9 @@ class FitState:
     log_rows: int = 0  # rows in the metrics log when the state was saved: a resume drops the rows after them
 
 
-def save_fit_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, state: FitState,
-                   data_fingerprint: str) -> None:
+def save_fit_state(
+    path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, state: FitState, data_fingerprint: str
+) -> None:
     """Write model, optimizer, RNG and loop state to ``path`` (atomically)."""
     tensors = {f"model.{name}": t for name, t in state_dict_for_saving(model).items()}
     opt = optimizer.state_dict()
@@ -74,13 +75,18 @@ def save_fit_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optim
     if state.epoch_generator_state is not None:
         tensors["rng.epoch_batches"] = state.epoch_generator_state
     loop = {f.name: getattr(state, f.name) for f in fields(state) if f.name != "epoch_generator_state"}
-    meta = {"fit": loop, "optimizer_groups": opt["param_groups"], "optimizer_scalars": opt_scalars,
-            "data_fingerprint": data_fingerprint}
+    meta = {
+        "fit": loop,
+        "optimizer_groups": opt["param_groups"],
+        "optimizer_scalars": opt_scalars,
+        "data_fingerprint": data_fingerprint,
+    }
     atomic_write_bytes(path, safetensors_bytes(tensors, metadata={_META_KEY: json.dumps(meta)}))
 
 
-def load_fit_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
-                   data_fingerprint: str) -> FitState:
+def load_fit_state(
+    path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, data_fingerprint: str
+) -> FitState:
     """Restore model, optimizer and the global RNG from ``path``; return the loop state to continue from."""
     try:
         with safe_open(str(path), framework="pt") as f:
@@ -91,9 +97,10 @@ def load_fit_state(path: Path, *, model: nn.Module, optimizer: torch.optim.Optim
     if "fit" not in meta:
         raise InputError(f"{path}: a training state written by an older attnkit; it cannot be resumed by this one")
     if meta["data_fingerprint"] != data_fingerprint:
-        raise InputError(f"{path}: the training data differs from the data this run was started on; "
-                         f"resume with the same files")
-    model.load_state_dict({name[len("model."):]: t for name, t in tensors.items() if name.startswith("model.")})
+        raise InputError(
+            f"{path}: the training data differs from the data this run was started on; resume with the same files"
+        )
+    model.load_state_dict({name[len("model.") :]: t for name, t in tensors.items() if name.startswith("model.")})
     per_param: dict[int, dict] = {}
     for name, tensor in tensors.items():
         if name.startswith("optim."):

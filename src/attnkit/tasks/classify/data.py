@@ -17,9 +17,13 @@ def resolve_classes(cfg: ClassifierConfig, labels: list[str]) -> ClassifierConfi
     if cfg.n_classes == 0:
         return dataclasses.replace(cfg, n_classes=len(labels))
     if cfg.n_classes == 1 and len(labels) != 2:
-        raise InputError(f"config key n_classes=1 (one binary logit) needs exactly 2 labels; the training data has {len(labels)}")
+        raise InputError(
+            f"config key n_classes=1 (one binary logit) needs exactly 2 labels; the training data has {len(labels)}"
+        )
     if cfg.n_classes not in (1, len(labels)):
-        raise InputError(f"config key n_classes={cfg.n_classes} but the training data has {len(labels)} labels: {labels}")
+        raise InputError(
+            f"config key n_classes={cfg.n_classes} but the training data has {len(labels)} labels: {labels}"
+        )
     return cfg
 
 
@@ -27,5 +31,11 @@ def encode_examples(
     tokenizer: Tokenizer, texts: list[str], max_len: int, policy: str, lines: list[int] | None = None
 ) -> tuple[list[list[int]], Truncation]:
     """Ids of ``texts``, cut to ``max_len`` (keeping a trailing [SEP]) or refused, as ``policy`` says."""
-    return apply_length_policy(tokenizer.encode_batch(texts), max_len, policy, what="text",
-                               keep_last=tokenizer.n_trailing_specials or None, lines=lines)
+    return apply_length_policy(
+        tokenizer.encode_batch(texts),
+        max_len,
+        policy,
+        what="text",
+        keep_last=tokenizer.n_trailing_specials or None,
+        lines=lines,
+    )

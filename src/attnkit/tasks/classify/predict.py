@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit.config import ClassifierConfig
 from attnkit.data.batching import bucketed_batches, pad
 from attnkit.data.readers import Example
 from attnkit.errors import InputError
@@ -50,10 +51,12 @@ class ClassifierRun:
             raise InputError(f"precision {precision!r}; expected fp32 or bf16")
         self.precision = precision
         loaded = load_run(run_dir, task="classify")
-        self.model_cfg = loaded.model_cfg
         self.max_len_policy = loaded.max_len_policy
         self.tokenizer = loaded.tokenizer
         self.labels: list[str] = loaded.labels or []
+        if not isinstance(loaded.model, TransformerClassifier) or not isinstance(loaded.model_cfg, ClassifierConfig):
+            raise TypeError(f"load_run(task='classify') returned a {type(loaded.model).__name__}")
+        self.model_cfg: ClassifierConfig = loaded.model_cfg
         self.model: TransformerClassifier = loaded.model
         self.run_dir = loaded.run_dir
 
@@ -78,7 +81,13 @@ class ClassifierRun:
         label_id = {label: i for i, label in enumerate(self.labels)}
         for ex in examples:
             if ex.label not in label_id:
-                raise InputError(f"{source}:{ex.line}: label {ex.label!r} was not seen in training (known: {', '.join(self.labels)})")
+                raise InputError(
+                    f"{source}:{ex.line}: label {ex.label!r} was not seen in training (known: {', '.join(self.labels)})"
+                )
         gold = [label_id[ex.label] for ex in examples]
         pred = predicted_classes(self.logits([ex.text for ex in examples]))
-        return {"accuracy": accuracy(pred, gold), "macro_f1": macro_f1(pred, gold, len(self.labels)), "n": len(examples)}
+        return {
+            "accuracy": accuracy(pred, gold),
+            "macro_f1": macro_f1(pred, gold, len(self.labels)),
+            "n": len(examples),
+        }

@@ -57,15 +57,19 @@ class Pretrained:
     source: str
 
 
-def with_fresh_head(pretrained: Pretrained, *, n_classes: int, pooling: str) -> tuple[TransformerClassifier, ClassifierConfig]:
+def with_fresh_head(
+    pretrained: Pretrained, *, n_classes: int, pooling: str
+) -> tuple[TransformerClassifier, ClassifierConfig]:
     """The pretrained encoder under a freshly initialised head of ``n_classes`` outputs."""
     cfg = dataclasses.replace(pretrained.config, n_classes=n_classes, pooling=pooling)
     model = build_classifier(cfg, pad_id=pretrained.tokenizer.pad_id)
     encoder = {name: t for name, t in pretrained.model.state_dict().items() if not name.startswith("head.")}
     result = model.load_state_dict(encoder, strict=False)
     if result.unexpected_keys or any(not name.startswith("head.") for name in result.missing_keys):
-        raise ValueError(f"pretrained model does not fit its config (missing: {result.missing_keys}, "
-                         f"unexpected: {result.unexpected_keys})")
+        raise ValueError(
+            f"pretrained model does not fit its config (missing: {result.missing_keys}, "
+            f"unexpected: {result.unexpected_keys})"
+        )
     return model, cfg
 
 
@@ -99,16 +103,22 @@ class ClassificationTask:
         logits = model(ids)  # (B, C)
         correct = sum(p == t for p, t in zip(predicted_classes(logits.detach()), y.tolist()))
         # The mean over the batch's sentences, as before the one loop (bitwise: one batch a step is weighted by 1.0).
-        return BatchLoss(classification_loss(logits.float(), y, self.cfg.label_smoothing), mean=True,
-                         sums={"accuracy": float(correct)})
+        return BatchLoss(
+            classification_loss(logits.float(), y, self.cfg.label_smoothing),
+            mean=True,
+            sums={"accuracy": float(correct)},
+        )
 
     def evaluate(self, model: nn.Module, device: torch.device) -> dict[str, float]:
         assert isinstance(model, TransformerClassifier)
         logits = predict_ids(model, self.valid_ids, self.pad_id)  # (N, C)
         predicted = predicted_classes(logits)
         loss = classification_loss(logits, torch.tensor(self.valid_y)).item()  # no smoothing: the plain NLL
-        return {"accuracy": accuracy(predicted, self.valid_y),
-                "macro_f1": macro_f1(predicted, self.valid_y, self.n_labels), "loss": loss}
+        return {
+            "accuracy": accuracy(predicted, self.valid_y),
+            "macro_f1": macro_f1(predicted, self.valid_y, self.n_labels),
+            "loss": loss,
+        }
 
 
 def train_classifier(
@@ -155,8 +165,10 @@ def train_classifier(
             quarter = -(-len(train) // 4)
             train_cfg = dataclasses.replace(train_cfg, patience=0, batch_size=min(train_cfg.batch_size, quarter))
             valid = list(train)
-            valid_source = (f"the training set: under 100 examples, none held out, no early stopping, batches of "
-                            f"{train_cfg.batch_size}")
+            valid_source = (
+                f"the training set: under 100 examples, none held out, no early stopping, batches of "
+                f"{train_cfg.batch_size}"
+            )
 
     initial = None
     labels: list[str]
@@ -173,20 +185,34 @@ def train_classifier(
         labels = sorted({ex.label for ex in train})
         model_cfg = resolve_classes(model_cfg, labels)
         tokenizer = train_tokenizer(
-            (ex.text for ex in train), kind=train_cfg.tokenizer, vocab_size=model_cfg.vocab_size,
-            min_freq=train_cfg.min_freq, add_cls=model_cfg.pooling == "cls",
+            (ex.text for ex in train),
+            kind=train_cfg.tokenizer,
+            vocab_size=model_cfg.vocab_size,
+            min_freq=train_cfg.min_freq,
+            add_cls=model_cfg.pooling == "cls",
         )
         model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
     label_id = {label: i for i, label in enumerate(labels)}
     for ex in train + valid:
         if ex.label not in label_id:
             raise InputError(f"line {ex.line}: label {ex.label!r} is not one of the run's labels {labels}")
-    train_ids, truncation = encode_examples(tokenizer, [ex.text for ex in train], model_cfg.max_len,
-                                            train_cfg.max_len_policy, [ex.line for ex in train])
-    valid_ids, _ = encode_examples(tokenizer, [ex.text for ex in valid], model_cfg.max_len, train_cfg.max_len_policy,
-                                   [ex.line for ex in valid])
-    on_event(Prepared(len(train), len(valid), valid_source, tokenizer.vocab_size, truncation.n_truncated,
-                      model_cfg.max_len, labels))
+    train_ids, truncation = encode_examples(
+        tokenizer, [ex.text for ex in train], model_cfg.max_len, train_cfg.max_len_policy, [ex.line for ex in train]
+    )
+    valid_ids, _ = encode_examples(
+        tokenizer, [ex.text for ex in valid], model_cfg.max_len, train_cfg.max_len_policy, [ex.line for ex in valid]
+    )
+    on_event(
+        Prepared(
+            len(train),
+            len(valid),
+            valid_source,
+            tokenizer.vocab_size,
+            truncation.n_truncated,
+            model_cfg.max_len,
+            labels,
+        )
+    )
 
     model = build_classifier(model_cfg, pad_id=tokenizer.pad_id)
     if initial is not None:
@@ -197,10 +223,25 @@ def train_classifier(
     if run.saved is None:
         runs.atomic_write_json(run.path / runs.LABELS, labels)
     task = ClassificationTask(
-        train_ids, torch.tensor([label_id[ex.label] for ex in train]), valid_ids, [label_id[ex.label] for ex in valid],
-        len(labels), tokenizer.pad_id, train_cfg, model_cfg.d_model,
+        train_ids,
+        torch.tensor([label_id[ex.label] for ex in train]),
+        valid_ids,
+        [label_id[ex.label] for ex in valid],
+        len(labels),
+        tokenizer.pad_id,
+        train_cfg,
+        model_cfg.d_model,
         fingerprint_texts([ex.text for ex in train], [ex.label for ex in train], [ex.text for ex in valid]),
     )
     result = fit(model, optimizer, task, train_cfg, run.path, resume=run.resume, on_event=on_event)
-    return TrainSummary(run.path, result.best_epoch, result.best.get("accuracy", 0.0), result.epochs, result.steps,
-                        result.seconds, truncation, valid_source, result.stopped_by)
+    return TrainSummary(
+        run.path,
+        result.best_epoch,
+        result.best.get("accuracy", 0.0),
+        result.epochs,
+        result.steps,
+        result.seconds,
+        truncation,
+        valid_source,
+        result.stopped_by,
+    )

@@ -39,11 +39,21 @@ def sentence_embeddings(
     if tokenizer.pad_id != model.pad_id:
         raise ValueError(f"tokenizer pad id {tokenizer.pad_id} differs from the model's pad_id {model.pad_id}")
     seqs = tokenizer.encode_batch(list(texts))
-    seqs, truncation = apply_length_policy(seqs, model.embeddings.position.max_len, max_len_policy, what="text",
-                                           keep_last=tokenizer.n_trailing_specials or None)
+    seqs, truncation = apply_length_policy(
+        seqs,
+        model.embeddings.position.max_len,
+        max_len_policy,
+        what="text",
+        keep_last=tokenizer.n_trailing_specials or None,
+    )
     if truncation.n_truncated:
-        log.warning("%d of %d texts truncated to %d tokens (longest: %d)", truncation.n_truncated, truncation.n_total,
-                    truncation.limit, truncation.longest)
+        log.warning(
+            "%d of %d texts truncated to %d tokens (longest: %d)",
+            truncation.n_truncated,
+            truncation.n_total,
+            truncation.limit,
+            truncation.longest,
+        )
     out = torch.empty(len(seqs), model.embeddings.token.embedding_dim)  # (N, D)
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths together: little padding
     was_training = model.training

@@ -22,24 +22,36 @@ class ParallelData:
     truncation: Truncation
 
 
+def bos_eos(tokenizer: Tokenizer) -> tuple[int, int]:
+    """The BOS and EOS ids a translator's tokenizer always has (``train_tokenizer`` adds both)."""
+    if tokenizer.bos_id is None or tokenizer.eos_id is None:
+        raise InputError("the tokenizer has no BOS / EOS token; a translator needs both")
+    return tokenizer.bos_id, tokenizer.eos_id
+
+
 def encode_pairs(tokenizer: Tokenizer, pairs: list[Pair], max_len: int, policy: str) -> ParallelData:
     """Source = tokens + EOS (at most ``max_len``); target tokens at most ``max_len - 1`` (room for BOS / EOS)."""
-    src = [ids + [tokenizer.eos_id] for ids in tokenizer.encode_batch([p.source for p in pairs])]
+    _, eos = bos_eos(tokenizer)
+    src = [ids + [eos] for ids in tokenizer.encode_batch([p.source for p in pairs])]
     tgt = tokenizer.encode_batch([p.target for p in pairs])
     lines = [p.line for p in pairs]
     src, src_cut = apply_length_policy(src, max_len, policy, what="source sentence", keep_last=1, lines=lines)
     tgt, tgt_cut = apply_length_policy(tgt, max_len - 1, policy, what="target sentence", lines=lines)
-    truncation = Truncation(src_cut.n_truncated + tgt_cut.n_truncated, len(pairs),
-                            max(src_cut.longest, tgt_cut.longest + 1), max_len)
+    truncation = Truncation(
+        src_cut.n_truncated + tgt_cut.n_truncated, len(pairs), max(src_cut.longest, tgt_cut.longest + 1), max_len
+    )
     return ParallelData(src, tgt, truncation)
 
 
-def make_batch(data: ParallelData, indices: list[int], tokenizer: Tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def make_batch(
+    data: ParallelData, indices: list[int], tokenizer: Tokenizer
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """src (B, S), tgt_in = BOS y_1 .. y_n (B, T), tgt_out = y_1 .. y_n EOS (B, T): the shift of §3.1 ("the output
     embeddings are offset by one position")."""
+    bos, eos = bos_eos(tokenizer)
     src = pad([data.src[i] for i in indices], tokenizer.pad_id)  # (B, S)
-    tgt_in = pad([[tokenizer.bos_id] + data.tgt[i] for i in indices], tokenizer.pad_id)  # (B, T)
-    tgt_out = pad([data.tgt[i] + [tokenizer.eos_id] for i in indices], tokenizer.pad_id)  # (B, T)
+    tgt_in = pad([[bos] + data.tgt[i] for i in indices], tokenizer.pad_id)  # (B, T)
+    tgt_out = pad([data.tgt[i] + [eos] for i in indices], tokenizer.pad_id)  # (B, T)
     return src, tgt_in, tgt_out
 
 
@@ -49,6 +61,7 @@ def encode_sources(tokenizer: Tokenizer, texts: list[str], max_len: int, policy:
     for i, text in enumerate(texts, start=1):
         if not text.strip():
             raise InputError(f"source line {i} is empty")
-    ids = [s + [tokenizer.eos_id] for s in tokenizer.encode_batch(texts)]
+    _, eos = bos_eos(tokenizer)
+    ids = [s + [eos] for s in tokenizer.encode_batch(texts)]
     ids, cut = apply_length_policy(ids, max_len, policy, what="source sentence", keep_last=1)
     return ids, cut.n_truncated

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit.config import TranslatorConfig
 from attnkit.data.readers import Pair
 from attnkit.decoding.corpus import translate_ids
 from attnkit.evaluation.bleu import corpus_scores
@@ -19,28 +20,45 @@ class TranslatorRun:
 
     def __init__(self, run_dir: str | Path):
         loaded = load_run(run_dir, task="translate")
-        self.model_cfg = loaded.model_cfg
         self.max_len_policy = loaded.max_len_policy
         self.tokenizer = loaded.tokenizer
+        if not isinstance(loaded.model, Transformer) or not isinstance(loaded.model_cfg, TranslatorConfig):
+            raise TypeError(f"load_run(task='translate') returned a {type(loaded.model).__name__}")
+        self.model_cfg: TranslatorConfig = loaded.model_cfg
         self.model: Transformer = loaded.model
         self.run_dir = loaded.run_dir
 
     def encode_sources(self, texts: list[str]) -> tuple[list[list[int]], int]:
         return encode_sources(self.tokenizer, texts, self.model_cfg.max_len, self.max_len_policy)
 
-    def translate(self, texts: list[str], *, beam: int = 4, alpha: float = 0.6, length_penalty: str = "gnmt",
-                  batch_size: int = 32) -> tuple[list[str], int]:
+    def translate(
+        self, texts: list[str], *, beam: int = 4, alpha: float = 0.6, length_penalty: str = "gnmt", batch_size: int = 32
+    ) -> tuple[list[str], int]:
         """Detokenized translations in input order, and how many sources were truncated."""
         ids, n_truncated = self.encode_sources(texts)
         with torch.inference_mode():
-            hyps = translate_ids(self.model, self.tokenizer, ids, beam=beam, alpha=alpha,
-                                 length_penalty=length_penalty, batch_size=batch_size)
+            hyps = translate_ids(
+                self.model,
+                self.tokenizer,
+                ids,
+                beam=beam,
+                alpha=alpha,
+                length_penalty=length_penalty,
+                batch_size=batch_size,
+            )
         return self.tokenizer.decode_batch(hyps), n_truncated
 
     def evaluate(self, pairs: list[Pair], *, beam: int = 4, alpha: float = 0.6, length_penalty: str = "gnmt") -> dict:
         """sacreBLEU BLEU and chrF of the translations of ``pairs`` (detokenized), with signatures."""
-        hyps, n_truncated = self.translate([p.source for p in pairs], beam=beam, alpha=alpha, length_penalty=length_penalty)
+        hyps, n_truncated = self.translate(
+            [p.source for p in pairs], beam=beam, alpha=alpha, length_penalty=length_penalty
+        )
         refs = [p.target for p in pairs]
         exact = sum(h.strip() == r.strip() for h, r in zip(hyps, refs)) / max(1, len(refs))
-        return {**corpus_scores(hyps, refs), "exact_match": round(exact, 4), "n": len(pairs), "beam": beam,
-                "truncated": n_truncated}
+        return {
+            **corpus_scores(hyps, refs),
+            "exact_match": round(exact, 4),
+            "n": len(pairs),
+            "beam": beam,
+            "truncated": n_truncated,
+        }

@@ -78,8 +78,9 @@ class TranslationTask:
         self.metric, self.higher_is_better = ("bleu", True) if self.cfg.valid_bleu else ("loss", False)
 
     def epoch_batches(self, generator: torch.Generator | None) -> list[list[int]]:
-        return token_budget_batches([len(s) for s in self.data.src], [len(t) + 1 for t in self.data.tgt],
-                                    self.cfg.max_tokens, generator)
+        return token_budget_batches(
+            [len(s) for s in self.data.src], [len(t) + 1 for t in self.data.tgt], self.cfg.max_tokens, generator
+        )
 
     def collate(self, indices: list[int]) -> Batch:
         src, tgt_in, tgt_out = make_batch(self.data, indices, self.tokenizer)
@@ -125,23 +126,47 @@ def train_translator(
     else:
         # §5.1: a shared source-target vocabulary of byte-pair encodings.
         tokenizer = train_tokenizer(
-            (text for pair in train for text in (pair.source, pair.target)), kind=train_cfg.tokenizer,
-            vocab_size=model_cfg.vocab_size, min_freq=train_cfg.min_freq,
+            (text for pair in train for text in (pair.source, pair.target)),
+            kind=train_cfg.tokenizer,
+            vocab_size=model_cfg.vocab_size,
+            min_freq=train_cfg.min_freq,
         )
         model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
     torch.manual_seed(train_cfg.seed)
     data = encode_pairs(tokenizer, train, model_cfg.max_len, train_cfg.max_len_policy)
     valid_data = encode_pairs(tokenizer, valid, model_cfg.max_len, train_cfg.max_len_policy) if valid else None
-    on_event(Prepared(len(train), len(valid or []), "file" if valid else "none", tokenizer.vocab_size,
-                      data.truncation.n_truncated, model_cfg.max_len, None))
+    on_event(
+        Prepared(
+            len(train),
+            len(valid or []),
+            "file" if valid else "none",
+            tokenizer.vocab_size,
+            data.truncation.n_truncated,
+            model_cfg.max_len,
+            None,
+        )
+    )
 
     model = build_translator(model_cfg, pad_id=tokenizer.pad_id)
     optimizer = make_optimizer(model, train_cfg)
     write_run_files(run, "translate", model_cfg, train_cfg, tokenizer)
     task = TranslationTask(
-        data, valid_data, [p.target for p in valid or []], tokenizer, train_cfg, model_cfg.d_model,
+        data,
+        valid_data,
+        [p.target for p in valid or []],
+        tokenizer,
+        train_cfg,
+        model_cfg.d_model,
         fingerprint_texts([p.source for p in train], [p.target for p in train], [p.source for p in valid or []]),
     )
     result = fit(model, optimizer, task, train_cfg, run.path, resume=run.resume, on_event=on_event)
-    return TranslateSummary(run.path, result.steps, result.epochs, result.seconds, result.best.get("loss"),
-                            result.best.get("bleu"), data.truncation, result.stopped_by)
+    return TranslateSummary(
+        run.path,
+        result.steps,
+        result.epochs,
+        result.seconds,
+        result.best.get("loss"),
+        result.best.get("bleu"),
+        data.truncation,
+        result.stopped_by,
+    )
