@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from pathlib import Path
@@ -293,3 +294,51 @@ def test_patience_stops_the_translator_and_the_best_evaluation_is_the_model(tmp_
     ]
     best = min(evals, key=lambda row: row["valid_loss"])
     assert best["best"] and json.loads(out)["valid_loss"] == best["valid_loss"]
+
+
+@pytest.fixture(scope="module")
+def tiny_translator(tmp_path_factory):
+    """A translator trained for 2 steps: enough to load and decode (the decoding options are what is tested)."""
+    tmp = tmp_path_factory.mktemp("tiny_translator")
+    write_reverse_task(tmp / "train.tsv", 50, random.Random(2))
+    out = tmp / "run"
+    assert (
+        main(["translate", "train", "--train", str(tmp / "train.tsv"), "--out", str(out), "--max-steps", "2", *TINY])
+        == 0
+    )
+    return out
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["run", "--beam", "0"], "--beam"),
+        (["run", "--beam", "-3"], "--beam"),
+        (["run", "--batch-size", "0"], "--batch-size"),
+        (["run", "--alpha", "-1"], "--alpha"),
+        (["run", "--alpha", "nan"], "--alpha"),
+        (["eval", "--beam", "0"], "--beam"),
+    ],
+)
+def test_impossible_decoding_options_are_one_error_line(tiny_translator, tmp_path, capsys, monkeypatch, argv, needle):
+    # Before: a traceback and exit code 1 from inside the search (beam 0 selects no hypothesis).
+    monkeypatch.setattr("sys.stdin", io.StringIO("a b c\n"))
+    data = write(tmp_path / "data.tsv", "a b c\tc b a\n")
+    extra = ["--data", str(data)] if argv[0] == "eval" else []
+    code, _, err = run_cli(capsys, "translate", argv[0], "--model", str(tiny_translator), *argv[1:], *extra)
+    assert code == 2
+    assert_one_error_line(err, needle)
+
+
+def test_the_library_refuses_impossible_decoding_options_by_name(tiny_translator):
+    from attnkit.errors import InputError
+    from attnkit.tasks.translate import TranslatorRun
+
+    run = TranslatorRun(tiny_translator)
+    for options, name in [
+        ({"beam": 0}, "beam=0"),
+        ({"batch_size": 0}, "batch_size=0"),
+        ({"alpha": -1.0}, "alpha=-1.0"),
+    ]:
+        with pytest.raises(InputError, match=name):
+            run.translate(["a b c"], **options)

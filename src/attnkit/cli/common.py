@@ -18,6 +18,28 @@ class Parser(argparse.ArgumentParser):
         raise InputError(f"{self.prog}: {message}")
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (a beam, a batch size); anything else is a usage error naming the flag."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a number >= 0 (the length-penalty exponent)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
+    return value
+
+
 def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--set",

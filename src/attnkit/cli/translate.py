@@ -13,7 +13,9 @@ from attnkit.cli.common import (
     config_overrides,
     eval_file,
     fetch_dataset,
+    non_negative_float,
     note_slow_bf16,
+    positive_int,
     print_json,
 )
 from attnkit.errors import InputError
@@ -155,8 +157,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_translate_train)
 
     def add_decoding_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default 4, §6.1)")
-        p.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent (default 0.6, §6.1)")
+        p.add_argument("--beam", type=positive_int, default=4, help="beam size; 1 = greedy (default 4, §6.1)")
+        p.add_argument(
+            "--alpha", type=non_negative_float, default=0.6, help="length penalty exponent (default 0.6, §6.1)"
+        )
         p.add_argument(
             "--length-penalty",
             choices=("gnmt", "power", "none"),
@@ -177,7 +181,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         default="attnkit",
         help="attnkit (PyTorch, default) or ct2 (CTranslate2: pip install ctranslate2)",
     )
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=positive_int, default=32, help="sentences decoded together (default 32)")
     add_decoding_args(p)
     p.set_defaults(func=cmd_translate_run)
 

@@ -5,8 +5,22 @@ from __future__ import annotations
 from attnkit.data.batching import bucketed_batches, pad
 from attnkit.decoding.beam import beam_search
 from attnkit.decoding.greedy import greedy_decode
+from attnkit.decoding.penalty import LENGTH_PENALTIES
+from attnkit.errors import InputError
 from attnkit.model.transformer import Transformer
 from attnkit.tokenization import Tokenizer
+
+
+def check_decoding_options(*, beam: int, alpha: float, length_penalty: str, batch_size: int) -> None:
+    """``InputError`` naming the first impossible decoding option (a search needs at least one hypothesis)."""
+    if not isinstance(beam, int) or beam < 1:
+        raise InputError(f"beam={beam!r}: the beam size must be an integer >= 1 (1 = greedy search)")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size={batch_size!r}: must be an integer >= 1")
+    if not alpha >= 0:  # also refuses NaN
+        raise InputError(f"alpha={alpha!r}: the length-penalty exponent must be >= 0")
+    if length_penalty not in LENGTH_PENALTIES:
+        raise InputError(f"length_penalty={length_penalty!r}; expected one of {', '.join(LENGTH_PENALTIES)}")
 
 
 def translate_ids(
@@ -23,6 +37,7 @@ def translate_ids(
 
     beam 1 is greedy search; beam > 1 is beam search with the paper's length penalty (§6.1: beam 4, alpha 0.6).
     """
+    check_decoding_options(beam=beam, alpha=alpha, length_penalty=length_penalty, batch_size=batch_size)
     max_positions = model.embeddings.position.max_len
     bos_id, eos_id = tokenizer.bos_id, tokenizer.eos_id
     if bos_id is None or eos_id is None:
