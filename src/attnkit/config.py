@@ -239,6 +239,12 @@ TRANSLATOR_PRESETS: dict[str, dict] = {
     "big": dict(d_model=1024, n_heads=16, d_ff=4096, n_layers=6, dropout=0.3, vocab_size=37000),  # Table 3, "big"
 }
 
+# Each task's model config class, its presets and the preset used when none is named.
+TASK_PRESETS: dict[str, tuple[type, dict[str, dict], str]] = {
+    "classify": (ClassifierConfig, CLASSIFIER_PRESETS, "default"),
+    "translate": (TranslatorConfig, TRANSLATOR_PRESETS, "small"),
+}
+
 
 # Fine-tuning a pretrained encoder (--init-from): a small learning rate with warmup and weight decay, as users of
 # BERT-family models expect (Devlin et al. 2019 use 2e-5 to 5e-5, 2 to 4 epochs); the best epoch is kept.
@@ -366,6 +372,17 @@ def check_resume_settings(saved: dict, requested: dict[str, object], model_cls: 
                 f"--resume: {key}={value!r} differs from the run's saved {key}={old!r}; a resumed run "
                 f"continues with its saved configuration (drop the setting, or train into a new --out)"
             )
+
+
+def task_configs(
+    task: str, preset_name: str | None, overrides: dict[str, object], train_base: dict | None = None
+) -> tuple:
+    """(model config, training config) of ``task``: its preset (classify: ``default``, translate: ``small``, unless
+    ``preset_name``) under ``train_base`` and ``overrides``, each value checked."""
+    if task not in TASK_PRESETS:
+        raise InputError(f"unknown task {task!r}; expected one of {', '.join(TASK_PRESETS)}")
+    model_cls, presets, default = TASK_PRESETS[task]
+    return build_configs(model_cls, preset(presets, preset_name or default), train_base or {}, overrides)
 
 
 def preset(presets: dict[str, dict], name: str) -> dict:

@@ -67,18 +67,9 @@ def parse_grid(grid: list[str]) -> list[Variant]:
 def variant_configs(task: str, preset_name: str | None, overrides: dict) -> tuple:
     """(model config, train config) of one variant: the task's preset (classify: ``default``, translate: ``small``,
     unless ``preset_name``) with ``overrides``, checked as for any training run."""
-    from attnkit.config import (
-        CLASSIFIER_PRESETS,
-        TRANSLATOR_PRESETS,
-        ClassifierConfig,
-        TranslatorConfig,
-        build_configs,
-        preset,
-    )
+    from attnkit.config import task_configs
 
-    if task == "classify":
-        return build_configs(ClassifierConfig, preset(CLASSIFIER_PRESETS, preset_name or "default"), {}, overrides)
-    return build_configs(TranslatorConfig, preset(TRANSLATOR_PRESETS, preset_name or "small"), {}, overrides)
+    return task_configs(task, preset_name, overrides)
 
 
 def train_variant(

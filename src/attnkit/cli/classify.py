@@ -22,7 +22,7 @@ from attnkit.errors import InputError
 
 def cmd_classify_train(args: argparse.Namespace) -> None:
     from attnkit.cli.progress import TrainingProgress
-    from attnkit.config import CLASSIFIER_PRESETS, FINE_TUNE_TRAIN_DEFAULTS, ClassifierConfig, build_configs, preset
+    from attnkit.config import CLASSIFIER_PRESETS, FINE_TUNE_TRAIN_DEFAULTS, ClassifierConfig, task_configs
     from attnkit.data.readers import read_labeled
     from attnkit.tasks.classify import train_classifier
 
@@ -36,9 +36,7 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
     if args.init_from:
         check_init_from(args, overrides)
     train_base = dict(FINE_TUNE_TRAIN_DEFAULTS) if args.init_from else {}
-    model_cfg, train_cfg = build_configs(
-        ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset or "default"), train_base, overrides
-    )
+    model_cfg, train_cfg = task_configs("classify", args.preset, overrides, train_base)
     check_resume(args, overrides, ClassifierConfig, CLASSIFIER_PRESETS)
     note_slow_bf16(train_cfg.precision)
     train = read_labeled(train_path)

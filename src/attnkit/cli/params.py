@@ -11,27 +11,13 @@ def cmd_params(args: argparse.Namespace) -> None:
     import torch
 
     from attnkit.analysis.params import format_table, parameter_table, to_json
-    from attnkit.config import (
-        CLASSIFIER_PRESETS,
-        TRANSLATOR_PRESETS,
-        ClassifierConfig,
-        TranslatorConfig,
-        build_configs,
-        preset,
-    )
+    from attnkit.config import task_configs
     from attnkit.model.build import build_classifier, build_translator
 
     with torch.device("meta"):  # shapes only: no memory is allocated, even for the big model
-        if args.task == "classify":
-            classifier_cfg, _ = build_configs(
-                ClassifierConfig, preset(CLASSIFIER_PRESETS, args.preset or "default"), {}, config_overrides(args)
-            )
-            model: torch.nn.Module = build_classifier(classifier_cfg)
-        else:
-            translator_cfg, _ = build_configs(
-                TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset or "small"), {}, config_overrides(args)
-            )
-            model = build_translator(translator_cfg)
+        model_cfg, _ = task_configs(args.task, args.preset, config_overrides(args))
+        build = build_classifier if args.task == "classify" else build_translator
+        model: torch.nn.Module = build(model_cfg)
     report = parameter_table(model)
     if args.json:
         print_json(to_json(report))

@@ -37,7 +37,7 @@ def _read_pairs(tsv: Path | None, src: Path | None, tgt: Path | None, what: str)
 
 def cmd_translate_train(args: argparse.Namespace) -> None:
     from attnkit.cli.progress import TrainingProgress
-    from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig, build_configs, preset
+    from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig, task_configs
     from attnkit.tasks.translate import train_translator
 
     if args.dataset:
@@ -57,9 +57,7 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
             overrides[key] = getattr(args, key)
     if args.epochs is not None and args.max_steps is not None:
         raise InputError("give --max-steps or --epochs, not both")
-    model_cfg, train_cfg = build_configs(
-        TranslatorConfig, preset(TRANSLATOR_PRESETS, args.preset or "small"), {}, overrides
-    )
+    model_cfg, train_cfg = task_configs("translate", args.preset, overrides)
     check_resume(args, overrides, TranslatorConfig, TRANSLATOR_PRESETS)
     note_slow_bf16(train_cfg.precision)
 
