@@ -150,6 +150,8 @@ def curves_figure(metrics: list[dict], title: str = "training curves", config: d
     epsilon = float(train_cfg.get("label_smoothing", 0.0) or 0.0)
     n_outputs = int(model_cfg.get("n_classes") or model_cfg.get("vocab_size") or 0)
     has_valid_loss = any("valid_loss" in r for r in evals)
+    # A translator's loss is a mean over target tokens, a classifier's over sentences (its config has n_classes).
+    unit = "nats per sentence" if "n_classes" in model_cfg else "nats per token" if model_cfg else "nats"
 
     fig = new_figure(DOC_WIDTH_PX / DPI, 3.4 if not has_valid_loss else 3.6)
     axes = list(fig.subplots(1, 4 if has_valid_loss else 3))
@@ -170,16 +172,13 @@ def curves_figure(metrics: list[dict], title: str = "training curves", config: d
         train_ax.set_title(f"training loss\n(label-smoothed, ε_ls={epsilon:g})", fontsize=9)
     else:
         train_ax.set_title("training loss\n(cross-entropy)", fontsize=9)
-    train_ax.set(
-        xlabel="step",
-        ylabel="nats per token" if model_cfg.get("vocab_size") and not model_cfg.get("n_classes") else "nats",
-    )
+    train_ax.set(xlabel="step", ylabel=unit)
     train_ax.set_ylim(bottom=0)
     if valid_loss_ax is not None:
         points = [(r["step"], r["valid_loss"]) for r in evals if "valid_loss" in r]
         valid_loss_ax.plot(*zip(*points), marker="o", color="C1")
         valid_loss_ax.set_title("validation loss\n(no smoothing)", fontsize=9)
-        valid_loss_ax.set(xlabel="step", ylabel="nats per token")
+        valid_loss_ax.set(xlabel="step", ylabel=unit)
         valid_loss_ax.set_ylim(bottom=0)
 
     for key, label in (
@@ -191,7 +190,7 @@ def curves_figure(metrics: list[dict], title: str = "training curves", config: d
         points = [(r["step"], r[key]) for r in evals if key in r]
         if points:
             score_ax.plot(*zip(*points), marker="o", label=label)
-    score_ax.set_title("validation\nscores", fontsize=9)
+    score_ax.set_title("scores at each\nevaluation", fontsize=9)
     score_ax.set(xlabel="step")
     if score_ax.lines:
         score_ax.legend(fontsize=MIN_FONT)
@@ -200,8 +199,8 @@ def curves_figure(metrics: list[dict], title: str = "training curves", config: d
     schedule = train_cfg.get("schedule")
     names = {"noam": "eq. 3 (noam)", "linear": "linear warmup + decay", "constant": "warmup, then constant"}
     optimizer = {"adam": "Adam", "adamw": "AdamW"}.get(train_cfg.get("optimizer", ""), "")
-    lr_title = "learning rate" + (f"\n{names.get(schedule, schedule)}" if schedule else "")
-    lr_ax.set_title(lr_title + (f", {optimizer}" if optimizer else ""), fontsize=9)
+    lr_title = "learning rate" + (f" ({optimizer})" if optimizer else "")
+    lr_ax.set_title(lr_title + (f"\n{names.get(schedule, schedule)}" if schedule else ""), fontsize=9)
     lr_ax.set(xlabel="step")
     lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     for ax in fig.axes:
