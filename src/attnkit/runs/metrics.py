@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 from attnkit.atomic import atomic_write_bytes
@@ -14,13 +13,15 @@ from attnkit.runs.files import METRICS
 class MetricsLog:
     """Append-only JSONL log, one object per line, flushed per line so a killed run keeps what it logged.
 
-    On resume, ``keep`` drops the rows logged after the state being resumed from (they will be logged again).
+    ``rows`` counts the rows the file holds. On resume, ``keep_rows`` (the count saved with the training state) cuts
+    the log back to the rows written before that state; the rows after it will be logged again.
     With ``tensorboard``, every numeric field is also written as a TensorBoard scalar (tag = field name, x = step)
     to ``RUN/tensorboard``, the convention TensorBoard users already have.
     """
 
-    def __init__(self, path: Path, keep: Callable[[dict], bool] | None = None, tensorboard: bool = False):
+    def __init__(self, path: Path, keep_rows: int | None = None, tensorboard: bool = False):
         self.path = path
+        self.rows = 0
         self._writer = None
         if tensorboard:
             try:
@@ -30,11 +31,12 @@ class MetricsLog:
                     "config key tensorboard=true needs the tensorboard package: pip install tensorboard"
                 ) from None
             self._writer = SummaryWriter(log_dir=str(path.parent / "tensorboard"))
-        if keep is None:
+        if keep_rows is None:
             path.unlink(missing_ok=True)
         elif path.is_file():
-            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-            atomic_write_bytes(path, "".join(json.dumps(row) + "\n" for row in rows if keep(row)).encode("utf-8"))
+            lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()][:keep_rows]
+            atomic_write_bytes(path, "".join(line + "\n" for line in lines).encode("utf-8"))
+            self.rows = len(lines)
         self._file = open(path, "a", encoding="utf-8")
 
     def write(self, row: dict) -> None:
@@ -46,6 +48,7 @@ class MetricsLog:
         try:
             self._file.write(json.dumps(row) + "\n")
             self._file.flush()
+            self.rows += 1
         except OSError as err:
             if err.filename is None and err.errno is not None:  # a full disk names no file: name the log
                 raise OSError(err.errno, err.strerror, str(self.path)) from err

@@ -359,23 +359,6 @@ def _clear_run_outputs(run_dir: Path) -> None:
         old.unlink()
 
 
-class _CountingLog(runs.MetricsLog):
-    """The metrics log, counting its rows so that the training state can say how many a resume keeps."""
-
-    rows = 0
-
-    def write(self, row: dict) -> None:
-        super().write(row)
-        self.rows += 1
-
-
-def _metrics_log(run_dir: Path, cfg: TrainConfig, keep_rows: int | None) -> _CountingLog:
+def _metrics_log(run_dir: Path, cfg: TrainConfig, keep_rows: int | None) -> runs.MetricsLog:
     """A fresh log, or (resuming) the log cut back to the ``keep_rows`` rows written before the saved state."""
-    if keep_rows is None:
-        return _CountingLog(run_dir / runs.METRICS, tensorboard=cfg.tensorboard)
-    seen = iter(range(keep_rows + 1))  # MetricsLog asks about each row in order: keep the first keep_rows
-    log = _CountingLog(
-        run_dir / runs.METRICS, keep=lambda row: next(seen, keep_rows) < keep_rows, tensorboard=cfg.tensorboard
-    )
-    log.rows = keep_rows
-    return log
+    return runs.MetricsLog(run_dir / runs.METRICS, keep_rows=keep_rows, tensorboard=cfg.tensorboard)
