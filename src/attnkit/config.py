@@ -3,7 +3,7 @@
 Modules never see these objects: ``attnkit.model.build`` maps a config to module arguments, in one place.
 Every impossible value raises ``InputError`` (a ``ValueError``) naming the key and the value.
 
-Why one file of ~350 lines: every key a user can set is declared here, next to the one parser and checker of
+Why one file of ~400 lines: every key a user can set is declared here, next to the one parser and checker of
 ``--set`` / YAML values and the rule that routes a key to its config (model, or the task's training); split, the
 question "which keys exist and where do they go" would be answered in several places.
 """

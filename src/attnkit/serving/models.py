@@ -8,6 +8,9 @@ The server tokenizes in the event loop (fast, and needed to count tokens for the
 hands ids to the inference worker, which calls ``classify`` / ``embed`` / ``translate`` / ``attention`` below. A
 batch's outputs equal those of the same inputs alone: attnkit's padding masks and per-sentence decoding limits make
 each output independent of the rest of its batch (the CLI-equality tests check it).
+
+Why ~300 lines in one file: it is the server's whole contract with the rest of attnkit (one class per kind of model
+it serves); kept together, a change of the tasks' inference API touches this file alone.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ batches equals a step over one batch holding both. A distributed version only ha
 
 The library never prints: progress is a stream of typed events (``Event``) that the CLI renders.
 
-Why ~320 lines: ``fit`` is meant to be read top to bottom in one piece, like nanoGPT's train.py (the task, the
+Why ~360 lines: ``fit`` is meant to be read top to bottom in one piece, like nanoGPT's train.py (the task, the
 events and the schedule's sizing are already in task.py, events.py and schedules.py); its helpers below are each a
 few lines that the loop names rather than spells out.
 """
