@@ -80,7 +80,9 @@ def check_prediction(pred: dict, text: str) -> None:
     assert set(pred) == {"text", "label", "probs"}
     assert pred["text"] == text
     assert set(pred["probs"]) == set(LABELS)
-    assert sum(pred["probs"].values()) == pytest.approx(1.0, abs=1e-6)
+    # Each printed probability is rounded to 6 decimals, so their sum is 1 within half a unit of the 6th decimal per
+    # class (and the float32 softmax's own error).
+    assert sum(pred["probs"].values()) == pytest.approx(1.0, abs=len(LABELS) * 5e-7 + 1e-7)
     assert pred["label"] == max(pred["probs"], key=pred["probs"].get)
 
 

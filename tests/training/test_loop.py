@@ -33,6 +33,7 @@ class ToyTask:
     metric = "accuracy"
     higher_is_better = True
     unit = "sentences"
+    stats = ("accuracy",)
     d_model = 16
     fingerprint = "toy"
 

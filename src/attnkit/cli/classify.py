@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnkit.cli.common import (
     Parser,
@@ -13,22 +14,48 @@ from attnkit.cli.common import (
     config_overrides,
     dataset_splits,
     eval_file,
+    main_rank_first,
     note_slow_bf16,
     print_json,
     texts_from,
+    training_context,
 )
 from attnkit.errors import InputError
 
+if TYPE_CHECKING:
+    from attnkit.tasks.classify import TrainSummary
+    from attnkit.training.task import TrainContext
+
 
 def cmd_classify_train(args: argparse.Namespace) -> None:
+    if bool(args.train) == bool(args.dataset):
+        raise InputError("classify train: give --train FILE or --dataset NAME (one of them)")
+    with training_context(args) as context:
+        with main_rank_first(context):
+            train_path, valid_path = (args.train, args.valid) if args.train else dataset_splits(args.dataset)
+        summary = _train_classifier(args, train_path, valid_path, context)
+    if context.is_main:
+        print_json(
+            {
+                "run_dir": str(summary.run_dir),
+                "best_epoch": summary.best_epoch,
+                "valid_accuracy": summary.best_valid_accuracy,
+                "epochs": summary.epochs_run,
+                "steps": summary.steps,
+                "seconds": round(summary.seconds, 1),
+                "truncated": summary.truncation.n_truncated,
+            }
+        )
+
+
+def _train_classifier(
+    args: argparse.Namespace, train_path: Path, valid_path: Path | None, context: TrainContext
+) -> TrainSummary:
     from attnkit.cli.progress import TrainingProgress
     from attnkit.config import CLASSIFIER_PRESETS, FINE_TUNE_TRAIN_DEFAULTS, ClassifierConfig, task_configs
     from attnkit.data.readers import read_labeled
     from attnkit.tasks.classify import train_classifier
 
-    if bool(args.train) == bool(args.dataset):
-        raise InputError("classify train: give --train FILE or --dataset NAME (one of them)")
-    train_path, valid_path = (args.train, args.valid) if args.train else dataset_splits(args.dataset)
     overrides = config_overrides(args)
     for key in ("epochs", "seed"):
         if getattr(args, key) is not None:
@@ -38,7 +65,8 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
     train_base = dict(FINE_TUNE_TRAIN_DEFAULTS) if args.init_from else {}
     model_cfg, train_cfg = task_configs("classify", args.preset, overrides, train_base)
     check_resume(args, overrides, ClassifierConfig, CLASSIFIER_PRESETS)
-    note_slow_bf16(train_cfg.precision)
+    if context.is_main:
+        note_slow_bf16(train_cfg.precision)
     train = read_labeled(train_path)
     valid = read_labeled(valid_path) if valid_path else None
 
@@ -47,9 +75,9 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
         from attnkit.interop.bert import load_pretrained
 
         pretrained = load_pretrained(args.init_from)
-    progress = TrainingProgress(quiet=args.quiet)
+    progress = TrainingProgress(quiet=args.quiet or not context.is_main)  # rank 0 reports for all
     try:
-        summary = train_classifier(
+        return train_classifier(
             train,
             valid,
             model_cfg=model_cfg,
@@ -58,20 +86,10 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
             resume=args.resume,
             pretrained=pretrained,
             on_event=progress,
+            context=context,
         )
     finally:
         progress.close()
-    print_json(
-        {
-            "run_dir": str(summary.run_dir),
-            "best_epoch": summary.best_epoch,
-            "valid_accuracy": summary.best_valid_accuracy,
-            "epochs": summary.epochs_run,
-            "steps": summary.steps,
-            "seconds": round(summary.seconds, 1),
-            "truncated": summary.truncation.n_truncated,
-        }
-    )
 
 
 def cmd_classify_predict(args: argparse.Namespace) -> None:

@@ -1,14 +1,20 @@
 """The pieces every command shares: the parser class, --set/--config, JSON output, texts from stdin, dataset paths,
-and the slow-bf16 note."""
+the slow-bf16 note, and the training context of a train command (one process, or a rank of a torchrun launch)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnkit.errors import InputError
+
+if TYPE_CHECKING:
+    from attnkit.training.task import TrainContext
 
 
 class Parser(argparse.ArgumentParser):
@@ -133,3 +139,28 @@ def eval_file(args: argparse.Namespace) -> Path:
     if args.data:
         return args.data
     return fetch_dataset(args.dataset, getattr(args, "pair", None)) / f"{args.split}.tsv"
+
+
+@contextmanager
+def training_context(args: argparse.Namespace) -> Iterator[TrainContext]:
+    """Where a train command trains. Started by torchrun (``torchrun --nproc-per-node N -m attnkit ... train``),
+    this process is one rank of a data-parallel run: it joins the process group here and leaves it at the end."""
+    import torch
+
+    from attnkit.training.distributed import context_from_environment, end_process_group
+
+    context = context_from_environment(torch.device("cpu"))
+    try:
+        yield context
+    finally:
+        end_process_group()
+
+
+@contextmanager
+def main_rank_first(context: TrainContext) -> Iterator[None]:
+    """Rank 0 runs the block (a dataset fetch) before the other ranks, which then find its result in the cache."""
+    from attnkit.training.distributed import main_done, wait_for_main
+
+    wait_for_main(context)
+    yield
+    main_done(context)

@@ -13,10 +13,12 @@ from attnkit.cli.common import (
     config_overrides,
     eval_file,
     fetch_dataset,
+    main_rank_first,
     non_negative_float,
     note_slow_bf16,
     positive_int,
     print_json,
+    training_context,
 )
 from attnkit.errors import InputError
 
@@ -40,40 +42,46 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
     from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig, task_configs
     from attnkit.tasks.translate import train_translator
 
-    if args.dataset:
-        directory = fetch_dataset(args.dataset, args.pair)
-        train, valid = (
-            _read_pairs(directory / "train.tsv", None, None, "train"),
-            _read_pairs(directory / "valid.tsv", None, None, "valid"),
-        )
-    else:
-        train = _read_pairs(args.train, args.train_src, args.train_tgt, "train")
-        if train is None:
-            raise InputError("translate train: give --train FILE, --train-src A --train-tgt B, or --dataset NAME")
-        valid = _read_pairs(args.valid, args.valid_src, args.valid_tgt, "valid")
-    overrides = config_overrides(args)
-    for key in ("epochs", "max_steps", "max_tokens", "seed"):
-        if getattr(args, key) is not None:
-            overrides[key] = getattr(args, key)
-    if args.epochs is not None and args.max_steps is not None:
-        raise InputError("give --max-steps or --epochs, not both")
-    model_cfg, train_cfg = task_configs("translate", args.preset, overrides)
-    check_resume(args, overrides, TranslatorConfig, TRANSLATOR_PRESETS)
-    note_slow_bf16(train_cfg.precision)
+    with training_context(args) as context:
+        if args.dataset:
+            with main_rank_first(context):
+                directory = fetch_dataset(args.dataset, args.pair)
+            train, valid = (
+                _read_pairs(directory / "train.tsv", None, None, "train"),
+                _read_pairs(directory / "valid.tsv", None, None, "valid"),
+            )
+        else:
+            train = _read_pairs(args.train, args.train_src, args.train_tgt, "train")
+            if train is None:
+                raise InputError("translate train: give --train FILE, --train-src A --train-tgt B, or --dataset NAME")
+            valid = _read_pairs(args.valid, args.valid_src, args.valid_tgt, "valid")
+        overrides = config_overrides(args)
+        for key in ("epochs", "max_steps", "max_tokens", "seed"):
+            if getattr(args, key) is not None:
+                overrides[key] = getattr(args, key)
+        if args.epochs is not None and args.max_steps is not None:
+            raise InputError("give --max-steps or --epochs, not both")
+        model_cfg, train_cfg = task_configs("translate", args.preset, overrides)
+        check_resume(args, overrides, TranslatorConfig, TRANSLATOR_PRESETS)
+        if context.is_main:
+            note_slow_bf16(train_cfg.precision)
 
-    progress = TrainingProgress(quiet=args.quiet)
-    try:
-        summary = train_translator(
-            train,
-            valid,
-            model_cfg=model_cfg,
-            train_cfg=train_cfg,
-            out_dir=args.out,
-            resume=args.resume,
-            on_event=progress,
-        )
-    finally:
-        progress.close()
+        progress = TrainingProgress(quiet=args.quiet or not context.is_main)  # rank 0 reports for all
+        try:
+            summary = train_translator(
+                train,
+                valid,
+                model_cfg=model_cfg,
+                train_cfg=train_cfg,
+                out_dir=args.out,
+                resume=args.resume,
+                on_event=progress,
+                context=context,
+            )
+        finally:
+            progress.close()
+    if not context.is_main:
+        return
     print_json(
         {
             "run_dir": str(summary.run_dir),

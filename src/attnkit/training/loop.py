@@ -7,8 +7,10 @@ minutes), the non-finite guard, checkpoints (the best weights and/or the last K 
 
 Gradient accumulation follows fairseq: the batches of one optimizer step are consecutive in the epoch's order, and
 the step's loss is the sum of their summed losses divided by the sum of their normalisers, so a step over two
-batches equals a step over one batch holding both. A distributed version only has to all-reduce that normaliser
-(the global token count) and the gradients; ``TrainContext`` is where its device and process group will come in.
+batches equals a step over one batch holding both. Data-parallel training (torchrun, ``distributed.py``) shares a
+step's batches among the processes by index, sums that normaliser and the gradients across them, and seeds each
+batch's dropout from (seed, step, index): N processes with ``accum_steps`` batches each compute what one process
+with N x ``accum_steps`` computes, and rank 0 writes the run.
 
 The library never prints: progress is a stream of typed events (``Event``) that the CLI renders.
 
@@ -19,6 +21,7 @@ few lines that the loop names rather than spells out.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable
@@ -31,6 +34,7 @@ from torch import nn
 from attnkit import runs
 from attnkit.config import TrainConfig
 from attnkit.errors import InputError
+from attnkit.training.distributed import broadcast_from_main, sum_across, sum_gradients
 from attnkit.training.events import Checkpointed, Evaluated, Event, FitResult, Planned, Resumed, Skipped, Step, Warned
 from attnkit.training.guards import NonFiniteError, check_step
 from attnkit.training.losses import autocast
@@ -71,20 +75,24 @@ def fit(
     batches_per_epoch = len(task.epoch_batches(None))
     if not batches_per_epoch:
         raise InputError("no training data: the task made no batches")
-    the_plan, warnings = plan(cfg, -(-batches_per_epoch // cfg.accum_steps), task.d_model)
     generator = torch.Generator().manual_seed(cfg.seed)
     state_path = run_dir / STATE
+    notes = []
     if resume and state_path.is_file():
         state = load_fit_state(state_path, model=model, optimizer=optimizer, data_fingerprint=task.fingerprint)
         if state.epoch_generator_state is not None:
             generator.set_state(state.epoch_generator_state)
-        log = _metrics_log(run_dir, cfg, keep_rows=state.log_rows)
+        notes += _share_batches(state, cfg, context)
+        log = _metrics_log(run_dir, cfg, keep_rows=state.log_rows, context=context)
         on_event(Resumed(state.step, state.epoch))
     else:
-        _clear_run_outputs(run_dir)
-        state = FitState()
-        log = _metrics_log(run_dir, cfg, keep_rows=None)
-    for message in warnings:
+        if context.is_main:
+            _clear_run_outputs(run_dir)
+        state = FitState(batches_per_step=cfg.accum_steps * context.world_size)
+        log = _metrics_log(run_dir, cfg, keep_rows=None, context=context)
+    broadcast_from_main(model, context)  # every rank starts from rank 0's weights, whatever each built or loaded
+    the_plan, warnings = plan(cfg, -(-batches_per_epoch // state.batches_per_step), task.d_model)
+    for message in notes + warnings:
         on_event(Warned(message))
     on_event(
         Planned(
@@ -126,7 +134,8 @@ def fit(
         if best:
             state.best_score, state.best_loss = metrics[task.metric], metrics.get("loss")
             state.best_step, state.best_epoch, state.best_metrics, state.stale = state.step, epoch, dict(metrics), 0
-            runs.save_weights(run_dir, model)
+            if context.is_main:
+                runs.save_weights(run_dir, model)
         else:
             state.stale += 1
         log.write(
@@ -144,7 +153,10 @@ def fit(
 
     def save(step_checkpoint: bool) -> None:
         """Step checkpoint (keeping the last K), the weights until an evaluation has chosen some (for good, without
-        validation data), the training state, the manifest: a run killed after this resumes from here."""
+        validation data), the training state, the manifest: a run killed after this resumes from here. Rank 0's
+        alone: every rank holds the same weights and state."""
+        if not context.is_main:
+            return
         if step_checkpoint and cfg.keep_last:
             (run_dir / runs.CHECKPOINTS).mkdir(exist_ok=True)
             name = f"step_{state.step}.safetensors"
@@ -169,14 +181,12 @@ def fit(
                 generator.set_state(state.epoch_generator_state)
             batches = task.epoch_batches(generator)
             while state.batch_index < len(batches):
-                group = batches[state.batch_index : state.batch_index + cfg.accum_steps]
+                group = batches[state.batch_index : state.batch_index + state.batches_per_step]
                 state.step += 1
                 state.batch_index += len(group)
                 lr = the_plan.lr(state.step)
                 set_learning_rate(optimizer, lr)
-                outcome = _train_step(
-                    model, optimizer, task, [task.collate(b) for b in group], cfg, context, step=state.step
-                )
+                outcome = _train_step(model, optimizer, task, group, cfg, context, step=state.step)
                 progress = _epochs_done(state, len(batches))
                 if outcome.problem is not None:
                     if not cfg.skip_nonfinite:
@@ -245,7 +255,8 @@ def fit(
                     break  # (the next epoch's order is drawn above)
     finally:
         log.close()
-    runs.write_manifest(run_dir)
+    if context.is_main:
+        runs.write_manifest(run_dir)
     return FitResult(
         state.step,
         _epochs_done(state, batches_per_epoch),
@@ -271,20 +282,25 @@ def _train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     task: Task,
-    batches: list[Batch],
+    group: list[list[int]],
     cfg: TrainConfig,
     context: TrainContext,
     *,
     step: int,
 ) -> _StepOutcome:
-    """One optimizer step over ``batches`` (accum_steps of them, fewer at the end of an epoch)."""
-    batches = [Batch(tuple(t.to(context.device) for t in b.tensors), b.size) for b in batches]  # the one device move
-    n_units = sum(b.size for b in batches)  # the step's normaliser (distributed: all-reduced over the processes)
+    """One optimizer step over the batches of ``group`` (``batches_per_step`` of them, fewer at the end of an epoch),
+    of which this process computes those with index i % world_size == rank."""
+    mine = [
+        (i, _to_device(task.collate(indices), context.device))  # the one device move
+        for i, indices in enumerate(group)
+        if i % context.world_size == context.rank
+    ]
+    (n_units,) = sum_across([float(sum(batch.size for _, batch in mine))], context)  # the step's normaliser
     optimizer.zero_grad(set_to_none=True)
-    rng_before = torch.get_rng_state()
     loss_sum = torch.zeros((), dtype=torch.float64, device=context.device)  # exact for a mean times its size
-    sums: dict[str, float] = {}
-    for batch in batches:
+    sums = dict.fromkeys(task.stats, 0.0)
+    for i, batch in mine:
+        torch.manual_seed(_dropout_seed(cfg.seed, step, i))  # the same masks whichever process computes batch i
         with autocast(cfg.precision):
             out = task.loss(model, batch)
         # sum_b loss_b / n_units; a mean loss is weighted by its share of the units, which is exactly 1.0 (and so
@@ -292,21 +308,55 @@ def _train_step(
         (out.value * (batch.size / n_units) if out.mean else out.value / n_units).backward()
         loss_sum += out.value.detach().double() * batch.size if out.mean else out.value.detach().double()
         for key, value in out.sums.items():
-            sums[key] = sums.get(key, 0.0) + value
+            sums[key] += value
+    sum_gradients(model, context)
+    loss_total, *stat_totals = sum_across([loss_sum.item(), *sums.values()], context)
+    sums = dict(zip(sums, stat_totals))
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm or float("inf"))
 
-    def replay() -> None:  # the same forward passes, with the dropout masks the step drew, for the diagnosis
-        torch.set_rng_state(rng_before)
+    def replay() -> None:  # the same forward passes, with the same dropout masks, for the diagnosis
         with autocast(cfg.precision):
-            for batch in batches:
+            for i, batch in mine:
+                torch.manual_seed(_dropout_seed(cfg.seed, step, i))
                 task.loss(model, batch)
 
-    problem = check_step(model, loss_sum, grad_norm, step=step, replay=replay)
+    problem = check_step(model, torch.tensor(loss_total), grad_norm, step=step, replay=replay)
     if problem is not None:
         optimizer.zero_grad(set_to_none=True)
-        return _StepOutcome(0.0, n_units, {}, problem)
+        return _StepOutcome(0.0, int(n_units), {}, problem)
     optimizer.step()
-    return _StepOutcome(loss_sum.item(), n_units, sums, None)
+    return _StepOutcome(loss_total, int(n_units), sums, None)
+
+
+def _to_device(batch: Batch, device: torch.device) -> Batch:
+    return Batch(tuple(t.to(device) for t in batch.tensors), batch.size)
+
+
+def _dropout_seed(seed: int, step: int, index: int) -> int:
+    """The torch seed of batch ``index`` of optimizer step ``step``: its dropout masks depend on nothing else (not on
+    the process that computes it, nor on where a resumed run restarted)."""
+    digest = hashlib.blake2b(f"{seed}:{step}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+def _share_batches(state: FitState, cfg: TrainConfig, context: TrainContext) -> list[str]:
+    """On resume: the run's batches per step, shared among this run's processes (another process count than the
+    run started with is fine when it divides them: each process then accumulates its share)."""
+    if not state.batches_per_step:  # a state saved before data-parallel training: one process, accum_steps
+        state.batches_per_step = cfg.accum_steps
+    if state.batches_per_step == cfg.accum_steps * context.world_size:
+        return []
+    if state.batches_per_step % context.world_size:
+        raise InputError(
+            f"this run takes {state.batches_per_step} batches per optimizer step, which {context.world_size} "
+            f"processes cannot share evenly; resume it on a number of processes that divides "
+            f"{state.batches_per_step}"
+        )
+    share = state.batches_per_step // context.world_size
+    return [
+        f"the run takes {state.batches_per_step} batches per optimizer step: on {context.world_size} process(es), "
+        f"each accumulates {share} (accum_steps={share} here, whatever the run was started with)"
+    ]
 
 
 def _finished(cfg: TrainConfig, state: FitState) -> str:
@@ -359,6 +409,23 @@ def _clear_run_outputs(run_dir: Path) -> None:
         old.unlink()
 
 
-def _metrics_log(run_dir: Path, cfg: TrainConfig, keep_rows: int | None) -> runs.MetricsLog:
-    """A fresh log, or (resuming) the log cut back to the ``keep_rows`` rows written before the saved state."""
+def _metrics_log(
+    run_dir: Path, cfg: TrainConfig, keep_rows: int | None, context: TrainContext
+) -> runs.MetricsLog | _NoLog:
+    """A fresh log, or (resuming) the log cut back to the ``keep_rows`` rows written before the saved state; nothing
+    on the ranks other than 0."""
+    if not context.is_main:
+        return _NoLog()
     return runs.MetricsLog(run_dir / runs.METRICS, keep_rows=keep_rows, tensorboard=cfg.tensorboard)
+
+
+class _NoLog:
+    """The metrics log of a rank that writes nothing."""
+
+    rows = 0
+
+    def write(self, row: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

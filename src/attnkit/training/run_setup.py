@@ -1,5 +1,10 @@
 """Opening a training run's directory, shared by every task: a fresh run, a resumed one, or a resumed one that was
-killed before it saved anything (which simply starts)."""
+killed before it saved anything (which simply starts).
+
+In a data-parallel run, rank 0 alone prepares the directory, trains the tokenizer and writes the run's files; the
+other ranks wait in ``open_run`` until ``write_run_files`` has written them, then read them as a resumed run reads
+its own (so that every rank has the very same tokenizer, labels and configs).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ from attnkit import runs
 from attnkit.config import TrainConfig, TransformerConfig
 from attnkit.errors import InputError
 from attnkit.tokenization import Tokenizer
+from attnkit.training.distributed import main_done, wait_for_main
+from attnkit.training.task import TrainContext
 
 
 @dataclass(frozen=True)
@@ -20,10 +27,15 @@ class RunDir:
     resume: bool
 
 
-def open_run(out_dir: str | Path, resume: bool) -> RunDir:
+def open_run(out_dir: str | Path, resume: bool, context: TrainContext | None = None) -> RunDir:
     """The directory to train into. Resuming removes what atomic writes killed part-way left behind; a run killed
-    before it wrote its config has nothing to continue, so it starts from the beginning (as it would have)."""
+    before it wrote its config has nothing to continue, so it starts from the beginning (as it would have).
+
+    On ranks other than 0: once rank 0 has written the run's files, the run as rank 0 wrote it (``saved`` set)."""
     out_dir = Path(out_dir)
+    if context is not None and not context.is_main:
+        wait_for_main(context)
+        return RunDir(out_dir, runs.read_json(out_dir / runs.CONFIG), resume)
     if resume:
         if not out_dir.is_dir():
             raise InputError(f"--resume: {out_dir} does not exist; there is no run to continue")
@@ -35,12 +47,34 @@ def open_run(out_dir: str | Path, resume: bool) -> RunDir:
 
 
 def write_run_files(
-    run: RunDir, task: str, model_cfg: TransformerConfig, train_cfg: TrainConfig, tokenizer: Tokenizer, **extra: object
+    run: RunDir,
+    task: str,
+    model_cfg: TransformerConfig,
+    train_cfg: TrainConfig,
+    tokenizer: Tokenizer,
+    *,
+    files: dict[str, object] | None = None,
+    context: TrainContext | None = None,
+    **extra: object,
 ) -> None:
-    """config.json (task, format, both configs, tokenizer roles, ``extra``) and tokenizer.json of a run that starts;
-    nothing when resuming a run that has them."""
-    if run.saved is not None:
-        return
+    """config.json (task, format, both configs, tokenizer roles, ``extra``), tokenizer.json and the task's own JSON
+    ``files`` (name -> value) of a run that starts; nothing when resuming a run that has them. Then, on rank 0 of a
+    data-parallel run, lets the other ranks (waiting in ``open_run``) read them."""
+    if run.saved is None:
+        _write_run_files(run, task, model_cfg, train_cfg, tokenizer, files or {}, extra)
+    if context is not None and context.is_main:
+        main_done(context)
+
+
+def _write_run_files(
+    run: RunDir,
+    task: str,
+    model_cfg: TransformerConfig,
+    train_cfg: TrainConfig,
+    tokenizer: Tokenizer,
+    files: dict[str, object],
+    extra: dict[str, object],
+) -> None:
     config = {
         **runs.config_header(task),
         "model": dataclasses.asdict(model_cfg),
@@ -51,3 +85,5 @@ def write_run_files(
     }
     runs.atomic_write_json(run.path / runs.CONFIG, config)
     tokenizer.save(run.path / runs.TOKENIZER)
+    for name, value in files.items():
+        runs.atomic_write_json(run.path / name, value)

@@ -6,7 +6,7 @@ can execute code when loaded, and it is written atomically like every other arti
 
 What "bit-exact" needs, and where it comes from:
     model and optimizer        every tensor, bitwise
-    dropout                    the global torch RNG state at the moment of saving
+    dropout                    nothing: each batch's masks are seeded from (seed, step, index) by the loop
     data order and position    the batch generator's state at the start of the current epoch (the epoch's order is
                                drawn again from it) and the index of the next batch in that order
     loop counters              step, epoch, best score, running sums: in the JSON
@@ -56,6 +56,7 @@ class FitState:
     last_eval_step: int = 0  # the step of the last evaluation (0: none yet)
     skipped: int = 0  # non-finite steps skipped (skip_nonfinite)
     log_rows: int = 0  # rows in the metrics log when the state was saved: a resume drops the rows after them
+    batches_per_step: int = 0  # over all processes: accum_steps x world_size when the run started (0: not recorded)
 
 
 def save_fit_state(

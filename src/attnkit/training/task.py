@@ -37,6 +37,7 @@ class Task(Protocol):
     metric: str  # the evaluation metric that decides "better" (a key of ``evaluate``'s result)
     higher_is_better: bool  # for ``metric``; ties are broken by the lower validation "loss"
     unit: str  # what ``Batch.size`` counts ("sentences", "tokens"), for the log
+    stats: tuple[str, ...]  # the keys of every ``BatchLoss.sums`` (summed across processes in a fixed order)
     d_model: int  # model width, for the schedule of eq. 3 ("noam")
     fingerprint: str  # of the training data: a resume on other data is refused
 
@@ -61,6 +62,17 @@ class Task(Protocol):
 
 @dataclass(frozen=True)
 class TrainContext:
-    """Where training runs. One process on one device today; a process group joins it for distributed training."""
+    """Where training runs: the device, and this process's place among the ``world_size`` processes of a
+    data-parallel run (``attnkit.training.distributed.context_from_environment`` makes one under torchrun).
+
+    Rank 0 is the one that writes the run directory; every rank computes the same steps (see ``fit``).
+    """
 
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process writes the run's files and reports progress (rank 0)."""
+        return self.rank == 0

@@ -30,7 +30,7 @@ from attnkit.training.losses import classification_loss
 from attnkit.training.optim import make_optimizer
 from attnkit.training.run_setup import open_run, write_run_files
 from attnkit.training.state import fingerprint_texts
-from attnkit.training.task import Batch, BatchLoss
+from attnkit.training.task import Batch, BatchLoss, TrainContext
 
 
 @dataclass
@@ -89,6 +89,7 @@ class ClassificationTask:
     metric: str = "accuracy"
     higher_is_better: bool = True
     unit: str = "sentences"
+    stats: tuple[str, ...] = ("accuracy",)
 
     def epoch_batches(self, generator: torch.Generator | None) -> list[list[int]]:
         lengths = [len(s) for s in self.train_ids]
@@ -131,6 +132,7 @@ def train_classifier(
     resume: bool = False,
     pretrained: Pretrained | None = None,
     on_event: Callable[[Event], None] = lambda event: None,
+    context: TrainContext | None = None,
 ) -> TrainSummary:
     """Train on ``train``, select on ``valid`` (10% of ``train`` held out when None), write the run to ``out_dir``.
 
@@ -141,8 +143,11 @@ def train_classifier(
     With ``resume``, ``out_dir`` is a run killed part-way: its config, tokenizer and training state are loaded and
     training continues from the saved step exactly as if it had never stopped (``model_cfg`` and ``train_cfg``
     are then taken from the run, not from the arguments).
+
+    ``context`` says where to train (device, and the process's rank in a data-parallel run; see ``fit``).
     """
-    run = open_run(out_dir, resume)
+    context = context or TrainContext()
+    run = open_run(out_dir, resume, context)
     if run.saved is not None:
         model_cfg = ClassifierConfig(**run.saved["model"])
         train_cfg = ClassifierTrainConfig(**run.saved["train"])
@@ -219,9 +224,9 @@ def train_classifier(
         model.load_state_dict(initial.state_dict())  # the same weights, in a model built with this run's dropout
     optimizer = make_optimizer(model, train_cfg, layer_lr_decay=train_cfg.layer_lr_decay)
     extra = {"init_from": pretrained.source} if pretrained is not None else {}
-    write_run_files(run, "classify", model_cfg, train_cfg, tokenizer, **extra)
-    if run.saved is None:
-        runs.atomic_write_json(run.path / runs.LABELS, labels)
+    write_run_files(
+        run, "classify", model_cfg, train_cfg, tokenizer, files={runs.LABELS: labels}, context=context, **extra
+    )
     task = ClassificationTask(
         train_ids,
         torch.tensor([label_id[ex.label] for ex in train]),
@@ -233,7 +238,7 @@ def train_classifier(
         model_cfg.d_model,
         fingerprint_texts([ex.text for ex in train], [ex.label for ex in train], [ex.text for ex in valid]),
     )
-    result = fit(model, optimizer, task, train_cfg, run.path, resume=run.resume, on_event=on_event)
+    result = fit(model, optimizer, task, train_cfg, run.path, resume=run.resume, on_event=on_event, context=context)
     return TrainSummary(
         run.path,
         result.best_epoch,

@@ -30,7 +30,7 @@ from attnkit.training.losses import sequence_loss
 from attnkit.training.optim import make_optimizer
 from attnkit.training.run_setup import open_run, write_run_files
 from attnkit.training.state import fingerprint_texts
-from attnkit.training.task import Batch, BatchLoss
+from attnkit.training.task import Batch, BatchLoss, TrainContext
 
 
 @dataclass
@@ -70,6 +70,7 @@ class TranslationTask:
     d_model: int
     fingerprint: str
     unit: str = "tokens"
+    stats: tuple[str, ...] = ()
     metric: str = field(init=False)
     higher_is_better: bool = field(init=False)
 
@@ -113,12 +114,15 @@ def train_translator(
     out_dir: str | Path,
     resume: bool = False,
     on_event: Callable[[Event], None] = lambda event: None,
+    context: TrainContext | None = None,
 ) -> TranslateSummary:
     """Train on ``train`` and write the run (config, shared BPE, weights, checkpoints, metrics) to ``out_dir``.
 
     With ``resume``, continue a killed run from its last saved state, bit-exactly (configs come from the run).
+    ``context`` says where to train (device, and the process's rank in a data-parallel run; see ``fit``).
     """
-    run = open_run(out_dir, resume)
+    context = context or TrainContext()
+    run = open_run(out_dir, resume, context)
     if run.saved is not None:
         model_cfg = TranslatorConfig(**run.saved["model"])
         train_cfg = TranslatorTrainConfig(**run.saved["train"])
@@ -149,7 +153,7 @@ def train_translator(
 
     model = build_translator(model_cfg, pad_id=tokenizer.pad_id)
     optimizer = make_optimizer(model, train_cfg)
-    write_run_files(run, "translate", model_cfg, train_cfg, tokenizer)
+    write_run_files(run, "translate", model_cfg, train_cfg, tokenizer, context=context)
     task = TranslationTask(
         data,
         valid_data,
@@ -159,7 +163,7 @@ def train_translator(
         model_cfg.d_model,
         fingerprint_texts([p.source for p in train], [p.target for p in train], [p.source for p in valid or []]),
     )
-    result = fit(model, optimizer, task, train_cfg, run.path, resume=run.resume, on_event=on_event)
+    result = fit(model, optimizer, task, train_cfg, run.path, resume=run.resume, on_event=on_event, context=context)
     return TranslateSummary(
         run.path,
         result.steps,
