@@ -50,7 +50,9 @@ def translation_task(accum: int) -> tuple[torch.nn.Module, TranslationTask]:
     for line in range(1, 301):
         words = [rng.choice(letters) for _ in range(rng.randint(2, 10))]
         pairs.append(Pair(" ".join(words), " ".join(reversed(words)), line))
-    tokenizer = train_tokenizer((t for p in pairs for t in (p.source, p.target)), kind="word", vocab_size=40, min_freq=1)
+    tokenizer = train_tokenizer(
+        (t for p in pairs for t in (p.source, p.target)), kind="word", vocab_size=40, min_freq=1
+    )
     cfg = TranslatorTrainConfig(**TRAIN, accum_steps=accum, max_tokens=120, valid_bleu=False)
     model = build_translator(TranslatorConfig(vocab_size=tokenizer.vocab_size, **TINY), pad_id=tokenizer.pad_id)
     data = encode_pairs(tokenizer, pairs, 64, "truncate")
