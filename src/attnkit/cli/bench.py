@@ -13,7 +13,7 @@ import sys
 def cmd_bench(args: argparse.Namespace) -> None:
     from attnkit.bench import iter_suite
     from attnkit.bench.common import describe, format_table
-    from attnkit.training.losses import SLOW_BF16_NOTE, native_bf16
+    from attnkit.training.precision import SLOW_BF16_NOTE, native_bf16
 
     results_iter = iter_suite(args.suite, quick=args.quick, threads=args.threads, impls=args.impl)
     if args.suite in ("train", "classify") and not native_bf16():

@@ -30,11 +30,12 @@ from torch import nn
 
 from attnkit import runs
 from attnkit.config import TrainConfig
+from attnkit.devices import rng_state, set_rng_state
 from attnkit.errors import InputError
 from attnkit.training.events import Checkpointed, Evaluated, Event, FitResult, Planned, Resumed, Skipped, Step, Warned
 from attnkit.training.guards import NonFiniteError, check_step
-from attnkit.training.losses import autocast
 from attnkit.training.optim import set_learning_rate
+from attnkit.training.precision import autocast, check_precision, grad_scaler, set_tf32
 from attnkit.training.schedules import Plan, plan
 from attnkit.training.state import STATE, FitState, load_fit_state, save_fit_state
 from attnkit.training.task import Batch, Task, TrainContext
@@ -68,6 +69,8 @@ def fit(
     """
     started = time.perf_counter()
     context = context or TrainContext()
+    check_precision(cfg.precision, context.device)
+    scaler = grad_scaler(cfg.precision, context.device)  # fp16 only
     batches_per_epoch = len(task.epoch_batches(None))
     if not batches_per_epoch:
         raise InputError("no training data: the task made no batches")
@@ -75,7 +78,9 @@ def fit(
     generator = torch.Generator().manual_seed(cfg.seed)
     state_path = run_dir / STATE
     if resume and state_path.is_file():
-        state = load_fit_state(state_path, model=model, optimizer=optimizer, data_fingerprint=task.fingerprint)
+        state = load_fit_state(
+            state_path, model=model, optimizer=optimizer, data_fingerprint=task.fingerprint, scaler=scaler
+        )
         if state.epoch_generator_state is not None:
             generator.set_state(state.epoch_generator_state)
         log = _metrics_log(run_dir, cfg, keep_rows=state.log_rows)
@@ -155,12 +160,15 @@ def fit(
         if state.best_score is None:
             runs.save_weights(run_dir, model)
         state.log_rows = log.rows
-        save_fit_state(state_path, model=model, optimizer=optimizer, state=state, data_fingerprint=task.fingerprint)
+        save_fit_state(
+            state_path, model=model, optimizer=optimizer, state=state, data_fingerprint=task.fingerprint, scaler=scaler
+        )
         runs.write_manifest(run_dir)
 
     stopped_by = _finished(cfg, state)  # "" unless resuming a run that had already stopped
     warned_time = False
     model.train()
+    restore_tf32 = set_tf32(cfg.tf32, context.device)
     try:
         while not stopped_by:
             if state.batch_index == 0:
@@ -175,7 +183,7 @@ def fit(
                 lr = the_plan.lr(state.step)
                 set_learning_rate(optimizer, lr)
                 outcome = _train_step(
-                    model, optimizer, task, [task.collate(b) for b in group], cfg, context, step=state.step
+                    model, optimizer, task, [task.collate(b) for b in group], cfg, context, scaler, step=state.step
                 )
                 progress = _epochs_done(state, len(batches))
                 if outcome.problem is not None:
@@ -245,6 +253,7 @@ def fit(
                     break  # (the next epoch's order is drawn above)
     finally:
         log.close()
+        restore_tf32()
     runs.write_manifest(run_dir)
     return FitResult(
         state.step,
@@ -274,38 +283,56 @@ def _train_step(
     batches: list[Batch],
     cfg: TrainConfig,
     context: TrainContext,
+    scaler: torch.amp.GradScaler | None = None,
     *,
     step: int,
 ) -> _StepOutcome:
-    """One optimizer step over ``batches`` (accum_steps of them, fewer at the end of an epoch)."""
-    batches = [Batch(tuple(t.to(context.device) for t in b.tensors), b.size) for b in batches]  # the one device move
+    """One optimizer step over ``batches`` (accum_steps of them, fewer at the end of an epoch); with ``scaler``
+    (fp16), the loss is scaled for the backward pass and the gradients unscaled before clipping."""
+    device = context.device
+    batches = [Batch(tuple(t.to(device) for t in b.tensors), b.size) for b in batches]  # the one device move
     n_units = sum(b.size for b in batches)  # the step's normaliser (distributed: all-reduced over the processes)
     optimizer.zero_grad(set_to_none=True)
-    rng_before = torch.get_rng_state()
-    loss_sum = torch.zeros((), dtype=torch.float64, device=context.device)  # exact for a mean times its size
+    rng_before = rng_state(device)
+    # float64: exact for a mean times its size (MPS has no float64)
+    loss_sum = torch.zeros((), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
     sums: dict[str, float] = {}
     for batch in batches:
-        with autocast(cfg.precision):
+        with autocast(cfg.precision, device):
             out = task.loss(model, batch)
         # sum_b loss_b / n_units; a mean loss is weighted by its share of the units, which is exactly 1.0 (and so
         # bitwise the plain mean) when one batch makes the step.
-        (out.value * (batch.size / n_units) if out.mean else out.value / n_units).backward()
-        loss_sum += out.value.detach().double() * batch.size if out.mean else out.value.detach().double()
-        for key, value in out.sums.items():
-            sums[key] = sums.get(key, 0.0) + value
+        loss = out.value * (batch.size / n_units) if out.mean else out.value / n_units
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        value = out.value.detach().to(loss_sum.dtype)
+        loss_sum += value * batch.size if out.mean else value
+        for key, stat in out.sums.items():
+            sums[key] = sums.get(key, 0.0) + stat
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # clip (and check) the true gradients, not the scaled ones
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm or float("inf"))
 
     def replay() -> None:  # the same forward passes, with the dropout masks the step drew, for the diagnosis
-        torch.set_rng_state(rng_before)
-        with autocast(cfg.precision):
+        set_rng_state(rng_before, device)
+        with autocast(cfg.precision, device):
             for batch in batches:
                 task.loss(model, batch)
 
-    problem = check_step(model, loss_sum, grad_norm, step=step, replay=replay)
+    # A finite loss whose scaled gradients overflowed float16 is the scaler's to handle: its step() skips the update
+    # and its update() lowers the scale. Only a non-finite loss (or any non-finite value without a scaler) is a
+    # problem of the run.
+    scaler_overflow = scaler is not None and bool(torch.isfinite(loss_sum)) and not bool(torch.isfinite(grad_norm))
+    problem = None if scaler_overflow else check_step(model, loss_sum, grad_norm, step=step, replay=replay)
     if problem is not None:
         optimizer.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.update()  # closes the step it unscaled (and lowers the scale: the gradients were not finite)
         return _StepOutcome(0.0, n_units, {}, problem)
-    optimizer.step()
+    if scaler is not None:
+        scaler.step(optimizer)  # skipped when the unscaled gradients held an inf or NaN
+        scaler.update()
+    else:
+        optimizer.step()
     return _StepOutcome(loss_sum.item(), n_units, sums, None)
 
 

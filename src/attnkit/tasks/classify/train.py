@@ -30,7 +30,8 @@ from attnkit.training.losses import classification_loss
 from attnkit.training.optim import make_optimizer
 from attnkit.training.run_setup import open_run, write_run_files
 from attnkit.training.state import fingerprint_texts
-from attnkit.training.task import Batch, BatchLoss
+from attnkit.training.precision import check_precision
+from attnkit.training.task import Batch, BatchLoss, TrainContext
 
 
 @dataclass
@@ -131,6 +132,7 @@ def train_classifier(
     resume: bool = False,
     pretrained: Pretrained | None = None,
     on_event: Callable[[Event], None] = lambda event: None,
+    device: torch.device | None = None,
 ) -> TrainSummary:
     """Train on ``train``, select on ``valid`` (10% of ``train`` held out when None), write the run to ``out_dir``.
 
@@ -141,11 +143,15 @@ def train_classifier(
     With ``resume``, ``out_dir`` is a run killed part-way: its config, tokenizer and training state are loaded and
     training continues from the saved step exactly as if it had never stopped (``model_cfg`` and ``train_cfg``
     are then taken from the run, not from the arguments).
+
+    ``device`` (default the CPU) is where training runs; the run directory it writes does not depend on it.
     """
+    device = device or torch.device("cpu")
     run = open_run(out_dir, resume)
     if run.saved is not None:
         model_cfg = ClassifierConfig(**run.saved["model"])
         train_cfg = ClassifierTrainConfig(**run.saved["train"])
+    check_precision(train_cfg.precision, device)
     torch.manual_seed(train_cfg.seed)
 
     valid_source = "file"
@@ -217,6 +223,7 @@ def train_classifier(
     model = build_classifier(model_cfg, pad_id=tokenizer.pad_id)
     if initial is not None:
         model.load_state_dict(initial.state_dict())  # the same weights, in a model built with this run's dropout
+    model.to(device)  # before the optimizer is made: its state lives beside the parameters
     optimizer = make_optimizer(model, train_cfg, layer_lr_decay=train_cfg.layer_lr_decay)
     extra = {"init_from": pretrained.source} if pretrained is not None else {}
     write_run_files(run, "classify", model_cfg, train_cfg, tokenizer, **extra)
@@ -233,7 +240,9 @@ def train_classifier(
         model_cfg.d_model,
         fingerprint_texts([ex.text for ex in train], [ex.label for ex in train], [ex.text for ex in valid]),
     )
-    result = fit(model, optimizer, task, train_cfg, run.path, resume=run.resume, on_event=on_event)
+    result = fit(
+        model, optimizer, task, train_cfg, run.path, resume=run.resume, on_event=on_event, context=TrainContext(device)
+    )
     return TrainSummary(
         run.path,
         result.best_epoch,
