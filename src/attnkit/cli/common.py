@@ -1,5 +1,5 @@
-"""The pieces every command shares: the parser class, --set/--config, JSON output, texts from stdin, dataset paths,
-and the slow-bf16 note."""
+"""The pieces every command shares: the parser class, --set/--config, --device, JSON output, texts from stdin,
+dataset paths, and the slow-bf16 note."""
 
 from __future__ import annotations
 
@@ -38,6 +38,21 @@ def non_negative_float(text: str) -> float:
     if not value >= 0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"{text} must be >= 0")
     return value
+
+
+def add_device_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="auto (the default: CUDA when torch sees a GPU, then MPS, else the CPU), cpu, cuda, cuda:N or mps",
+    )
+
+
+def device_of(args: argparse.Namespace):  # -> torch.device (torch is imported only when a command runs)
+    """The device --device names, checked: one this machine lacks is an error line saying so."""
+    from attnkit.devices import resolve_device
+
+    return resolve_device(args.device)
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
@@ -118,12 +133,14 @@ def dataset_splits(name: str) -> tuple[Path, Path]:
     return directory / "train.tsv", directory / "valid.tsv"
 
 
-def note_slow_bf16(precision: str) -> None:
-    """bf16 runs everywhere, but without AMX or AVX512-BF16 it is much slower than fp32: say so, once."""
-    from attnkit.training.losses import SLOW_BF16_NOTE, native_bf16
+def check_precision(precision: str, device, *, what: str) -> None:
+    """fp16 off CUDA (and bf16 on a GPU without it) is an error line naming ``what``; bf16 on a CPU without AMX or
+    AVX512-BF16 runs, much slower than fp32: say so, once."""
+    from attnkit.training import precision as precisions
 
-    if precision == "bf16" and not native_bf16():
-        print(f"note: precision=bf16: {SLOW_BF16_NOTE}", file=sys.stderr)
+    precisions.check_precision(precision, device, what=what)
+    if precisions.slow_bf16(precision, device):
+        print(f"note: precision=bf16: {precisions.SLOW_BF16_NOTE}", file=sys.stderr)
 
 
 def eval_file(args: argparse.Namespace) -> Path:

@@ -38,8 +38,8 @@ def check_precision(precision: str, device: torch.device, *, what: str = "config
         raise InputError(f"{what}={precision!r}; expected one of {', '.join(PRECISIONS)}")
     if precision == "fp16" and device.type != "cuda":
         raise InputError(
-            f"{what}=fp16 needs a CUDA device (float16 with a gradient scaler); on {device.type} use bf16 "
-            f"(native on CPUs with AMX or AVX512-BF16) or fp32"
+            f"{what}=fp16 runs on CUDA devices only; on {device.type} use bf16 (native on CPUs with AMX or "
+            f"AVX512-BF16) or fp32"
         )
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise InputError(f"{what}=bf16: {torch.cuda.get_device_name(device)} has no bfloat16; use fp16 or fp32")

@@ -29,9 +29,9 @@ from attnkit.training.events import Event, Prepared
 from attnkit.training.loop import fit
 from attnkit.training.losses import sequence_loss
 from attnkit.training.optim import make_optimizer
+from attnkit.training.precision import check_precision
 from attnkit.training.run_setup import open_run, write_run_files
 from attnkit.training.state import fingerprint_texts
-from attnkit.training.precision import check_precision
 from attnkit.training.task import Batch, BatchLoss, TrainContext
 
 
