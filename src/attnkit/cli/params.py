@@ -25,8 +25,8 @@ def cmd_params(args: argparse.Namespace) -> None:
     if args.json:
         print_json({**to_json(report), "memory": asdict(memory)})
     else:
+        print(format_memory(memory))  # above the table, which ends with its totals
         print(format_table(report))
-        print(format_memory(memory))
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
