@@ -3,7 +3,7 @@
 Also the boilerplate of tests that drive the command line or read runs: one torch thread for a module
 (``one_thread``), running ``attnkit.cli.main`` quietly in a module fixture (``quietly``), the command lines that train
 the tiny classifier and translator runs many tests start from (``tiny``), and a run directory written by hand from
-a model and a tokenizer (``write_run``).
+a model and a tokenizer (``write_run``). Tests marked ``cuda`` are skipped on machines without a GPU.
 """
 
 from __future__ import annotations
@@ -20,6 +20,16 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``cuda`` need a GPU: skipped, saying why, where torch sees none (they run wherever one is lent)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA: torch.cuda.is_available() is False on this machine")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)

@@ -281,9 +281,9 @@ def test_single_logit_head_still_gives_two_probabilities(tmp_path, capsys):
 
 @pytest.mark.parametrize("native", [True, False])
 def test_predict_in_bf16_agrees_and_notes_a_cpu_without_native_bfloat16(seed_run, capsys, monkeypatch, native):
-    from attnkit.training import losses
+    from attnkit.training import precision
 
-    monkeypatch.setattr(losses, "native_bf16", lambda: native)
+    monkeypatch.setattr(precision, "native_bf16", lambda: native)
     text = "This movie was absolutely amazing"
     _, fp32_out, _ = cli(capsys, "classify", "predict", "--model", seed_run, text)
     code, out, err = cli(capsys, "classify", "predict", "--model", seed_run, "--precision", "bf16", text)

@@ -119,7 +119,10 @@ class TrainConfig:
     checkpoint_every: int = 500  # save the training state (and a step checkpoint, if keep_last) every N steps
     keep_last: int = 0  # step checkpoints kept in RUN/checkpoints (for `attnkit average`); 0 = none
     skip_nonfinite: bool = False  # a batch with a NaN/inf loss or gradient: False = stop the run, True = skip it
-    precision: str = "fp32"  # "fp32", or "bf16": bfloat16 autocast for the forward pass (AMX / AVX512-BF16 CPUs, GPUs)
+    # "fp32"; "bf16": bfloat16 autocast for the forward pass (GPUs, CPUs with AMX / AVX512-BF16); "fp16": float16
+    # autocast with a gradient scaler (CUDA only)
+    precision: str = "fp32"
+    tf32: bool = True  # CUDA: float32 matrix multiplications on TF32 tensor cores (Ampere and newer); ignored elsewhere
     tensorboard: bool = False  # also log every metric to RUN/tensorboard (needs `pip install tensorboard`)
     tokenizer: str = "word"  # "word" (lower-cased words and punctuation), "bpe" or "wordpiece"
     min_freq: int = 2  # word/subword vocabulary: minimum count to get an id
@@ -131,7 +134,7 @@ class TrainConfig:
         _check_choice("schedule", self.schedule, ("linear", "noam", "constant", "auto"))
         _check_choice("tokenizer", self.tokenizer, ("word", "bpe", "wordpiece"))
         _check_choice("max_len_policy", self.max_len_policy, ("truncate", "error"))
-        _check_choice("precision", self.precision, ("fp32", "bf16"))
+        _check_choice("precision", self.precision, ("fp32", "bf16", "fp16"))
         for key in ("lr", "lr_factor", "adam_eps"):
             if getattr(self, key) <= 0:
                 raise InputError(f"config key {key}={getattr(self, key)} must be positive")

@@ -30,7 +30,7 @@ from attnkit.bench.common import (
 from attnkit.config import ClassifierConfig, TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
 from attnkit.model.build import build_classifier, build_translator
-from attnkit.training.losses import native_bf16
+from attnkit.training.precision import native_bf16
 
 TINY = TranslatorConfig(vocab_size=120, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=48)
 TINY_CLS = ClassifierConfig(vocab_size=120, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=32, n_classes=2)

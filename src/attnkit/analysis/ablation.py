@@ -15,9 +15,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnkit.atomic import atomic_write_bytes
 from attnkit.errors import InputError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -73,27 +77,40 @@ def variant_configs(task: str, preset_name: str | None, overrides: dict) -> tupl
 
 
 def train_variant(
-    task: str, preset_name: str | None, overrides: dict, train: list, valid: list, out_dir: Path
+    task: str,
+    preset_name: str | None,
+    overrides: dict,
+    train: list,
+    valid: list,
+    out_dir: Path,
+    device: torch.device | None = None,
 ) -> tuple[int, float, float | None]:
-    """Train one variant into ``out_dir``; return (parameters, validation metric, BLEU or None).
+    """Train one variant into ``out_dir`` on ``device`` (default the CPU); return (parameters, validation metric,
+    BLEU or None).
 
     The metric is accuracy for ``classify`` and perplexity exp(loss) for ``translate`` (Table 3 reports PPL)."""
     from attnkit import runs
     from attnkit.analysis.params import parameter_table
     from attnkit.config import ClassifierConfig, TranslatorConfig
     from attnkit.model.build import build_classifier, build_translator
+    from attnkit.training.task import TrainContext
 
+    context = TrainContext(device or torch.device("cpu"))
     model_cfg, train_cfg = variant_configs(task, preset_name, overrides)
     if task == "classify":
         from attnkit.tasks.classify import train_classifier
 
-        summary = train_classifier(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir)
+        summary = train_classifier(
+            train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir, context=context
+        )
         saved = runs.read_json(out_dir / runs.CONFIG)
         params = parameter_table(build_classifier(ClassifierConfig(**saved["model"]))).total
         return params, summary.best_valid_accuracy, None
     from attnkit.tasks.translate import train_translator
 
-    translated = train_translator(train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir)
+    translated = train_translator(
+        train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir, context=context
+    )
     saved = runs.read_json(out_dir / runs.CONFIG)
     params = parameter_table(build_translator(TranslatorConfig(**saved["model"]))).total
     if translated.valid_loss is None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from attnkit.devices import model_device
 from attnkit.errors import InputError
 from attnkit.model.positional import SinusoidalPositionalEncoding
 from attnkit.runs import load_run
@@ -39,7 +40,7 @@ def _fit_positions(embeddings, length: int, what: str) -> str:
     if length <= position.max_len or not isinstance(position, SinusoidalPositionalEncoding):
         return ""
     d_model = position.table.size(1)
-    embeddings.position = SinusoidalPositionalEncoding(max_len=length, d_model=d_model)
+    embeddings.position = SinusoidalPositionalEncoding(max_len=length, d_model=d_model).to(position.table.device)
     return f"{what} is longer than the model's max_len={position.max_len}; sinusoids extended"
 
 
@@ -63,8 +64,8 @@ def classifier_attention(run, text: str, layers: list[int] | None = None) -> Cap
         note = f"input of {len(ids)} tokens truncated to the model's max_len={limit} (learned positions)"
         ids, tokens = ids[:limit], tokens[:limit]
     chosen = _check_layers(layers, len(model.encoder.layers))
-    _, maps = model.forward_with_attention(torch.tensor([ids]), chosen)
-    weights = {i: m[0] for i, m in maps.encoder_self.items()}  # layer -> (H, S, S)
+    _, maps = model.forward_with_attention(torch.tensor([ids], device=model_device(model)), chosen)
+    weights = {i: m[0].float().cpu() for i, m in maps.encoder_self.items()}  # layer -> (H, S, S)
     return CapturedAttention("encoder self-attention", weights, tokens, tokens, note)
 
 
@@ -87,7 +88,7 @@ def translator_attention(run, text: str, layers: list[int] | None = None) -> Cap
     max_positions = model.embeddings.position.max_len
     if len(src_ids) > max_positions:
         note = f"input of {len(src_ids)} tokens truncated to the model's max_len={max_positions} (learned positions)"
-    src = torch.tensor([src_ids[:max_positions]])  # (1, S)
+    src = torch.tensor([src_ids[:max_positions]], device=model_device(model))  # (1, S)
     out = greedy_decode(model, src, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_positions=max_positions)[0]
     limit = int(output_limits(src, pad_id=model.pad_id, max_extra=50, max_positions=max_positions, fixed_len=None)[0])
     # Decoder position t (BOS at 0) predicted output token t. When decoding stopped at EOS, the rows are the output
@@ -97,19 +98,22 @@ def translator_attention(run, text: str, layers: list[int] | None = None) -> Cap
     out_tokens = [tokenizer.backend.id_to_token(i) for i in out]
     if len(out) < limit:
         out_tokens.append("</s>")
-    tgt_in = torch.tensor([[tokenizer.bos_id] + out[: len(out_tokens) - 1]])  # (1, T), T = len(out_tokens)
+    tgt_in = torch.tensor([[tokenizer.bos_id] + out[: len(out_tokens) - 1]], device=src.device)  # (1, T)
     chosen = _check_layers(layers, len(model.decoder.layers))
     memory, src_mask, _ = model.encode(src)  # (1, S, D), (1, 1, 1, S)
     _, maps, _ = model.decode(tgt_in, memory, src_mask, attn_layers=chosen)
-    weights = {i: m[0] for i, m in maps.cross.items()}  # layer -> (H, T, S)
+    weights = {i: m[0].float().cpu() for i, m in maps.cross.items()}  # layer -> (H, T, S)
     return CapturedAttention(
         "cross-attention (output rows, source columns)", weights, out_tokens, src_tokens[: src.size(1)], note
     )
 
 
-def attention_for_text(run_dir: str | Path, text: str, layers: list[int] | None = None) -> CapturedAttention:
-    """The maps a ``plot attention`` shows: encoder self-attention (classifier) or cross-attention (translator)."""
-    run = load_run(run_dir)
+def attention_for_text(
+    run_dir: str | Path, text: str, layers: list[int] | None = None, device: torch.device | str = "cpu"
+) -> CapturedAttention:
+    """The maps a ``plot attention`` shows (on the CPU, computed on ``device``): encoder self-attention (classifier)
+    or cross-attention (translator)."""
+    run = load_run(run_dir, device=device)
     if not text.strip():
         raise InputError("plot attention: the text is empty")
     if run.task == "translate":

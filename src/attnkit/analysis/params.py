@@ -18,9 +18,11 @@ from the module's dimensions (``in_features``, ``n_heads``, ``normalized_shape``
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 from attnkit.config import ClassifierConfig, TransformerConfig, TranslatorConfig
@@ -255,6 +257,52 @@ def format_table(report: ParamReport) -> str:
 
     rule = "-" * len(fmt(tuple("-" * w for w in widths)))
     return "\n".join([fmt(header), rule, *map(fmt, body), rule, fmt(totals)])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Memory on a device
+
+
+@dataclass
+class MemoryEstimate:
+    """What the parameters take on ``device``, before activations (which grow with the batch and the length)."""
+
+    device: str
+    weights_bytes: int  # float32 parameters and buffers: 4 bytes each
+    training_bytes: int  # + a float32 gradient and Adam's two moments per trainable parameter: 16 bytes each
+    device_bytes: int | None  # the device's total memory where torch (or the OS, for the CPU) says; else None
+
+
+def memory_estimate(report: ParamReport, device: torch.device) -> MemoryEstimate:
+    """The float32 weights and an Adam training step's parameter state (weights, gradients, two moments) in bytes,
+    beside the memory ``device`` has. Mixed precision does not shrink these: autocast keeps float32 weights."""
+    weights = 4 * (report.total + report.buffers)
+    training = weights + 12 * report.trainable
+    return MemoryEstimate(str(device), weights, training, _device_bytes(device))
+
+
+def _device_bytes(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    if device.type == "cpu":
+        try:
+            return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):  # not a POSIX system
+            return None
+    return None
+
+
+def format_memory(memory: MemoryEstimate) -> str:
+    """One line for the end of the table."""
+
+    def size(n: int) -> str:
+        return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+    has = f"; {memory.device} has {size(memory.device_bytes)}" if memory.device_bytes else ""
+    return (
+        f"memory on {memory.device}: weights {size(memory.weights_bytes)} (float32), training with Adam "
+        f"{size(memory.training_bytes)} (weights, gradients, 2 moments; activations not included){has}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------

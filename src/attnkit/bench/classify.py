@@ -37,7 +37,7 @@ from attnkit.bench.common import (
 from attnkit.config import CLASSIFIER_PRESETS, ClassifierConfig
 from attnkit.model.build import build_classifier, prepare_for_inference
 from attnkit.model.classifier import TransformerClassifier
-from attnkit.training.losses import autocast, native_bf16
+from attnkit.training.precision import autocast, native_bf16
 
 CONFIGS: dict[str, ClassifierConfig] = {"seed000": ClassifierConfig(**CLASSIFIER_PRESETS["vocab10k"])}
 IMPLS = ("attnkit", "torch.nn", "transformers")

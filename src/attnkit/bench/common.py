@@ -51,7 +51,7 @@ from pathlib import Path
 
 import torch
 
-from attnkit.training.losses import native_bf16
+from attnkit.training.precision import native_bf16
 
 # attnkit's tokenizers give the special tokens the first ids (attnkit.tokenization.tokenizer.SPECIAL_TOKENS);
 # benchmark inputs draw ordinary tokens from FIRST_ORDINARY_ID up.

@@ -36,7 +36,8 @@ from attnkit.bench.common import (
 from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
-from attnkit.training.losses import autocast, native_bf16, sequence_loss
+from attnkit.training.losses import sequence_loss
+from attnkit.training.precision import autocast, native_bf16
 
 CONFIGS: dict[str, TranslatorConfig] = {
     "small": TranslatorConfig(**TRANSLATOR_PRESETS["small"]),

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from attnkit.cli.common import add_config_args, config_overrides, fetch_dataset
+from attnkit.cli.common import add_config_args, add_device_arg, config_overrides, device_of, fetch_dataset
 from attnkit.errors import InputError
 
 
@@ -25,6 +25,7 @@ def cmd_ablate(args: argparse.Namespace) -> None:
 
     variants = parse_grid(args.grid)
     base = config_overrides(args)
+    device = device_of(args)
     directory = fetch_dataset(args.dataset, args.pair) if args.dataset else None
     train_path = directory / "train.tsv" if directory else args.train
     valid_path = directory / "valid.tsv" if directory else args.valid
@@ -46,7 +47,7 @@ def cmd_ablate(args: argparse.Namespace) -> None:
         return
 
     def train_one(variant, out):
-        return train_variant(args.task, args.preset, {**base, **variant.overrides}, train, valid, out)
+        return train_variant(args.task, args.preset, {**base, **variant.overrides}, train, valid, out, device)
 
     def show(variant) -> None:
         print(
@@ -84,5 +85,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="train nothing: rewrite ablation.md and the figure from OUT/ablation.json",
     )
+    add_device_arg(p)
     add_config_args(p)
     p.set_defaults(func=cmd_ablate)

@@ -13,7 +13,15 @@ import sys
 def cmd_bench(args: argparse.Namespace) -> None:
     from attnkit.bench import iter_suite
     from attnkit.bench.common import describe, format_table
-    from attnkit.training.losses import SLOW_BF16_NOTE, native_bf16
+    from attnkit.devices import resolve_device
+    from attnkit.errors import InputError
+    from attnkit.training.precision import SLOW_BF16_NOTE, native_bf16
+
+    device = resolve_device(args.device)
+    if device.type != "cpu":
+        # The suites time with the CPU's clock and threads and compare against CPU peers (CTranslate2's CPU build,
+        # torch.nn and Hugging Face on the CPU); a GPU row among them would compare unlike things.
+        raise InputError(f"bench --device {args.device}: the benchmarks run on the CPU only so far; use --device cpu")
 
     results_iter = iter_suite(args.suite, quick=args.quick, threads=args.threads, impls=args.impl)
     if args.suite in ("train", "classify") and not native_bf16():
@@ -38,6 +46,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per result on stdout (table on stderr)")
     p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions: a smoke test")
     p.add_argument("--threads", type=int, default=2, help="intra-op threads for every implementation (default 2)")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu (the default; auto resolves as elsewhere): every implementation is timed on the same device",
+    )
     p.add_argument(
         "--impl",
         action="append",

@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING
 from attnkit.cli.common import (
     Parser,
     add_config_args,
+    add_device_arg,
     check_init_from,
+    check_precision,
     check_resume,
     config_overrides,
     dataset_splits,
+    device_of,
     eval_file,
     main_rank_first,
-    note_slow_bf16,
     print_json,
     texts_from,
     training_context,
@@ -66,7 +68,7 @@ def _train_classifier(
     model_cfg, train_cfg = task_configs("classify", args.preset, overrides, train_base)
     check_resume(args, overrides, ClassifierConfig, CLASSIFIER_PRESETS)
     if context.is_main:
-        note_slow_bf16(train_cfg.precision)
+        check_precision(train_cfg.precision, context.device, what="config key precision")
     train = read_labeled(train_path)
     valid = read_labeled(valid_path) if valid_path else None
 
@@ -95,8 +97,9 @@ def _train_classifier(
 def cmd_classify_predict(args: argparse.Namespace) -> None:
     from attnkit.tasks.classify import ClassifierRun
 
-    note_slow_bf16(args.precision)
-    run = ClassifierRun(args.model, precision=args.precision)
+    device = device_of(args)
+    check_precision(args.precision, device, what="--precision")
+    run = ClassifierRun(args.model, precision=args.precision, device=device)
     texts = texts_from(args.texts)
     if not texts:
         raise InputError("classify predict: no text given (pass TEXT arguments or lines on stdin)")
@@ -108,10 +111,20 @@ def cmd_classify_eval(args: argparse.Namespace) -> None:
     from attnkit.data.readers import read_labeled
     from attnkit.tasks.classify import ClassifierRun
 
-    note_slow_bf16(args.precision)
-    run = ClassifierRun(args.model, precision=args.precision)
+    device = device_of(args)
+    check_precision(args.precision, device, what="--precision")
+    run = ClassifierRun(args.model, precision=args.precision, device=device)
     data = eval_file(args)
     print_json(run.evaluate(read_labeled(data), source=str(data)))
+
+
+def add_precision_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "bf16", "fp16"),
+        default="fp32",
+        help="bf16: bfloat16 autocast (GPUs, and CPUs with AMX or AVX512-BF16); fp16: float16 autocast (CUDA only)",
+    )
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -133,18 +146,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="fine-tune a pretrained BERT-format encoder (a Hugging "
         "Face folder, or minilm): its tokenizer and weights, a fresh head",
     )
+    add_device_arg(p)
     add_config_args(p)
     p.set_defaults(func=cmd_classify_train)
 
     p = classify_cmds.add_parser("predict", help="predict labels with probabilities, one JSON object per text")
     p.add_argument("--model", type=Path, required=True, help="run directory")
     p.add_argument("texts", nargs="*", metavar="TEXT", help="texts (default: one per stdin line)")
-    p.add_argument(
-        "--precision",
-        choices=("fp32", "bf16"),
-        default="fp32",
-        help="bf16: bfloat16 autocast (fast on CPUs with AMX or AVX512-BF16, and GPUs)",
-    )
+    add_precision_arg(p)
+    add_device_arg(p)
     p.set_defaults(func=cmd_classify_predict)
 
     p = classify_cmds.add_parser("eval", help="accuracy and macro-F1 on a labelled file")
@@ -154,10 +164,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)"
     )
-    p.add_argument(
-        "--precision",
-        choices=("fp32", "bf16"),
-        default="fp32",
-        help="bf16: bfloat16 autocast (fast on CPUs with AMX or AVX512-BF16, and GPUs)",
-    )
+    add_precision_arg(p)
+    add_device_arg(p)
     p.set_defaults(func=cmd_classify_eval)

@@ -1,5 +1,6 @@
-"""The pieces every command shares: the parser class, --set/--config, JSON output, texts from stdin, dataset paths,
-the slow-bf16 note, and the training context of a train command (one process, or a rank of a torchrun launch)."""
+"""The pieces every command shares: the parser class, --set/--config, --device, JSON output, texts from stdin,
+dataset paths, the slow-bf16 note, and the training context of a train command (one process, or a rank of a
+torchrun launch)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,21 @@ def non_negative_float(text: str) -> float:
     if not value >= 0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"{text} must be >= 0")
     return value
+
+
+def add_device_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="auto (the default: CUDA when torch sees a GPU, then MPS, else the CPU), cpu, cuda, cuda:N or mps",
+    )
+
+
+def device_of(args: argparse.Namespace):  # -> torch.device (torch is imported only when a command runs)
+    """The device --device names, checked: one this machine lacks is an error line saying so."""
+    from attnkit.devices import resolve_device
+
+    return resolve_device(args.device)
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
@@ -124,12 +140,14 @@ def dataset_splits(name: str) -> tuple[Path, Path]:
     return directory / "train.tsv", directory / "valid.tsv"
 
 
-def note_slow_bf16(precision: str) -> None:
-    """bf16 runs everywhere, but without AMX or AVX512-BF16 it is much slower than fp32: say so, once."""
-    from attnkit.training.losses import SLOW_BF16_NOTE, native_bf16
+def check_precision(precision: str, device, *, what: str) -> None:
+    """fp16 off CUDA (and bf16 on a GPU without it) is an error line naming ``what``; bf16 on a CPU without AMX or
+    AVX512-BF16 runs, much slower than fp32: say so, once."""
+    from attnkit.training import precision as precisions
 
-    if precision == "bf16" and not native_bf16():
-        print(f"note: precision=bf16: {SLOW_BF16_NOTE}", file=sys.stderr)
+    precisions.check_precision(precision, device, what=what)
+    if precisions.slow_bf16(precision, device):
+        print(f"note: precision=bf16: {precisions.SLOW_BF16_NOTE}", file=sys.stderr)
 
 
 def eval_file(args: argparse.Namespace) -> Path:
@@ -145,11 +163,9 @@ def eval_file(args: argparse.Namespace) -> Path:
 def training_context(args: argparse.Namespace) -> Iterator[TrainContext]:
     """Where a train command trains. Started by torchrun (``torchrun --nproc-per-node N -m attnkit ... train``),
     this process is one rank of a data-parallel run: it joins the process group here and leaves it at the end."""
-    import torch
-
     from attnkit.training.distributed import context_from_environment, end_process_group
 
-    context = context_from_environment(torch.device("cpu"))
+    context = context_from_environment(device_of(args))
     try:
         yield context
     finally:

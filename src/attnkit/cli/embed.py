@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnkit.cli.common import print_json, texts_from
+from attnkit.cli.common import add_device_arg, device_of, print_json, texts_from
 from attnkit.errors import InputError
 
 
@@ -14,7 +14,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
     texts = texts_from(args.texts)
     if not texts:
         raise InputError("embed: no text given (pass TEXT arguments or lines on stdin)")
-    vectors = embed(args.model, texts, pool=args.pool, normalize=args.normalize)  # (N, D)
+    vectors = embed(args.model, texts, pool=args.pool, normalize=args.normalize, device=device_of(args))  # (N, D)
     for text, vector in zip(texts, vectors.tolist()):
         print_json({"text": text, "vector": [float(f"{x:.9g}") for x in vector]})  # 9 digits: float32 exactly
 
@@ -34,5 +34,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="mean over the real tokens (default) or the first ([CLS]) token",
     )
     p.add_argument("--normalize", action="store_true", help="unit-length vectors (cosine similarity = dot product)")
+    add_device_arg(p)
     p.add_argument("texts", nargs="*", metavar="TEXT", help="texts (default: one per stdin line)")
     p.set_defaults(func=cmd_embed)

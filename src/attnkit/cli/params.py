@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from attnkit.cli.common import add_config_args, config_overrides, print_json
+from attnkit.cli.common import add_config_args, add_device_arg, config_overrides, device_of, print_json
 
 
 def cmd_params(args: argparse.Namespace) -> None:
+    from dataclasses import asdict
+
     import torch
 
-    from attnkit.analysis.params import format_table, parameter_table, to_json
+    from attnkit.analysis.params import format_memory, format_table, memory_estimate, parameter_table, to_json
     from attnkit.config import task_configs
     from attnkit.model.build import build_classifier, build_translator
 
@@ -19,9 +21,11 @@ def cmd_params(args: argparse.Namespace) -> None:
         build = build_classifier if args.task == "classify" else build_translator
         model: torch.nn.Module = build(model_cfg)
     report = parameter_table(model)
+    memory = memory_estimate(report, device_of(args))  # what the model would take on --device
     if args.json:
-        print_json(to_json(report))
+        print_json({**to_json(report), "memory": asdict(memory)})
     else:
+        print(format_memory(memory))  # above the table, which ends with its totals
         print(format_table(report))
 
 
@@ -30,5 +34,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--task", choices=("classify", "translate"), required=True)
     p.add_argument("--preset", help="classify: default, vocab10k, tiny-binary; translate: small, base, big")
     p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    add_device_arg(p)
     add_config_args(p)
     p.set_defaults(func=cmd_params)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import Parser
+from attnkit.cli.common import Parser, add_device_arg, device_of
 from attnkit.errors import InputError
 
 
@@ -23,7 +23,7 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
     from attnkit.analysis.plots import check_format, plot_attention_grid
 
     check_format(args.out)
-    captured = attention_for_text(args.model, " ".join(args.text), args.layer)
+    captured = attention_for_text(args.model, " ".join(args.text), args.layer, device=device_of(args))
     n_heads = next(iter(captured.maps.values())).size(0)
     bad = [h for h in args.head or [] if not 0 <= h < n_heads]
     if bad:
@@ -71,6 +71,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, help="figure to write: .png, .svg or .html (inline SVG)")
     p.add_argument("--layer", type=int, action="append", help="layer to show (repeatable; default all)")
     p.add_argument("--head", type=int, action="append", help="head to show (repeatable; default all)")
+    add_device_arg(p)
     p.add_argument("text", nargs="+", metavar="TEXT")
     p.set_defaults(func=cmd_plot_attention)
     p = plot_cmds.add_parser("curves", help="loss, accuracy / BLEU and learning rate against step, from metrics.jsonl")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from attnkit.cli.common import add_device_arg, check_precision, device_of
 from attnkit.errors import InputError
 
 
@@ -48,7 +49,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
     # would put up to 5 ms on every step of the event loop (a 429 must take microseconds). 0.5 ms keeps the loop
     # responsive at a small cost to the worker.
     sys.setswitchinterval(0.0005)
-    model = load_model(args.model, args.precision)  # before binding: a bad run directory is an error line, exit 2
+    device = device_of(args)
+    check_precision(args.precision, device, what="--precision")
+    model = load_model(args.model, args.precision, device)  # before binding: a bad run is an error line, exit 2
     app = create_app(model, limits)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -81,7 +84,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
     p.add_argument("--threads", type=int, help="torch intra-op threads of the inference worker")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="classifier precision")
+    p.add_argument(
+        "--precision", choices=("fp32", "bf16", "fp16"), default="fp32", help="classifier precision (fp16: CUDA only)"
+    )
+    add_device_arg(p)
     p.add_argument("--quiet", action="store_true", help="no access log")
     limits = p.add_argument_group("limits")
     limits.add_argument("--max-body-bytes", type=int, default=1_000_000, help="request body (413 beyond)")

@@ -9,13 +9,15 @@ from pathlib import Path
 from attnkit.cli.common import (
     Parser,
     add_config_args,
+    add_device_arg,
+    check_precision,
     check_resume,
     config_overrides,
+    device_of,
     eval_file,
     fetch_dataset,
     main_rank_first,
     non_negative_float,
-    note_slow_bf16,
     positive_int,
     print_json,
     training_context,
@@ -64,7 +66,7 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
         model_cfg, train_cfg = task_configs("translate", args.preset, overrides)
         check_resume(args, overrides, TranslatorConfig, TRANSLATOR_PRESETS)
         if context.is_main:
-            note_slow_bf16(train_cfg.precision)
+            check_precision(train_cfg.precision, context.device, what="config key precision")
 
         progress = TrainingProgress(quiet=args.quiet or not context.is_main)  # rank 0 reports for all
         try:
@@ -96,16 +98,17 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
 
 
 def cmd_translate_run(args: argparse.Namespace) -> None:
+    device = device_of(args)
     if args.engine == "ct2":
         from attnkit.interop.ct2 import CT2Translator
 
-        ct2 = CT2Translator(args.model)
+        ct2 = CT2Translator(args.model, device=device)
         run: CT2Translator | TranslatorRun = ct2
         max_len = ct2.max_len
     else:
         from attnkit.tasks.translate import TranslatorRun
 
-        run = TranslatorRun(args.model)
+        run = TranslatorRun(args.model, device=device)
         max_len = run.model_cfg.max_len
     lines = [line.rstrip("\r\n") for line in sys.stdin]
     for number, line in enumerate(lines, start=1):
@@ -125,7 +128,7 @@ def cmd_translate_run(args: argparse.Namespace) -> None:
 def cmd_translate_eval(args: argparse.Namespace) -> None:
     from attnkit.tasks.translate import TranslatorRun
 
-    run = TranslatorRun(args.model)
+    run = TranslatorRun(args.model, device=device_of(args))
     if args.dataset:
         pairs = _read_pairs(eval_file(args), None, None, "data")
     else:
@@ -159,6 +162,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--resume", action="store_true", help="continue the killed run in --out from its last saved state")
+    add_device_arg(p)
     add_config_args(p)
     p.set_defaults(func=cmd_translate_train)
 
@@ -189,6 +193,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--batch-size", type=positive_int, default=32, help="sentences decoded together (default 32)")
     add_decoding_args(p)
+    add_device_arg(p)
     p.set_defaults(func=cmd_translate_run)
 
     p = translate_cmds.add_parser("eval", help="sacreBLEU BLEU and chrF (detokenized) with signatures")
@@ -202,4 +207,5 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)"
     )
     add_decoding_args(p)
+    add_device_arg(p)
     p.set_defaults(func=cmd_translate_eval)

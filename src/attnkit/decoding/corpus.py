@@ -6,6 +6,7 @@ from attnkit.data.batching import bucketed_batches, pad
 from attnkit.decoding.beam import beam_search
 from attnkit.decoding.greedy import greedy_decode
 from attnkit.decoding.penalty import LENGTH_PENALTIES
+from attnkit.devices import model_device
 from attnkit.errors import InputError
 from attnkit.model.transformer import Transformer
 from attnkit.tokenization import Tokenizer
@@ -43,8 +44,9 @@ def translate_ids(
     if bos_id is None or eos_id is None:
         raise ValueError("decoding needs a tokenizer with BOS and EOS tokens (a translator's)")
     out: list[list[int]] = [[] for _ in sources]
+    device = model_device(model)
     for batch in bucketed_batches([len(s) for s in sources], batch_size, generator=None, bucket_factor=10**9):
-        src = pad([sources[i] for i in batch], tokenizer.pad_id)  # (B, S)
+        src = pad([sources[i] for i in batch], tokenizer.pad_id).to(device)  # (B, S)
         if beam == 1:
             hyps = greedy_decode(model, src, bos_id=bos_id, eos_id=eos_id, max_positions=max_positions)
         else:

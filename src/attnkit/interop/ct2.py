@@ -329,16 +329,25 @@ def _check_out(out_dir: Path) -> None:
 
 
 class CT2Translator:
-    """An exported translator run by CTranslate2 on the CPU, with attnkit's tokenizer and decoding conventions.
+    """An exported translator run by CTranslate2 (on the CPU, or a GPU with its CUDA build), with attnkit's tokenizer
+    and decoding conventions.
 
     Args:
         model_dir: a directory written by ``export_ct2``.
         compute_type: CTranslate2's compute type; "default" keeps the stored weight type (converted when the CPU
             has no kernels for it), "int8" quantizes a float32 export when loading.
         threads: CTranslate2's ``intra_threads`` (0 = its default).
+        device: ``cpu`` or ``cuda:N`` (CTranslate2 has no MPS backend).
     """
 
-    def __init__(self, model_dir: str | Path, *, compute_type: str = "default", threads: int = 0):
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        compute_type: str = "default",
+        threads: int = 0,
+        device: torch.device | None = None,
+    ):
         from attnkit.runs import read_json
 
         ctranslate2 = _ctranslate2()
@@ -359,9 +368,18 @@ class CT2Translator:
             raise InputError(f"{model_dir / META}: missing or malformed key ({err})") from None
         self.tokens = tokenizer_tokens(self.tokenizer)  # id -> token
         self.ids = {token: i for i, token in enumerate(self.tokens)}  # token -> id
+        device = device or torch.device("cpu")
+        if device.type not in ("cpu", "cuda"):
+            raise InputError(f"--engine ct2 runs on cpu or cuda, not {device}")
+        if device.type == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+            raise InputError(f"--engine ct2 --device {device}: this CTranslate2 build sees no CUDA device")
         try:
             self.translator = ctranslate2.Translator(
-                str(model_dir), device="cpu", compute_type=compute_type, intra_threads=threads
+                str(model_dir),
+                device=device.type,
+                device_index=device.index or 0,
+                compute_type=compute_type,
+                intra_threads=threads,
             )
         except (RuntimeError, ValueError) as err:
             raise InputError(f"{model_dir}: CTranslate2 cannot load it ({err})") from None

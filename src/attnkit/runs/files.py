@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from attnkit import __version__
 from attnkit.atomic import atomic_write_bytes, atomic_write_json
+from attnkit.devices import model_device
 from attnkit.errors import InputError
 
 CONFIG = "config.json"
@@ -58,8 +59,9 @@ def sha256_file(path: Path) -> str:
 
 
 def state_dict_for_saving(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Contiguous tensors, each stored once (safetensors refuses shared storage; tied weights are one parameter)."""
-    return {name: tensor.detach().contiguous() for name, tensor in model.state_dict().items()}
+    """Contiguous CPU tensors, each stored once (safetensors refuses shared storage; tied weights are one parameter).
+    On the CPU whatever device trained them: a run directory does not depend on the device."""
+    return {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
 
 
 def save_weights(run_dir: Path, model: nn.Module, filename: str = WEIGHTS) -> None:
@@ -142,9 +144,10 @@ def check_state_dict(path: Path, model: nn.Module, state: Mapping[str, Tensor]) 
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
-    """Load safetensors weights into ``model``; missing, unexpected or mis-shaped tensors are named in the error."""
+    """Load safetensors weights into ``model``, straight onto the device of its parameters; missing, unexpected or
+    mis-shaped tensors are named in the error."""
     try:
-        state = load_file(str(path))
+        state = load_file(str(path), device=str(model_device(model)))
     except (SafetensorError, OSError) as err:
         raise InputError(f"{path}: not a readable safetensors file ({err})") from None
     check_state_dict(path, model, state)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from attnkit.config import ClassifierConfig, TranslatorConfig
@@ -49,8 +50,9 @@ class LoadedRun:
     max_len_policy: str  # how the run treated over-long inputs in training: "truncate" or "error"
 
 
-def load_run(run_dir: str | Path, task: str | None = None) -> LoadedRun:
-    """The run at ``run_dir``; with ``task``, a run of another task is an InputError saying what it is."""
+def load_run(run_dir: str | Path, task: str | None = None, device: torch.device | str = "cpu") -> LoadedRun:
+    """The run at ``run_dir``, its model on ``device`` (the weights are read straight onto it); with ``task``, a run
+    of another task is an InputError saying what it is."""
     run_dir = check_run_dir(run_dir)
     config_path = run_dir / CONFIG
     config = read_json(config_path)
@@ -69,7 +71,7 @@ def load_run(run_dir: str | Path, task: str | None = None) -> LoadedRun:
         raise InputError(f"{config_path}: missing or unknown key ({err})") from None
     tokenizer = Tokenizer.load(run_dir / TOKENIZER, tokenizer_meta)
     labels = read_labels(run_dir / LABELS) if run_task == "classify" else None
-    model = build(model_cfg, pad_id=tokenizer.pad_id)
-    load_weights(model, run_dir / WEIGHTS)
+    model = build(model_cfg, pad_id=tokenizer.pad_id).to(device)
+    load_weights(model, run_dir / WEIGHTS)  # onto the model's device
     prepare_for_inference(model)  # eval mode, W^Q W^K W^V fused once; .train() undoes both
     return LoadedRun(run_dir, run_task, config, model_cfg, model, tokenizer, labels, max_len_policy)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from attnkit import runs
 from attnkit.data.batching import pad
+from attnkit.devices import model_device
 from attnkit.errors import InputError
 from attnkit.serving.batcher import padding_bounded
 from attnkit.tokenization import Tokenizer
@@ -86,24 +87,25 @@ class _EncoderModel(ServedModel):
     @torch.inference_mode()
     def embed(self, seqs: list[list[int]], *, pool: str, normalize: bool) -> list[list[float]]:
         """Sentence vectors of encoded inputs, as ``attnkit embed`` computes them (one padded batch)."""
-        hidden, mask, _ = self.model.encode(pad(seqs, self.tokenizer.pad_id))  # (B, S, D)
+        ids = pad(seqs, self.tokenizer.pad_id).to(model_device(self.model))  # (B, S)
+        hidden, mask, _ = self.model.encode(ids)  # (B, S, D)
         vectors = self.model.pool(hidden, mask, pool).float()  # (B, D)
         return (F.normalize(vectors, dim=-1) if normalize else vectors).tolist()
 
     @torch.inference_mode()
     def attention(self, ids: list[int]) -> dict:
         layers = tuple(range(self.n_layers))
-        _, _, maps = self.model.encode(torch.tensor([ids]), layers)
+        _, _, maps = self.model.encode(torch.tensor([ids], device=model_device(self.model)), layers)
         return {"encoder_self": [maps.encoder_self[i][0].tolist() for i in layers]}  # [layer][head][query][key]
 
 
 class ClassifierModel(_EncoderModel):
     task = "classifier"
 
-    def __init__(self, run_dir: str | Path, precision: str = "fp32"):
+    def __init__(self, run_dir: str | Path, precision: str = "fp32", device: torch.device | str = "cpu"):
         from attnkit.tasks.classify import ClassifierRun
 
-        self.run = ClassifierRun(run_dir, precision=precision)
+        self.run = ClassifierRun(run_dir, precision=precision, device=device)
         self.model, self.tokenizer, self.precision = self.run.model, self.run.tokenizer, precision
         cfg = self.run.model_cfg
         self.name, self.labels = Path(run_dir).name, list(self.run.labels)
@@ -117,9 +119,10 @@ class ClassifierModel(_EncoderModel):
     def classify(self, seqs: list[list[int]]) -> list[list[float]]:
         """Class probabilities (N, C) of encoded inputs, computed as ``classify predict`` does."""
         from attnkit.tasks.classify import predict_ids
-        from attnkit.training.losses import autocast, class_probabilities
+        from attnkit.training.losses import class_probabilities
+        from attnkit.training.precision import autocast
 
-        with autocast(self.precision):
+        with autocast(self.precision, self.run.device):
             logits = predict_ids(self.model, seqs, self.tokenizer.pad_id)  # (N, C)
         return class_probabilities(logits).tolist()
 
@@ -129,13 +132,14 @@ class EmbedderModel(_EncoderModel):
 
     task = "embedder"
 
-    def __init__(self, spec: str | Path):
+    def __init__(self, spec: str | Path, device: torch.device | str = "cpu"):
         from attnkit.interop.bert import load_bert_classifier, resolve_bert_folder
 
         folder = resolve_bert_folder(spec)
         from attnkit.model.build import prepare_for_inference
 
         self.model, cfg, self.tokenizer = load_bert_classifier(folder, n_classes=1)
+        self.model.to(device)
         prepare_for_inference(self.model)  # eval mode, W^Q W^K W^V fused once
         self.name = str(spec) if str(spec) == "minilm" else folder.name
         self.max_len, self.n_layers, self.n_heads = cfg.max_len, cfg.n_layers, cfg.n_heads
@@ -149,10 +153,10 @@ class EmbedderModel(_EncoderModel):
 class TranslatorModel(ServedModel):
     task = "translator"
 
-    def __init__(self, run_dir: str | Path):
+    def __init__(self, run_dir: str | Path, device: torch.device | str = "cpu"):
         from attnkit.tasks.translate import TranslatorRun
 
-        self.run = TranslatorRun(run_dir)
+        self.run = TranslatorRun(run_dir, device=device)
         self.model, self.tokenizer = self.run.model, self.run.tokenizer
         cfg = self.run.model_cfg
         self.name, self.max_len = Path(run_dir).name, cfg.max_len
@@ -181,7 +185,7 @@ class TranslatorModel(ServedModel):
         from attnkit.decoding import beam_search_nbest, greedy_decode
 
         tok, max_positions = self.tokenizer, self.model.embeddings.position.max_len
-        src = pad(seqs, tok.pad_id)  # (B, S)
+        src = pad(seqs, tok.pad_id).to(model_device(self.model))  # (B, S)
         if beam == 1:
             outs = greedy_decode(self.model, src, bos_id=self.bos_id, eos_id=self.eos_id, max_positions=max_positions)
             return [[self._scored_greedy(s, out)] for s, out in zip(seqs, outs)]
@@ -204,7 +208,7 @@ class TranslatorModel(ServedModel):
         from attnkit.decoding.limits import output_limits
 
         tok = self.tokenizer
-        src = torch.tensor([src_ids])  # (1, S)
+        src = torch.tensor([src_ids], device=model_device(self.model))  # (1, S)
         limit = int(
             output_limits(
                 src,
@@ -216,9 +220,9 @@ class TranslatorModel(ServedModel):
         )
         eos = len(out) < limit
         target = out + [self.eos_id] if eos else out
-        tgt_in = torch.tensor([[self.bos_id] + target[:-1]])  # (1, T)
+        tgt_in = torch.tensor([[self.bos_id] + target[:-1]], device=src.device)  # (1, T)
         logp = torch.log_softmax(self.model(src, tgt_in).float(), dim=-1)[0]  # (T, V)
-        score = float(logp.gather(1, torch.tensor(target)[:, None]).sum()) if target else 0.0
+        score = float(logp.gather(1, torch.tensor(target, device=src.device)[:, None]).sum()) if target else 0.0
         return Candidate(tok.decode(out), score, score, eos)
 
     @torch.inference_mode()
@@ -229,7 +233,7 @@ class TranslatorModel(ServedModel):
 
         tok, model = self.tokenizer, self.model
         layers = tuple(range(self.n_layers))
-        src = torch.tensor([ids])  # (1, S)
+        src = torch.tensor([ids], device=model_device(model))  # (1, S)
         out = greedy_decode(
             model, src, bos_id=self.bos_id, eos_id=self.eos_id, max_positions=model.embeddings.position.max_len
         )[0]
@@ -243,7 +247,7 @@ class TranslatorModel(ServedModel):
         # be past max_len) predicted nothing: as in ``analysis.attention.translator_attention``.
         out_tokens = [tok.backend.id_to_token(i) for i in out] + (["</s>"] if len(out) < limit else [])
         fed = [self.bos_id] + out[: len(out_tokens) - 1]
-        tgt_in = torch.tensor([fed])  # (1, T), T = len(out_tokens)
+        tgt_in = torch.tensor([fed], device=src.device)  # (1, T), T = len(out_tokens)
         memory, src_mask, enc_maps = model.encode(src, layers)  # (1, S, D)
         _, dec_maps, _ = model.decode(tgt_in, memory, src_mask, attn_layers=layers)
         return {
@@ -256,21 +260,22 @@ class TranslatorModel(ServedModel):
         }
 
 
-def load_model(spec: str | Path, precision: str = "fp32") -> ServedModel:
-    """A run directory (classifier or translator), a BERT folder, or ``minilm``; ``InputError`` otherwise."""
+def load_model(spec: str | Path, precision: str = "fp32", device: torch.device | str = "cpu") -> ServedModel:
+    """A run directory (classifier or translator), a BERT folder, or ``minilm``, on ``device``; ``InputError``
+    otherwise."""
     if str(spec) == "minilm":
-        return EmbedderModel(spec)
+        return EmbedderModel(spec, device)
     path = Path(spec)
     if not path.is_dir():
         raise InputError(f"{path}: no such directory (expected a run directory, a BERT folder or 'minilm')")
     config_path = path / runs.CONFIG
     task = runs.read_json(config_path).get("task") if config_path.is_file() else None
     if task == "classify":
-        return ClassifierModel(path, precision)
+        return ClassifierModel(path, precision, device)
     if task == "translate":
-        return TranslatorModel(path)
+        return TranslatorModel(path, device)
     if (path / "config.json").is_file() and task is None:
-        return EmbedderModel(path)
+        return EmbedderModel(path, device)
     raise InputError(f"{path}: not a classifier or translator run directory, nor a BERT folder")
 
 

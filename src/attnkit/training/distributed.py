@@ -33,20 +33,19 @@ from attnkit.training.task import TrainContext
 
 def context_from_environment(device: torch.device) -> TrainContext:
     """The training context of this process: a single process, or, started by torchrun (``WORLD_SIZE`` > 1 in the
-    environment), one rank of a process group that this call joins: NCCL with one GPU per process (``cuda`` becomes
-    ``cuda:LOCAL_RANK``), gloo on the CPU."""
+    environment), one rank of a process group that this call joins: NCCL with one GPU per process (any ``cuda``
+    device becomes ``cuda:LOCAL_RANK``), gloo on the CPU."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
         return TrainContext(device)
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    if device.type == "cuda":
-        if device.index is None:
-            if local_rank >= torch.cuda.device_count():
-                raise InputError(
-                    f"torchrun started {os.environ.get('LOCAL_WORLD_SIZE', '?')} processes on this machine but it "
-                    f"has {torch.cuda.device_count()} CUDA device(s); give --nproc-per-node at most that"
-                )
-            device = torch.device("cuda", local_rank)
+    if device.type == "cuda":  # one GPU per process, torchrun's convention (choose them with CUDA_VISIBLE_DEVICES)
+        if local_rank >= torch.cuda.device_count():
+            raise InputError(
+                f"torchrun started {os.environ.get('LOCAL_WORLD_SIZE', '?')} processes on this machine but torch "
+                f"sees {torch.cuda.device_count()} CUDA device(s); give --nproc-per-node at most that"
+            )
+        device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     elif device.type != "cpu":
         raise InputError(f"--device {device}: data-parallel training runs on CUDA (NCCL) or on the CPU (gloo)")

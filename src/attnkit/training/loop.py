@@ -37,8 +37,8 @@ from attnkit.errors import InputError
 from attnkit.training.distributed import broadcast_from_main, sum_across, sum_gradients
 from attnkit.training.events import Checkpointed, Evaluated, Event, FitResult, Planned, Resumed, Skipped, Step, Warned
 from attnkit.training.guards import NonFiniteError, check_step
-from attnkit.training.losses import autocast
 from attnkit.training.optim import set_learning_rate
+from attnkit.training.precision import autocast, check_precision, grad_scaler, set_tf32
 from attnkit.training.schedules import Plan, plan
 from attnkit.training.state import STATE, FitState, load_fit_state, save_fit_state
 from attnkit.training.task import Batch, Task, TrainContext
@@ -72,6 +72,8 @@ def fit(
     """
     started = time.perf_counter()
     context = context or TrainContext()
+    check_precision(cfg.precision, context.device)
+    scaler = grad_scaler(cfg.precision, context.device)  # fp16 only
     batches_per_epoch = len(task.epoch_batches(None))
     if not batches_per_epoch:
         raise InputError("no training data: the task made no batches")
@@ -79,7 +81,9 @@ def fit(
     state_path = run_dir / STATE
     notes = []
     if resume and state_path.is_file():
-        state = load_fit_state(state_path, model=model, optimizer=optimizer, data_fingerprint=task.fingerprint)
+        state = load_fit_state(
+            state_path, model=model, optimizer=optimizer, data_fingerprint=task.fingerprint, scaler=scaler
+        )
         if state.epoch_generator_state is not None:
             generator.set_state(state.epoch_generator_state)
         notes += _share_batches(state, cfg, context)
@@ -167,12 +171,15 @@ def fit(
         if state.best_score is None:
             runs.save_weights(run_dir, model)
         state.log_rows = log.rows
-        save_fit_state(state_path, model=model, optimizer=optimizer, state=state, data_fingerprint=task.fingerprint)
+        save_fit_state(
+            state_path, model=model, optimizer=optimizer, state=state, data_fingerprint=task.fingerprint, scaler=scaler
+        )
         runs.write_manifest(run_dir)
 
     stopped_by = _finished(cfg, state)  # "" unless resuming a run that had already stopped
     warned_time = False
     model.train()
+    restore_tf32 = set_tf32(cfg.tf32, context.device)
     try:
         while not stopped_by:
             if state.batch_index == 0:
@@ -186,7 +193,7 @@ def fit(
                 state.batch_index += len(group)
                 lr = the_plan.lr(state.step)
                 set_learning_rate(optimizer, lr)
-                outcome = _train_step(model, optimizer, task, group, cfg, context, step=state.step)
+                outcome = _train_step(model, optimizer, task, group, cfg, context, scaler, step=state.step)
                 progress = _epochs_done(state, len(batches))
                 if outcome.problem is not None:
                     if not cfg.skip_nonfinite:
@@ -255,6 +262,7 @@ def fit(
                     break  # (the next epoch's order is drawn above)
     finally:
         log.close()
+        restore_tf32()
     if context.is_main:
         runs.write_manifest(run_dir)
     return FitResult(
@@ -285,46 +293,67 @@ def _train_step(
     group: list[list[int]],
     cfg: TrainConfig,
     context: TrainContext,
+    scaler: torch.amp.GradScaler | None = None,
     *,
     step: int,
 ) -> _StepOutcome:
     """One optimizer step over the batches of ``group`` (``batches_per_step`` of them, fewer at the end of an epoch),
-    of which this process computes those with index i % world_size == rank."""
+    of which this process computes those with index i % world_size == rank. With ``scaler`` (fp16), the loss is
+    scaled for the backward pass and the gradients unscaled before clipping."""
+    device = context.device
     mine = [
-        (i, _to_device(task.collate(indices), context.device))  # the one device move
+        (i, _to_device(task.collate(indices), device))  # the one device move
         for i, indices in enumerate(group)
         if i % context.world_size == context.rank
     ]
     (n_units,) = sum_across([float(sum(batch.size for _, batch in mine))], context)  # the step's normaliser
     optimizer.zero_grad(set_to_none=True)
-    loss_sum = torch.zeros((), dtype=torch.float64, device=context.device)  # exact for a mean times its size
+    # float64: exact for a mean times its size (MPS has no float64)
+    loss_sum = torch.zeros((), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
     sums = dict.fromkeys(task.stats, 0.0)
     for i, batch in mine:
         torch.manual_seed(_dropout_seed(cfg.seed, step, i))  # the same masks whichever process computes batch i
-        with autocast(cfg.precision):
+        with autocast(cfg.precision, device):
             out = task.loss(model, batch)
         # sum_b loss_b / n_units; a mean loss is weighted by its share of the units, which is exactly 1.0 (and so
         # bitwise the plain mean) when one batch makes the step.
-        (out.value * (batch.size / n_units) if out.mean else out.value / n_units).backward()
-        loss_sum += out.value.detach().double() * batch.size if out.mean else out.value.detach().double()
-        for key, value in out.sums.items():
-            sums[key] += value
+        loss = out.value * (batch.size / n_units) if out.mean else out.value / n_units
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        value = out.value.detach().to(loss_sum.dtype)
+        loss_sum += value * batch.size if out.mean else value
+        for key, stat in out.sums.items():
+            sums[key] += stat
     sum_gradients(model, context)
     loss_total, *stat_totals = sum_across([loss_sum.item(), *sums.values()], context)
     sums = dict(zip(sums, stat_totals))
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # clip (and check) the true gradients, not the scaled ones
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm or float("inf"))
 
     def replay() -> None:  # the same forward passes, with the same dropout masks, for the diagnosis
-        with autocast(cfg.precision):
+        with autocast(cfg.precision, device):
             for i, batch in mine:
                 torch.manual_seed(_dropout_seed(cfg.seed, step, i))
                 task.loss(model, batch)
 
-    problem = check_step(model, torch.tensor(loss_total), grad_norm, step=step, replay=replay)
+    # A finite loss whose scaled gradients overflowed float16 is the scaler's to handle: its step() skips the update
+    # and its update() lowers the scale. Only a non-finite loss (or any non-finite value without a scaler) is a
+    # problem of the run. Every rank holds the same summed values here, so every rank decides alike.
+    finite_loss = math.isfinite(loss_total)
+    scaler_overflow = scaler is not None and finite_loss and not bool(torch.isfinite(grad_norm))
+    problem = (
+        None if scaler_overflow else check_step(model, torch.tensor(loss_total), grad_norm, step=step, replay=replay)
+    )
     if problem is not None:
         optimizer.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.update()  # closes the step it unscaled (and lowers the scale: the gradients were not finite)
         return _StepOutcome(0.0, int(n_units), {}, problem)
-    optimizer.step()
+    if scaler is not None:
+        scaler.step(optimizer)  # skipped when the unscaled gradients held an inf or NaN
+        scaler.update()
+    else:
+        optimizer.step()
     return _StepOutcome(loss_total, int(n_units), sums, None)
 
 

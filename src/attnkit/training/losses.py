@@ -40,24 +40,3 @@ def sequence_loss(logits: Tensor, targets: Tensor, pad_id: int, smoothing: float
         reduction="sum",
     )
     return loss, int((targets != pad_id).sum())
-
-
-def autocast(precision: str) -> torch.autocast:
-    """The forward pass's numeric precision: bfloat16 autocast keeps weights, optimizer state and the loss in
-    float32 and runs matrix multiplications in bfloat16 (fast on CPUs with AMX or AVX512-BF16, and on GPUs;
-    see ``native_bf16``)."""
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
-
-
-def native_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 matrices in hardware (AMX tiles or AVX512-BF16). Without either,
-    oneDNN emulates bfloat16 and a matrix multiplication runs about 100x slower than in float32 (measured on an
-    AVX2-only AMD EPYC: 0.9 against 158 GFLOP/s), so ``precision=bf16`` is only worth it where this is True."""
-    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")  # torch.cpu's (private) CPUID probes
-    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
-
-
-SLOW_BF16_NOTE = (
-    "your CPU has no native bfloat16 arithmetic (AMX or AVX512-BF16): bf16 matrix multiplications "
-    "are emulated on it and run about 100x slower than float32; use fp32"
-)

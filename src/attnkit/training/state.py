@@ -6,7 +6,9 @@ can execute code when loaded, and it is written atomically like every other arti
 
 What "bit-exact" needs, and where it comes from:
     model and optimizer        every tensor, bitwise
-    dropout                    nothing: each batch's masks are seeded from (seed, step, index) by the loop
+    dropout                    nothing: each batch's masks are seeded from (seed, step, index) by the loop; the
+                               global RNG states (CPU, and the GPU's on a GPU) are saved all the same
+    fp16 loss scale            the gradient scaler's scale and growth counter (plain numbers: in the JSON)
     data order and position    the batch generator's state at the start of the current epoch (the epoch's order is
                                drawn again from it) and the index of the next batch in that order
     loop counters              step, epoch, best score, running sums: in the JSON
@@ -24,6 +26,7 @@ from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
 from attnkit.atomic import atomic_write_bytes
+from attnkit.devices import model_device, rng_state, set_rng_state
 from attnkit.errors import InputError
 from attnkit.runs import state_dict_for_saving
 
@@ -60,9 +63,15 @@ class FitState:
 
 
 def save_fit_state(
-    path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, state: FitState, data_fingerprint: str
+    path: Path,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: FitState,
+    data_fingerprint: str,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> None:
-    """Write model, optimizer, RNG and loop state to ``path`` (atomically)."""
+    """Write model, optimizer, RNG, loss-scaler and loop state to ``path`` (atomically)."""
     tensors = {f"model.{name}": t for name, t in state_dict_for_saving(model).items()}
     opt = optimizer.state_dict()
     opt_scalars: dict[str, dict] = {}
@@ -72,7 +81,8 @@ def save_fit_state(
                 tensors[f"optim.{index}.{key}"] = value.detach().cpu().contiguous()
             else:
                 opt_scalars.setdefault(str(index), {})[key] = value
-    tensors["rng.torch"] = torch.get_rng_state()
+    for name, rng in rng_state(model_device(model)).items():
+        tensors[f"rng.{name}"] = rng
     if state.epoch_generator_state is not None:
         tensors["rng.epoch_batches"] = state.epoch_generator_state
     loop = {f.name: getattr(state, f.name) for f in fields(state) if f.name != "epoch_generator_state"}
@@ -81,14 +91,21 @@ def save_fit_state(
         "optimizer_groups": opt["param_groups"],
         "optimizer_scalars": opt_scalars,
         "data_fingerprint": data_fingerprint,
+        "grad_scaler": scaler.state_dict() if scaler is not None else None,  # floats and ints
     }
     atomic_write_bytes(path, safetensors_bytes(tensors, metadata={_META_KEY: json.dumps(meta)}))
 
 
 def load_fit_state(
-    path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, data_fingerprint: str
+    path: Path,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data_fingerprint: str,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> FitState:
-    """Restore model, optimizer and the global RNG from ``path``; return the loop state to continue from."""
+    """Restore model, optimizer, loss scaler and the RNGs from ``path`` onto the model's device; return the loop
+    state to continue from."""
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = json.loads(f.metadata()[_META_KEY])
@@ -101,6 +118,7 @@ def load_fit_state(
         raise InputError(
             f"{path}: the training data differs from the data this run was started on; resume with the same files"
         )
+    # The tensors are read on the CPU; load_state_dict copies them onto the model's device.
     model.load_state_dict({name[len("model.") :]: t for name, t in tensors.items() if name.startswith("model.")})
     per_param: dict[int, dict] = {}
     for name, tensor in tensors.items():
@@ -114,7 +132,10 @@ def load_fit_state(
         if "betas" in group:
             group["betas"] = tuple(group["betas"])
     optimizer.load_state_dict({"state": per_param, "param_groups": groups})
-    torch.set_rng_state(tensors["rng.torch"])
+    if scaler is not None and meta.get("grad_scaler"):  # a run saved without one (fp32, bf16) starts at its default
+        scaler.load_state_dict(meta["grad_scaler"])
+    rngs = {name: tensors[f"rng.{name}"] for name in ("torch", "cuda", "mps") if f"rng.{name}" in tensors}
+    set_rng_state(rngs, model_device(model))
     return FitState(**meta["fit"], epoch_generator_state=tensors.get("rng.epoch_batches"))
 
 

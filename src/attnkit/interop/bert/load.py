@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+import torch
 from torch import Tensor
 
 from attnkit import runs
@@ -57,13 +58,20 @@ def load_pretrained(spec: str | Path, *, pooling: str = "mean") -> Pretrained:
 
 
 def embed(
-    model_spec: str | Path, texts: Iterable[str], *, pool: str = "mean", normalize: bool = False, batch_size: int = 32
+    model_spec: str | Path,
+    texts: Iterable[str],
+    *,
+    pool: str = "mean",
+    normalize: bool = False,
+    batch_size: int = 32,
+    device: torch.device | str = "cpu",
 ) -> Tensor:
-    """Sentence vectors (N, D) from a BERT folder, the word ``minilm``, or an attnkit classifier run directory."""
+    """Sentence vectors (N, D), on the CPU, from a BERT folder, the word ``minilm``, or an attnkit classifier run
+    directory, computed on ``device``."""
     folder = resolve_bert_folder(model_spec)
     config_path = folder / runs.CONFIG
     if config_path.is_file() and "task" in runs.read_json(config_path):
-        run = ClassifierRun(folder)
+        run = ClassifierRun(folder, device=device)
         return sentence_embeddings(
             run.model,
             run.tokenizer,
@@ -74,4 +82,5 @@ def embed(
             max_len_policy=run.max_len_policy,
         )
     model, _, tokenizer = load_bert_classifier(folder, n_classes=1)
+    model.to(device)
     return sentence_embeddings(model, tokenizer, texts, pool=pool, normalize=normalize, batch_size=batch_size)

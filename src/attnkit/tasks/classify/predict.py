@@ -10,22 +10,26 @@ import torch
 from attnkit.config import ClassifierConfig
 from attnkit.data.batching import bucketed_batches, pad
 from attnkit.data.readers import Example
+from attnkit.devices import model_device
 from attnkit.errors import InputError
 from attnkit.evaluation.metrics import accuracy, macro_f1
 from attnkit.model.classifier import TransformerClassifier
 from attnkit.runs import load_run
 from attnkit.tasks.classify.data import encode_examples
-from attnkit.training.losses import autocast, class_probabilities
+from attnkit.training.losses import class_probabilities
+from attnkit.training.precision import autocast, check_precision
 
 
 @torch.no_grad()
 def predict_ids(model: TransformerClassifier, seqs: list[list[int]], pad_id: int, batch_size: int = 64) -> torch.Tensor:
-    """Logits (N, C) for already-encoded sequences, in input order; batches are length-sorted to save padding."""
+    """Logits (N, C) on the CPU for already-encoded sequences, in input order, computed on the model's device;
+    batches are length-sorted to save padding."""
     model.eval()
+    device = model_device(model)
     batches = bucketed_batches([len(s) for s in seqs], batch_size, generator=None, bucket_factor=10**9)
     out = torch.empty(len(seqs), model.head.out_features)
     for batch in batches:
-        out[batch] = model(pad([seqs[i] for i in batch], pad_id)).float()
+        out[batch] = model(pad([seqs[i] for i in batch], pad_id).to(device)).float().cpu()  # (B, C)
     return out
 
 
@@ -45,12 +49,13 @@ class Prediction:
 class ClassifierRun:
     """Model, tokenizer and labels of one run directory."""
 
-    def __init__(self, run_dir: str | Path, precision: str = "fp32"):
-        """``precision="bf16"``: classify under bfloat16 autocast (faster on CPUs with AMX / AVX512-BF16)."""
-        if precision not in ("fp32", "bf16"):
-            raise InputError(f"precision {precision!r}; expected fp32 or bf16")
+    def __init__(self, run_dir: str | Path, precision: str = "fp32", device: torch.device | str = "cpu"):
+        """The run's model on ``device``. ``precision="bf16"``: classify under bfloat16 autocast (GPUs, CPUs with
+        AMX / AVX512-BF16); ``"fp16"``: float16 autocast (CUDA only)."""
+        self.device = torch.device(device)
+        check_precision(precision, self.device, what="precision")
         self.precision = precision
-        loaded = load_run(run_dir, task="classify")
+        loaded = load_run(run_dir, task="classify", device=self.device)
         self.max_len_policy = loaded.max_len_policy
         self.tokenizer = loaded.tokenizer
         self.labels: list[str] = loaded.labels or []
@@ -62,7 +67,7 @@ class ClassifierRun:
 
     def logits(self, texts: list[str]) -> torch.Tensor:
         seqs, _ = encode_examples(self.tokenizer, texts, self.model_cfg.max_len, self.max_len_policy)
-        with autocast(self.precision):
+        with autocast(self.precision, self.device):
             return predict_ids(self.model, seqs, self.tokenizer.pad_id)
 
     def predict(self, texts: list[str]) -> list[Prediction]:

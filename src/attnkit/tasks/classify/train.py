@@ -28,6 +28,7 @@ from attnkit.training.events import Event, Prepared
 from attnkit.training.loop import fit
 from attnkit.training.losses import classification_loss
 from attnkit.training.optim import make_optimizer
+from attnkit.training.precision import check_precision
 from attnkit.training.run_setup import open_run, write_run_files
 from attnkit.training.state import fingerprint_texts
 from attnkit.training.task import Batch, BatchLoss, TrainContext
@@ -144,13 +145,15 @@ def train_classifier(
     training continues from the saved step exactly as if it had never stopped (``model_cfg`` and ``train_cfg``
     are then taken from the run, not from the arguments).
 
-    ``context`` says where to train (device, and the process's rank in a data-parallel run; see ``fit``).
+    ``context`` says where to train (the device, default the CPU, and the process's rank in a data-parallel run;
+    see ``fit``); the run directory it writes does not depend on it.
     """
     context = context or TrainContext()
     run = open_run(out_dir, resume, context)
     if run.saved is not None:
         model_cfg = ClassifierConfig(**run.saved["model"])
         train_cfg = ClassifierTrainConfig(**run.saved["train"])
+    check_precision(train_cfg.precision, context.device)
     torch.manual_seed(train_cfg.seed)
 
     valid_source = "file"
@@ -222,6 +225,7 @@ def train_classifier(
     model = build_classifier(model_cfg, pad_id=tokenizer.pad_id)
     if initial is not None:
         model.load_state_dict(initial.state_dict())  # the same weights, in a model built with this run's dropout
+    model.to(context.device)  # before the optimizer is made: its state lives beside the parameters
     optimizer = make_optimizer(model, train_cfg, layer_lr_decay=train_cfg.layer_lr_decay)
     extra = {"init_from": pretrained.source} if pretrained is not None else {}
     write_run_files(

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.data.batching import apply_length_policy, pad
+from attnkit.devices import model_device
 from attnkit.errors import InputError
 from attnkit.model.classifier import POOLINGS, TransformerClassifier
 from attnkit.tokenization import Tokenizer
@@ -57,13 +58,14 @@ def sentence_embeddings(
     out = torch.empty(len(seqs), model.embeddings.token.embedding_dim)  # (N, D)
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths together: little padding
     was_training = model.training
+    device = model_device(model)
     model.eval()
     try:
         with torch.inference_mode():
             for start in range(0, len(order), batch_size):
                 batch = order[start : start + batch_size]
-                hidden, mask, _ = model.encode(pad([seqs[i] for i in batch], tokenizer.pad_id))  # (B, S, D)
-                out[batch] = model.pool(hidden, mask, pool).float()  # (B, D)
+                hidden, mask, _ = model.encode(pad([seqs[i] for i in batch], tokenizer.pad_id).to(device))  # (B, S, D)
+                out[batch] = model.pool(hidden, mask, pool).float().cpu()  # (B, D)
     finally:
         model.train(was_training)
     return F.normalize(out, dim=-1) if normalize else out  # (N, D)

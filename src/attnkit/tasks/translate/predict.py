@@ -18,8 +18,9 @@ from attnkit.tasks.translate.data import encode_sources
 class TranslatorRun:
     """Model and shared tokenizer of one translation run directory (or an averaged one)."""
 
-    def __init__(self, run_dir: str | Path):
-        loaded = load_run(run_dir, task="translate")
+    def __init__(self, run_dir: str | Path, device: torch.device | str = "cpu"):
+        """The run's model on ``device``."""
+        loaded = load_run(run_dir, task="translate", device=device)
         self.max_len_policy = loaded.max_len_policy
         self.tokenizer = loaded.tokenizer
         if not isinstance(loaded.model, Transformer) or not isinstance(loaded.model_cfg, TranslatorConfig):

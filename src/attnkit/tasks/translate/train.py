@@ -19,6 +19,7 @@ from attnkit.config import TranslatorConfig, TranslatorTrainConfig
 from attnkit.data.batching import Truncation, token_budget_batches
 from attnkit.data.readers import Pair
 from attnkit.decoding.corpus import translate_ids
+from attnkit.devices import model_device
 from attnkit.evaluation.bleu import corpus_scores
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
@@ -28,6 +29,7 @@ from attnkit.training.events import Event, Prepared
 from attnkit.training.loop import fit
 from attnkit.training.losses import sequence_loss
 from attnkit.training.optim import make_optimizer
+from attnkit.training.precision import check_precision
 from attnkit.training.run_setup import open_run, write_run_files
 from attnkit.training.state import fingerprint_texts
 from attnkit.training.task import Batch, BatchLoss, TrainContext
@@ -49,9 +51,10 @@ class TranslateSummary:
 def validation_loss(model: Transformer, data: ParallelData, tokenizer: Tokenizer, max_tokens: int) -> float:
     """Mean per-token cross-entropy (no label smoothing) on ``data``; exp of it is the perplexity."""
     model.eval()
+    device = model_device(model)
     total, n_tokens = 0.0, 0
     for batch in token_budget_batches([len(s) for s in data.src], [len(t) + 1 for t in data.tgt], max_tokens, None):
-        src, tgt_in, tgt_out = make_batch(data, batch, tokenizer)
+        src, tgt_in, tgt_out = (t.to(device) for t in make_batch(data, batch, tokenizer))
         loss, n = sequence_loss(model(src, tgt_in), tgt_out, tokenizer.pad_id)
         total, n_tokens = total + loss.item(), n_tokens + n
     return total / max(1, n_tokens)
@@ -119,7 +122,8 @@ def train_translator(
     """Train on ``train`` and write the run (config, shared BPE, weights, checkpoints, metrics) to ``out_dir``.
 
     With ``resume``, continue a killed run from its last saved state, bit-exactly (configs come from the run).
-    ``context`` says where to train (device, and the process's rank in a data-parallel run; see ``fit``).
+    ``context`` says where to train (the device, default the CPU, and the process's rank in a data-parallel run;
+    see ``fit``); the run directory it writes does not depend on it.
     """
     context = context or TrainContext()
     run = open_run(out_dir, resume, context)
@@ -136,6 +140,7 @@ def train_translator(
             min_freq=train_cfg.min_freq,
         )
         model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
+    check_precision(train_cfg.precision, context.device)
     torch.manual_seed(train_cfg.seed)
     data = encode_pairs(tokenizer, train, model_cfg.max_len, train_cfg.max_len_policy)
     valid_data = encode_pairs(tokenizer, valid, model_cfg.max_len, train_cfg.max_len_policy) if valid else None
@@ -151,7 +156,9 @@ def train_translator(
         )
     )
 
-    model = build_translator(model_cfg, pad_id=tokenizer.pad_id)
+    model = build_translator(model_cfg, pad_id=tokenizer.pad_id).to(
+        context.device
+    )  # before the optimizer: its state too
     optimizer = make_optimizer(model, train_cfg)
     write_run_files(run, "translate", model_cfg, train_cfg, tokenizer, context=context)
     task = TranslationTask(
