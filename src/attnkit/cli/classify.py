@@ -30,11 +30,16 @@ if TYPE_CHECKING:
 
 
 def cmd_classify_train(args: argparse.Namespace) -> None:
-    if bool(args.train) == bool(args.dataset):
-        raise InputError("classify train: give --train FILE or --dataset NAME (one of them)")
+    text_flags = [f"--{flag}" for flag in ("train", "valid", "dataset") if getattr(args, flag)]
+    if args.prepared and text_flags:
+        raise InputError(f"classify train: give --prepared DIR or text data ({', '.join(text_flags)}), not both")
+    if not args.prepared and bool(args.train) == bool(args.dataset):
+        raise InputError("classify train: give --train FILE, --dataset NAME or --prepared DIR (one of them)")
     with training_context(args) as context:
-        with main_rank_first(context):
-            train_path, valid_path = (args.train, args.valid) if args.train else dataset_splits(args.dataset)
+        train_path, valid_path = None, None
+        if not args.prepared:
+            with main_rank_first(context):
+                train_path, valid_path = (args.train, args.valid) if args.train else dataset_splits(args.dataset)
         summary = _train_classifier(args, train_path, valid_path, context)
     if context.is_main:
         print_json(
@@ -51,11 +56,12 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
 
 
 def _train_classifier(
-    args: argparse.Namespace, train_path: Path, valid_path: Path | None, context: TrainContext
+    args: argparse.Namespace, train_path: Path | None, valid_path: Path | None, context: TrainContext
 ) -> TrainSummary:
     from attnkit.cli.progress import TrainingProgress
     from attnkit.config import CLASSIFIER_PRESETS, FINE_TUNE_TRAIN_DEFAULTS, ClassifierConfig, task_configs
-    from attnkit.data.readers import read_labeled
+    from attnkit.data.prepared import PreparedCorpus, open_prepared
+    from attnkit.data.readers import Example, read_labeled
     from attnkit.tasks.classify import train_classifier
 
     overrides = config_overrides(args)
@@ -69,8 +75,13 @@ def _train_classifier(
     check_resume(args, overrides, ClassifierConfig, CLASSIFIER_PRESETS)
     if context.is_main:
         check_precision(train_cfg.precision, context.device, what="config key precision")
-    train = read_labeled(train_path)
-    valid = read_labeled(valid_path) if valid_path else None
+    train: list[Example] | PreparedCorpus
+    if args.prepared:
+        train, valid = open_prepared(args.prepared), None
+    else:
+        assert train_path is not None
+        train = read_labeled(train_path)
+        valid = read_labeled(valid_path) if valid_path else None
 
     pretrained = None
     if args.init_from and not (args.resume and (Path(args.out) / "config.json").is_file()):
@@ -134,6 +145,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--train", type=Path, help="training file (.tsv, .csv or .jsonl with text and label)")
     p.add_argument("--valid", type=Path, help="validation file (default: 10%% of --train held out)")
     p.add_argument("--dataset", help="a dataset recipe instead of files (e.g. rt-polarity; see `attnkit data list`)")
+    p.add_argument(
+        "--prepared",
+        type=Path,
+        metavar="DIR",
+        help="a corpus written by `attnkit data prepare --task classify` instead of files: its tokenizer, labels, "
+        "train split (read through memory maps) and valid split",
+    )
     p.add_argument("--out", type=Path, required=True, help="run directory to write")
     p.add_argument("--preset", help="model preset: default (the default), vocab10k, tiny-binary")
     p.add_argument("--epochs", type=int)

@@ -24,6 +24,8 @@ from attnkit.cli.common import (
 )
 from attnkit.errors import InputError
 
+TEXT_DATA_FLAGS = ("train", "train_src", "train_tgt", "valid", "valid_src", "valid_tgt", "dataset", "pair")
+
 
 def _read_pairs(tsv: Path | None, src: Path | None, tgt: Path | None, what: str):
     from attnkit.data.readers import read_parallel_files, read_parallel_tsv
@@ -44,8 +46,15 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
     from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig, task_configs
     from attnkit.tasks.translate import train_translator
 
+    text_flags = [f"--{flag.replace('_', '-')}" for flag in TEXT_DATA_FLAGS if getattr(args, flag)]
+    if args.prepared and text_flags:
+        raise InputError(f"translate train: give --prepared DIR or text data ({', '.join(text_flags)}), not both")
     with training_context(args) as context:
-        if args.dataset:
+        if args.prepared:
+            from attnkit.data.prepared import open_prepared
+
+            train, valid = open_prepared(args.prepared), None
+        elif args.dataset:
             with main_rank_first(context):
                 directory = fetch_dataset(args.dataset, args.pair)
             train, valid = (
@@ -55,7 +64,9 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
         else:
             train = _read_pairs(args.train, args.train_src, args.train_tgt, "train")
             if train is None:
-                raise InputError("translate train: give --train FILE, --train-src A --train-tgt B, or --dataset NAME")
+                raise InputError(
+                    "translate train: give --train FILE, --train-src A --train-tgt B, --dataset NAME or --prepared DIR"
+                )
             valid = _read_pairs(args.valid, args.valid_src, args.valid_tgt, "valid")
         overrides = config_overrides(args)
         for key in ("epochs", "max_steps", "max_tokens", "seed"):
@@ -152,6 +163,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--valid-tgt", type=Path)
     p.add_argument("--dataset", help="a dataset recipe instead of files (e.g. bible)")
     p.add_argument("--pair", help="language pair of the dataset recipe, e.g. en-de")
+    p.add_argument(
+        "--prepared",
+        type=Path,
+        metavar="DIR",
+        help="a corpus written by `attnkit data prepare --task translate` instead of text: its tokenizer, its train "
+        "split (read through memory maps) and its valid split",
+    )
     p.add_argument("--out", type=Path, required=True, help="run directory to write")
     p.add_argument("--preset", help="small (CPU-sized, the default), base or big (Table 3)")
     p.add_argument("--max-steps", type=int)

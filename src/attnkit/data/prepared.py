@@ -89,6 +89,26 @@ class PreparedCorpus:
                         "after preparation"
                     )
 
+    def check(self, task: str, max_len: int) -> None:
+        """The corpus is of ``task`` and its sequences fit a model of ``max_len`` positions (else an InputError)."""
+        sidecar = self.directory / SIDECAR
+        if self.task != task:
+            raise InputError(
+                f"{sidecar}: a prepared {self.task} corpus; {task} train needs one prepared with --task {task}"
+            )
+        if self.meta["max_len"] > max_len:
+            raise InputError(
+                f"{sidecar}: prepared with max_len={self.meta['max_len']}, longer than the model's max_len="
+                f"{max_len}; train with --set max_len={self.meta['max_len']} or prepare again with --max-len {max_len}"
+            )
+
+    def fingerprint(self, *splits: str) -> str:
+        """sha256 over the sidecar's sha256 of every file of ``splits`` and the tokenizer's fingerprint: what a
+        resumed run compares, without reading the corpus (the files were hashed when they were written)."""
+        files = {name: self.meta["splits"][name]["files"] for name in splits if name in self.meta["splits"]}
+        document = {"tokenizer": self.meta["tokenizer"]["fingerprint"], "files": files}
+        return hashlib.sha256(json.dumps(document, sort_keys=True).encode("utf-8")).hexdigest()
+
     def split(self, name: str) -> ParallelTokens | LabelledTokens:
         """Map one split's files (cheap: nothing is read but the index), after checking they match the sidecar."""
         info = self.meta["splits"].get(name)
@@ -102,6 +122,12 @@ class PreparedCorpus:
                 raise InputError(
                     f"{tokens.prefix}.idx: {len(tokens)} sequences, but {self.directory / SIDECAR} "
                     f"records {info['sequences']}; the files come from different preparations"
+                )
+            recorded = info.get("tokens", {}).get(part)
+            if recorded is not None and int(tokens.sizes.sum(dtype=np.int64)) != recorded:
+                raise InputError(
+                    f"{tokens.prefix}.idx: {int(tokens.sizes.sum(dtype=np.int64))} tokens, but "
+                    f"{self.directory / SIDECAR} records {recorded}; the files were changed after preparation"
                 )
             parts[part] = tokens
         if self.task == "translate":

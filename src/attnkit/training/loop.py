@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -290,7 +290,7 @@ def _train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     task: Task,
-    group: list[list[int]],
+    group: Sequence[list[int]],
     cfg: TrainConfig,
     context: TrainContext,
     scaler: torch.amp.GradScaler | None = None,

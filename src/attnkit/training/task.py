@@ -3,6 +3,7 @@ its normaliser, its evaluation, and the metric that decides "better"; and where 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -41,9 +42,9 @@ class Task(Protocol):
     d_model: int  # model width, for the schedule of eq. 3 ("noam")
     fingerprint: str  # of the training data: a resume on other data is refused
 
-    def epoch_batches(self, generator: torch.Generator | None) -> list[list[int]]:
+    def epoch_batches(self, generator: torch.Generator | None) -> Sequence[list[int]]:
         """The example indices of each batch of one epoch, in training order, drawn from ``generator`` (None: a
-        deterministic order, used to count the batches)."""
+        deterministic order, used to count the batches). A list of lists, or ``data.batching.Batches``."""
         ...
 
     def collate(self, indices: list[int]) -> Batch:

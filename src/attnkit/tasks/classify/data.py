@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from attnkit.config import ClassifierConfig
 from attnkit.data.batching import Truncation, apply_length_policy
+from attnkit.data.prepared import LabelledTokens, PreparedCorpus
+from attnkit.data.sequences import MappedSequences
 from attnkit.errors import InputError
 from attnkit.tokenization import Tokenizer
 
@@ -39,3 +43,21 @@ def encode_examples(
         keep_last=tokenizer.n_trailing_specials or None,
         lines=lines,
     )
+
+
+def prepared_examples(
+    corpus: PreparedCorpus,
+) -> tuple[MappedSequences, np.ndarray, list[list[int]], list[int], Truncation]:
+    """A prepared corpus's train split as memory maps (texts read a batch at a time, label ids (N,) int64), its
+    valid split (empty if it has none) read into lists, and the train split's truncation as preparing counted it."""
+    train = corpus.split("train")
+    assert isinstance(train, LabelledTokens)
+    info = corpus.meta["splits"]["train"]
+    truncation = Truncation(info["truncated"], len(train), info["longest"], corpus.meta["max_len"])
+    valid_ids: list[list[int]] = []
+    valid_y: list[int] = []
+    if "valid" in corpus.meta["splits"]:
+        valid = corpus.split("valid")
+        assert isinstance(valid, LabelledTokens)
+        valid_ids, valid_y = MappedSequences(valid.text)[:], valid.labels.tolist()
+    return MappedSequences(train.text), train.labels, valid_ids, valid_y, truncation

@@ -6,22 +6,25 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
 from attnkit import runs
 from attnkit.config import ClassifierConfig, ClassifierTrainConfig
-from attnkit.data.batching import Truncation, bucketed_batches, pad
+from attnkit.data.batching import Batches, Truncation, bucketed_batches, pad
+from attnkit.data.prepared import PreparedCorpus
 from attnkit.data.readers import Example
+from attnkit.data.sequences import sequence_lengths
 from attnkit.errors import InputError
 from attnkit.evaluation.metrics import accuracy, macro_f1
 from attnkit.model.build import build_classifier
 from attnkit.model.classifier import TransformerClassifier
-from attnkit.tasks.classify.data import encode_examples, resolve_classes
+from attnkit.tasks.classify.data import encode_examples, prepared_examples, resolve_classes
 from attnkit.tasks.classify.predict import predict_ids, predicted_classes
 from attnkit.tokenization import Tokenizer, train_tokenizer
 from attnkit.training.events import Event, Prepared
@@ -76,10 +79,12 @@ def with_fresh_head(
 
 @dataclass
 class ClassificationTask:
-    """The loop's view of a classifier run (``attnkit.training.loop.Task``)."""
+    """The loop's view of a classifier run (``attnkit.training.loop.Task``). The training texts and labels are lists
+    and arrays in memory, or a prepared corpus's memory maps read a batch at a time; no validation set (a prepared
+    corpus without a valid split): the last weights are the model."""
 
-    train_ids: list[list[int]]
-    train_y: torch.Tensor  # (N,)
+    train_ids: Sequence[list[int]]
+    train_y: np.ndarray  # (N,) int64 label ids (memory-mapped from a prepared corpus)
     valid_ids: list[list[int]]
     valid_y: list[int]
     n_labels: int
@@ -92,13 +97,14 @@ class ClassificationTask:
     unit: str = "sentences"
     stats: tuple[str, ...] = ("accuracy",)
 
-    def epoch_batches(self, generator: torch.Generator | None) -> list[list[int]]:
-        lengths = [len(s) for s in self.train_ids]
+    def epoch_batches(self, generator: torch.Generator | None) -> Batches:
+        lengths = sequence_lengths(self.train_ids)  # (N,)
         return bucketed_batches(lengths, self.cfg.batch_size, generator, self.cfg.bucket_factor)
 
     def collate(self, indices: list[int]) -> Batch:
         ids = pad([self.train_ids[i] for i in indices], self.pad_id)  # (B, S)
-        return Batch((ids, self.train_y[indices]), len(indices))
+        y = torch.from_numpy(np.asarray(self.train_y[indices], dtype=np.int64))  # (B,)
+        return Batch((ids, y), len(indices))
 
     def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
         ids, y = batch.tensors
@@ -111,8 +117,10 @@ class ClassificationTask:
             sums={"accuracy": float(correct)},
         )
 
-    def evaluate(self, model: nn.Module, device: torch.device) -> dict[str, float]:
+    def evaluate(self, model: nn.Module, device: torch.device) -> dict[str, float] | None:
         assert isinstance(model, TransformerClassifier)
+        if not self.valid_ids:
+            return None
         logits = predict_ids(model, self.valid_ids, self.pad_id)  # (N, C)
         predicted = predicted_classes(logits)
         loss = classification_loss(logits, torch.tensor(self.valid_y)).item()  # no smoothing: the plain NLL
@@ -124,7 +132,7 @@ class ClassificationTask:
 
 
 def train_classifier(
-    train: list[Example],
+    train: list[Example] | PreparedCorpus,
     valid: list[Example] | None,
     *,
     model_cfg: ClassifierConfig,
@@ -137,6 +145,10 @@ def train_classifier(
 ) -> TrainSummary:
     """Train on ``train``, select on ``valid`` (10% of ``train`` held out when None), write the run to ``out_dir``.
 
+    ``train`` may be a prepared corpus (``data.prepared.open_prepared``; ``valid`` is then None): its tokenizer and
+    labels are the run's, its train split is read from the memory maps a batch at a time, and its valid split (if
+    any; none is held out) selects the best epoch.
+
     With ``pretrained`` (a BERT encoder, see ``interop.bert.load_pretrained``), the encoder and its tokenizer are the
     pretrained ones and only the head starts fresh; ``model_cfg`` then contributes ``n_classes``, ``pooling`` and
     ``dropout``.
@@ -148,6 +160,9 @@ def train_classifier(
     ``context`` says where to train (the device, default the CPU, and the process's rank in a data-parallel run;
     see ``fit``); the run directory it writes does not depend on it.
     """
+    prepared = train if isinstance(train, PreparedCorpus) else None
+    if prepared is not None and valid is not None:
+        raise ValueError("a prepared corpus brings its own valid split; pass valid=None")
     context = context or TrainContext()
     run = open_run(out_dir, resume, context)
     if run.saved is not None:
@@ -157,7 +172,8 @@ def train_classifier(
     torch.manual_seed(train_cfg.seed)
 
     valid_source = "file"
-    if not valid:
+    if prepared is None and not valid:
+        assert isinstance(train, list)
         # Hold out 10% for model selection; below 100 examples that would be too few to mean anything, so the
         # training set itself is used (and said to be).
         if len(train) >= 100:
@@ -180,17 +196,28 @@ def train_classifier(
 
     initial = None
     labels: list[str]
+    if prepared is not None:
+        labels = list(prepared.labels or [])
+    else:
+        assert isinstance(train, list)
+        labels = sorted({ex.label for ex in train})
     if run.saved is not None:
-        labels = list(runs.read_json(run.path / runs.LABELS))  # written by this function: a list of names
+        saved_labels = list(runs.read_json(run.path / runs.LABELS))  # written by this function: a list of names
+        if prepared is not None and saved_labels != labels:
+            raise InputError(f"{prepared.directory}: labels {labels} differ from the run's {saved_labels}")
+        labels = saved_labels
         tokenizer = Tokenizer.load(run.path / runs.TOKENIZER, run.saved["tokenizer"])
     elif pretrained is not None:
-        labels = sorted({ex.label for ex in train})
         n_classes = resolve_classes(model_cfg, labels).n_classes
         initial, bert_cfg = with_fresh_head(pretrained, n_classes=n_classes, pooling=model_cfg.pooling)
         tokenizer = pretrained.tokenizer
         model_cfg = dataclasses.replace(bert_cfg, dropout=model_cfg.dropout)
+    elif prepared is not None:
+        model_cfg = resolve_classes(model_cfg, labels)
+        tokenizer = prepared.tokenizer  # the corpus's ids are this vocabulary's
+        model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
     else:
-        labels = sorted({ex.label for ex in train})
+        assert isinstance(train, list)
         model_cfg = resolve_classes(model_cfg, labels)
         tokenizer = train_tokenizer(
             (ex.text for ex in train),
@@ -200,27 +227,45 @@ def train_classifier(
             add_cls=model_cfg.pooling == "cls",
         )
         model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
-    label_id = {label: i for i, label in enumerate(labels)}
-    for ex in train + valid:
-        if ex.label not in label_id:
-            raise InputError(f"line {ex.line}: label {ex.label!r} is not one of the run's labels {labels}")
-    train_ids, truncation = encode_examples(
-        tokenizer, [ex.text for ex in train], model_cfg.max_len, train_cfg.max_len_policy, [ex.line for ex in train]
-    )
-    valid_ids, _ = encode_examples(
-        tokenizer, [ex.text for ex in valid], model_cfg.max_len, train_cfg.max_len_policy, [ex.line for ex in valid]
-    )
-    on_event(
-        Prepared(
-            len(train),
-            len(valid),
-            valid_source,
-            tokenizer.vocab_size,
-            truncation.n_truncated,
-            model_cfg.max_len,
-            labels,
+
+    train_ids: Sequence[list[int]]
+    if prepared is not None:
+        if prepared.tokenizer.fingerprint() != tokenizer.fingerprint():
+            raise InputError(
+                f"{prepared.directory}: prepared with another tokenizer than the "
+                f"{'run' if run.saved is not None else 'pretrained encoder'}'s; prepare it with --tokenizer "
+                f"{run.path if run.saved is not None else 'pointing at that tokenizer'}"
+            )
+        prepared.check("classify", model_cfg.max_len)
+        if model_cfg.pooling == "cls" and tokenizer.cls_id is None:
+            raise InputError(
+                f"{prepared.directory}: pooling=cls reads a first <cls> token, which this corpus's texts do not "
+                "have; prepare it with --pooling cls, or train with --set pooling=mean"
+            )
+        train_ids, train_y, valid_ids, valid_y, truncation = prepared_examples(prepared)
+        fingerprint = prepared.fingerprint("train", "valid")
+        valid_source = "the prepared valid split" if valid_ids else "none"
+        n_train, n_valid = len(train_ids), len(valid_ids)
+    else:
+        assert isinstance(train, list) and valid is not None
+        label_id = {label: i for i, label in enumerate(labels)}
+        for ex in train + valid:
+            if ex.label not in label_id:
+                raise InputError(f"line {ex.line}: label {ex.label!r} is not one of the run's labels {labels}")
+        lines = [ex.line for ex in train]
+        train_ids, truncation = encode_examples(
+            tokenizer, [ex.text for ex in train], model_cfg.max_len, train_cfg.max_len_policy, lines
         )
-    )
+        valid_ids, _ = encode_examples(
+            tokenizer, [ex.text for ex in valid], model_cfg.max_len, train_cfg.max_len_policy, [ex.line for ex in valid]
+        )
+        train_y = np.array([label_id[ex.label] for ex in train], dtype=np.int64)
+        valid_y = [label_id[ex.label] for ex in valid]
+        texts = [ex.text for ex in train]
+        fingerprint = fingerprint_texts(texts, [ex.label for ex in train], [ex.text for ex in valid])
+        n_train, n_valid = len(train), len(valid)
+    vocab_size, n_truncated = tokenizer.vocab_size, truncation.n_truncated
+    on_event(Prepared(n_train, n_valid, valid_source, vocab_size, n_truncated, model_cfg.max_len, labels))
 
     model = build_classifier(model_cfg, pad_id=tokenizer.pad_id)
     if initial is not None:
@@ -232,15 +277,7 @@ def train_classifier(
         run, "classify", model_cfg, train_cfg, tokenizer, files={runs.LABELS: labels}, context=context, **extra
     )
     task = ClassificationTask(
-        train_ids,
-        torch.tensor([label_id[ex.label] for ex in train]),
-        valid_ids,
-        [label_id[ex.label] for ex in valid],
-        len(labels),
-        tokenizer.pad_id,
-        train_cfg,
-        model_cfg.d_model,
-        fingerprint_texts([ex.text for ex in train], [ex.label for ex in train], [ex.text for ex in valid]),
+        train_ids, train_y, valid_ids, valid_y, len(labels), tokenizer.pad_id, train_cfg, model_cfg.d_model, fingerprint
     )
     result = fit(model, optimizer, task, train_cfg, run.path, resume=run.resume, on_event=on_event, context=context)
     return TrainSummary(

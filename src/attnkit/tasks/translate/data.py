@@ -3,6 +3,7 @@ translate are encoded as the sources were in training."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -15,10 +16,11 @@ from attnkit.tokenization import Tokenizer
 
 @dataclass
 class ParallelData:
-    """Encoded pairs: source ids end with EOS; target ids are bare (BOS / EOS are added when batching)."""
+    """Encoded pairs: source ids end with EOS; target ids are bare (BOS / EOS are added when batching). Lists, or a
+    prepared corpus's memory-mapped token files (``data.sequences.MappedSequences``), read a batch at a time."""
 
-    src: list[list[int]]
-    tgt: list[list[int]]
+    src: Sequence[list[int]]
+    tgt: Sequence[list[int]]
     truncation: Truncation
 
 

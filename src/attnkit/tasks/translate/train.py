@@ -16,10 +16,13 @@ from torch import nn
 
 from attnkit import runs
 from attnkit.config import TranslatorConfig, TranslatorTrainConfig
-from attnkit.data.batching import Truncation, token_budget_batches
+from attnkit.data.batching import Batches, Truncation, token_budget_batches
+from attnkit.data.prepared import ParallelTokens, PreparedCorpus
 from attnkit.data.readers import Pair
+from attnkit.data.sequences import MappedSequences, sequence_lengths
 from attnkit.decoding.corpus import translate_ids
 from attnkit.devices import model_device
+from attnkit.errors import InputError
 from attnkit.evaluation.bleu import corpus_scores
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
@@ -53,7 +56,7 @@ def validation_loss(model: Transformer, data: ParallelData, tokenizer: Tokenizer
     model.eval()
     device = model_device(model)
     total, n_tokens = 0.0, 0
-    for batch in token_budget_batches([len(s) for s in data.src], [len(t) + 1 for t in data.tgt], max_tokens, None):
+    for batch in token_budget_batches(sequence_lengths(data.src), sequence_lengths(data.tgt) + 1, max_tokens, None):
         src, tgt_in, tgt_out = (t.to(device) for t in make_batch(data, batch, tokenizer))
         loss, n = sequence_loss(model(src, tgt_in), tgt_out, tokenizer.pad_id)
         total, n_tokens = total + loss.item(), n_tokens + n
@@ -81,10 +84,10 @@ class TranslationTask:
         # Greedy BLEU when it is computed; otherwise the validation loss. Ties go to the lower loss either way.
         self.metric, self.higher_is_better = ("bleu", True) if self.cfg.valid_bleu else ("loss", False)
 
-    def epoch_batches(self, generator: torch.Generator | None) -> list[list[int]]:
-        return token_budget_batches(
-            [len(s) for s in self.data.src], [len(t) + 1 for t in self.data.tgt], self.cfg.max_tokens, generator
-        )
+    def epoch_batches(self, generator: torch.Generator | None) -> Batches:
+        # A target's length counts the BOS (tgt_in) or EOS (tgt_out) that make_batch adds.
+        src, tgt = sequence_lengths(self.data.src), sequence_lengths(self.data.tgt) + 1  # (N,), (N,)
+        return token_budget_batches(src, tgt, self.cfg.max_tokens, generator)
 
     def collate(self, indices: list[int]) -> Batch:
         src, tgt_in, tgt_out = make_batch(self.data, indices, self.tokenizer)
@@ -103,13 +106,61 @@ class TranslationTask:
         loss = validation_loss(model, self.valid, self.tokenizer, self.cfg.max_tokens)
         metrics = {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
         if self.cfg.valid_bleu:
-            hyps = self.tokenizer.decode_batch(translate_ids(model, self.tokenizer, self.valid.src, beam=1))
+            hyps = self.tokenizer.decode_batch(translate_ids(model, self.tokenizer, list(self.valid.src), beam=1))
             metrics.update({k: v for k, v in corpus_scores(hyps, self.valid_targets).items() if k in ("bleu", "chrf")})
         return metrics
 
 
+@dataclass
+class _TrainingData:
+    """What the task trains and validates on, however it was read."""
+
+    train: ParallelData
+    valid: ParallelData | None
+    valid_targets: list[str]  # the references of validation BLEU
+    fingerprint: str  # of the training data, for resume
+    valid_source: str  # for the Prepared event: "file", "the prepared valid split" or "none"
+
+
+def _text_data(
+    tokenizer: Tokenizer, train: list[Pair], valid: list[Pair] | None, max_len: int, policy: str
+) -> _TrainingData:
+    """Pairs read from text files, encoded now (every id a Python int in a list)."""
+    return _TrainingData(
+        encode_pairs(tokenizer, train, max_len, policy),
+        encode_pairs(tokenizer, valid, max_len, policy) if valid else None,
+        [p.target for p in valid or []],
+        fingerprint_texts([p.source for p in train], [p.target for p in train], [p.source for p in valid or []]),
+        "file" if valid else "none",
+    )
+
+
+def _prepared_data(corpus: PreparedCorpus, tokenizer: Tokenizer) -> _TrainingData:
+    """A prepared corpus: the train split stays in its memory maps (read a batch at a time); the small valid split
+    is read into lists, and its references are its target ids decoded (the text files are not needed; BLEU
+    against them equals BLEU against the original targets wherever the tokenizer decodes exactly)."""
+    train = corpus.split("train")
+    assert isinstance(train, ParallelTokens)
+    truncation = Truncation(
+        corpus.meta["splits"]["train"]["truncated"],
+        len(train),
+        corpus.meta["splits"]["train"]["longest"],
+        corpus.meta["max_len"],
+    )
+    data = ParallelData(MappedSequences(train.src), MappedSequences(train.tgt), truncation)
+    valid, targets = None, []
+    if "valid" in corpus.meta["splits"]:
+        split = corpus.split("valid")
+        assert isinstance(split, ParallelTokens)
+        src, tgt = MappedSequences(split.src)[:], MappedSequences(split.tgt)[:]
+        valid = ParallelData(src, tgt, Truncation(0, len(src), 0, corpus.meta["max_len"]))
+        targets = tokenizer.decode_batch(tgt)
+    valid_source = "the prepared valid split" if valid else "none"
+    return _TrainingData(data, valid, targets, corpus.fingerprint("train", "valid"), valid_source)
+
+
 def train_translator(
-    train: list[Pair],
+    train: list[Pair] | PreparedCorpus,
     valid: list[Pair] | None,
     *,
     model_cfg: TranslatorConfig,
@@ -121,17 +172,31 @@ def train_translator(
 ) -> TranslateSummary:
     """Train on ``train`` and write the run (config, shared BPE, weights, checkpoints, metrics) to ``out_dir``.
 
-    With ``resume``, continue a killed run from its last saved state, bit-exactly (configs come from the run).
-    ``context`` says where to train (the device, default the CPU, and the process's rank in a data-parallel run;
-    see ``fit``); the run directory it writes does not depend on it.
+    ``train`` is parallel text, or a prepared corpus (``data.prepared.open_prepared``; ``valid`` is then None and
+    the corpus's valid split, if any, validates): its tokenizer is the run's, and its train split is read from the
+    memory maps a batch at a time. With ``resume``, continue a killed run from its last saved state, bit-exactly
+    (configs come from the run). ``context`` says where to train (the device, default the CPU, and the process's
+    rank in a data-parallel run; see ``fit``); the run directory it writes does not depend on it.
     """
+    prepared = train if isinstance(train, PreparedCorpus) else None
+    if prepared is not None and valid is not None:
+        raise ValueError("a prepared corpus brings its own valid split; pass valid=None")
     context = context or TrainContext()
     run = open_run(out_dir, resume, context)
     if run.saved is not None:
         model_cfg = TranslatorConfig(**run.saved["model"])
         train_cfg = TranslatorTrainConfig(**run.saved["train"])
         tokenizer = Tokenizer.load(run.path / runs.TOKENIZER, run.saved["tokenizer"])
+        if prepared is not None and prepared.tokenizer.fingerprint() != tokenizer.fingerprint():
+            raise InputError(
+                f"{prepared.directory}: prepared with another tokenizer than the run in {run.path}; resume on the "
+                "corpus the run was started on"
+            )
+    elif prepared is not None:
+        tokenizer = prepared.tokenizer  # the corpus's ids are this vocabulary's
+        model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
     else:
+        assert isinstance(train, list)
         # §5.1: a shared source-target vocabulary of byte-pair encodings.
         tokenizer = train_tokenizer(
             (text for pair in train for text in (pair.source, pair.target)),
@@ -142,15 +207,19 @@ def train_translator(
         model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
     check_precision(train_cfg.precision, context.device)
     torch.manual_seed(train_cfg.seed)
-    data = encode_pairs(tokenizer, train, model_cfg.max_len, train_cfg.max_len_policy)
-    valid_data = encode_pairs(tokenizer, valid, model_cfg.max_len, train_cfg.max_len_policy) if valid else None
+    if prepared is not None:
+        prepared.check("translate", model_cfg.max_len)
+        data = _prepared_data(prepared, tokenizer)
+    else:
+        assert isinstance(train, list)
+        data = _text_data(tokenizer, train, valid, model_cfg.max_len, train_cfg.max_len_policy)
     on_event(
         Prepared(
-            len(train),
-            len(valid or []),
-            "file" if valid else "none",
+            len(data.train.src),
+            len(data.valid.src) if data.valid else 0,
+            data.valid_source,
             tokenizer.vocab_size,
-            data.truncation.n_truncated,
+            data.train.truncation.n_truncated,
             model_cfg.max_len,
             None,
         )
@@ -162,13 +231,7 @@ def train_translator(
     optimizer = make_optimizer(model, train_cfg)
     write_run_files(run, "translate", model_cfg, train_cfg, tokenizer, context=context)
     task = TranslationTask(
-        data,
-        valid_data,
-        [p.target for p in valid or []],
-        tokenizer,
-        train_cfg,
-        model_cfg.d_model,
-        fingerprint_texts([p.source for p in train], [p.target for p in train], [p.source for p in valid or []]),
+        data.train, data.valid, data.valid_targets, tokenizer, train_cfg, model_cfg.d_model, data.fingerprint
     )
     result = fit(model, optimizer, task, train_cfg, run.path, resume=run.resume, on_event=on_event, context=context)
     return TranslateSummary(
@@ -178,6 +241,6 @@ def train_translator(
         result.seconds,
         result.best.get("loss"),
         result.best.get("bleu"),
-        data.truncation,
+        data.train.truncation,
         result.stopped_by,
     )
