@@ -1,0 +1,192 @@
+"""Training from a prepared corpus (``train --prepared DIR``, issue 13) is training from the text files: the same
+tokenizer, the same batches, the same dropout masks, so bitwise the same weights, for both tasks. And a prepared
+corpus of the wrong task, without the split asked for, or changed after preparation is refused with one error line.
+"""
+
+import json
+import random
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from attnkit.cli import main
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+WORDS = "the a cat dog sat ran on under mat house big small red blue quickly slowly and but".split()
+# A tiny model with dropout on (so that the dropout masks, drawn per step, must be the same too), a few steps.
+SET = ("d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "min_freq=1", "dropout=0.1", "seed=3")
+TRANSLATE_SET = ("tokenizer=bpe", "vocab_size=80", "max_len=12", "max_tokens=120", "max_steps=6", "eval_every=3")
+CLASSIFY_SET = ("batch_size=8", "bucket_factor=2", "max_len=10", "epochs=2")
+
+
+def sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 14)))
+
+
+def write_tsv(path, header: str, rows: list[str]):
+    path.write_text(header + "\n" + "".join(row + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Parallel and labelled train/valid files (some sentences longer than max_len, so truncation is exercised)."""
+    rng = random.Random(0)
+    root = tmp_path_factory.mktemp("corpus")
+    pairs = [f"{sentence(rng)}\t{sentence(rng)}" for _ in range(90)]
+    texts = [f"{sentence(rng)}\t{rng.choice(['pos', 'neg', 'mixed'])}" for _ in range(90)]
+    return {
+        "translate": (
+            write_tsv(root / "pairs.tsv", "source\ttarget", pairs[:75]),
+            write_tsv(root / "pairs_valid.tsv", "source\ttarget", pairs[75:]),
+        ),
+        "classify": (
+            write_tsv(root / "texts.tsv", "text\tlabel", texts[:75]),
+            write_tsv(root / "texts_valid.tsv", "text\tlabel", texts[75:]),
+        ),
+    }
+
+
+def run(*argv: str, capsys=None) -> int:
+    code = main([str(a) for a in argv])
+    return code
+
+
+def train_command(task: str, out, *data) -> list[str]:
+    settings = (*SET, *(TRANSLATE_SET if task == "translate" else CLASSIFY_SET))
+    return [task, "train", *map(str, data), "--out", str(out), "--quiet", "--set", *settings]
+
+
+def prepare(task: str, train, valid, out, tokenizer) -> None:
+    command = ["data", "prepare", "--task", task, "--train", train, "--out", out, "--tokenizer", tokenizer]
+    max_len = "12" if task == "translate" else "10"
+    assert main([str(a) for a in [*command, *(["--valid", valid] if valid else []), "--max-len", max_len]]) == 0
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory):
+    """Per task: the run trained from text, the corpus prepared with that run's tokenizer, the run trained from it."""
+    root = tmp_path_factory.mktemp("runs")
+    out = {}
+    for task, (train, valid) in corpus.items():
+        text_run, prepared, prepared_run = root / f"{task}_text", root / f"{task}_prepared", root / f"{task}_run"
+        assert main(train_command(task, text_run, "--train", train, "--valid", valid)) == 0
+        prepare(task, train, valid, prepared, text_run)
+        assert main(train_command(task, prepared_run, "--prepared", prepared)) == 0
+        out[task] = (text_run, prepared, prepared_run)
+    return out
+
+
+@pytest.mark.parametrize("task", ["translate", "classify"])
+def test_training_from_the_prepared_corpus_gives_bitwise_the_weights_of_training_from_text(trained, task):
+    text_run, _, prepared_run = trained[task]
+    for name in ("model.safetensors", "tokenizer.json"):
+        assert (prepared_run / name).is_file()
+    assert (text_run / "tokenizer.json").read_bytes() == (prepared_run / "tokenizer.json").read_bytes()
+    text_weights, prepared_weights = load_file(text_run / "model.safetensors"), load_file(prepared_run / "model.safetensors")
+    assert text_weights.keys() == prepared_weights.keys()
+    for key, value in text_weights.items():
+        assert torch.equal(value, prepared_weights[key]), key
+    # The runs did train (the weights moved from the seeded initialisation), and on the same batches (same losses).
+    text_log = [json.loads(line) for line in (text_run / "metrics.jsonl").read_text().splitlines()]
+    prepared_log = [json.loads(line) for line in (prepared_run / "metrics.jsonl").read_text().splitlines()]
+    assert [row.get("loss") for row in text_log] == [row.get("loss") for row in prepared_log]
+    assert [row.get("valid_loss") for row in text_log] == [row.get("valid_loss") for row in prepared_log]
+    assert any("valid_loss" in row for row in prepared_log)
+    assert len({row["loss"] for row in text_log if "loss" in row}) > 2
+
+
+@pytest.mark.parametrize("task", ["translate", "classify"])
+def test_a_prepared_run_interrupted_and_resumed_equals_the_uninterrupted_one(trained, task, tmp_path, monkeypatch):
+    """Resume with --prepared: the data fingerprint comes from the sidecar's sha256s, and the run goes on from the
+    saved batch of the epoch as if it had never stopped."""
+    from attnkit.tasks.classify import ClassificationTask
+    from attnkit.tasks.translate import TranslationTask
+
+    _, prepared, uninterrupted = trained[task]
+    cls = TranslationTask if task == "translate" else ClassificationTask
+    collate, calls = cls.collate, []
+
+    def crash_on_the_fifth_batch(self, indices):
+        calls.append(indices)
+        if len(calls) == 5:
+            raise KeyboardInterrupt  # main() turns it into exit code 130, like a user's Ctrl-C
+        return collate(self, indices)
+
+    out = tmp_path / "run"
+    command = [*train_command(task, out, "--prepared", prepared), "checkpoint_every=1"]
+    monkeypatch.setattr(cls, "collate", crash_on_the_fifth_batch)
+    assert main(command) == 130
+    monkeypatch.setattr(cls, "collate", collate)
+    assert (out / "train_state.safetensors").is_file()
+    assert main([*command, "--resume"]) == 0
+    resumed, expected = load_file(out / "model.safetensors"), load_file(uninterrupted / "model.safetensors")
+    assert all(torch.equal(value, expected[key]) for key, value in resumed.items())
+
+
+def test_resuming_a_prepared_run_on_the_text_files_is_refused(trained, corpus, capsys):
+    """The text's fingerprint is not the corpus's: a resume on other data is not a resume."""
+    _, _, prepared_run = trained["translate"]
+    train, valid = corpus["translate"]
+    command = [*train_command("translate", prepared_run, "--train", train, "--valid", valid), "--resume"]
+    assert main(command) == 2
+    last = capsys.readouterr().err.splitlines()[-1]  # after the progress's line about the data
+    assert last.startswith("error: ") and "training data differs" in last, last
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize("task", ["translate", "classify"])
+def test_prepared_and_text_data_flags_together_are_refused_naming_them(trained, corpus, task, tmp_path, capsys):
+    _, prepared, _ = trained[task]
+    train, _ = corpus[task]
+    command = train_command(task, tmp_path / "run", "--prepared", prepared, "--train", train)
+    assert main(command) == 2
+    err = one_error_line(capsys)
+    assert "--prepared" in err and "--train" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_corpus_of_the_other_task_is_refused(trained, tmp_path, capsys):
+    _, classify_corpus, _ = trained["classify"]
+    assert main(train_command("translate", tmp_path / "run", "--prepared", classify_corpus)) == 2
+    err = one_error_line(capsys)
+    assert "prepared.json" in err and "a prepared classify corpus" in err and "--task translate" in err
+
+
+@pytest.mark.parametrize("task", ["translate", "classify"])
+def test_a_corpus_with_a_split_missing_is_refused_naming_the_file(trained, task, tmp_path, capsys):
+    import shutil
+
+    _, prepared, _ = trained[task]
+    copy = tmp_path / "corpus"
+    shutil.copytree(prepared, copy)
+    missing = copy / ("valid.tgt.idx" if task == "translate" else "valid.labels.npy")
+    missing.unlink()
+    assert main(train_command(task, tmp_path / "run", "--prepared", copy)) == 2
+    assert str(missing) in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("task", ["translate", "classify"])
+def test_a_corpus_whose_files_changed_size_is_refused(trained, task, tmp_path, capsys):
+    """A .bin cut short (a copy that did not finish), and a .bin and .idx swapped for those of another split."""
+    import shutil
+
+    _, prepared, _ = trained[task]
+    part = "src" if task == "translate" else "text"
+    copy = tmp_path / "corpus"
+    shutil.copytree(prepared, copy)
+    data = copy / f"train.{part}.bin"
+    data.write_bytes(data.read_bytes()[:-2])
+    assert main(train_command(task, tmp_path / "run", "--prepared", copy)) == 2
+    assert str(data) in one_error_line(capsys)
+    for suffix in ("bin", "idx"):  # the valid split's files under the train split's names: fewer sequences
+        shutil.copy(copy / f"valid.{part}.{suffix}", copy / f"train.{part}.{suffix}")
+    assert main(train_command(task, tmp_path / "run2", "--prepared", copy)) == 2
+    assert "records" in one_error_line(capsys)
