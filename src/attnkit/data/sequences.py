@@ -43,9 +43,9 @@ class MappedSequences(Sequence[list[int]]):
 
 
 def sequence_lengths(seqs: Sequence[Sequence[int]]) -> np.ndarray:
-    """(N,) int64 lengths: a mapped file's index as it is, a list's counted."""
+    """(N,) lengths: a mapped file's index as it is (int32, no copy), a list's counted (int64)."""
     if isinstance(seqs, MappedSequences):
-        return seqs.sizes.astype(np.int64)
+        return seqs.sizes
     return np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
 
 
