@@ -49,11 +49,6 @@ def corpus(tmp_path_factory):
     }
 
 
-def run(*argv: str, capsys=None) -> int:
-    code = main([str(a) for a in argv])
-    return code
-
-
 def train_command(task: str, out, *data) -> list[str]:
     settings = (*SET, *(TRANSLATE_SET if task == "translate" else CLASSIFY_SET))
     return [task, "train", *map(str, data), "--out", str(out), "--quiet", "--set", *settings]
@@ -85,7 +80,8 @@ def test_training_from_the_prepared_corpus_gives_bitwise_the_weights_of_training
     for name in ("model.safetensors", "tokenizer.json"):
         assert (prepared_run / name).is_file()
     assert (text_run / "tokenizer.json").read_bytes() == (prepared_run / "tokenizer.json").read_bytes()
-    text_weights, prepared_weights = load_file(text_run / "model.safetensors"), load_file(prepared_run / "model.safetensors")
+    text_weights = load_file(text_run / "model.safetensors")
+    prepared_weights = load_file(prepared_run / "model.safetensors")
     assert text_weights.keys() == prepared_weights.keys()
     for key, value in text_weights.items():
         assert torch.equal(value, prepared_weights[key]), key
