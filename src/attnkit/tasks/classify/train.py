@@ -231,10 +231,11 @@ def train_classifier(
     train_ids: Sequence[list[int]]
     if prepared is not None:
         if prepared.tokenizer.fingerprint() != tokenizer.fingerprint():
+            owner = f"the run in {run.path}" if run.saved is not None else "the pretrained encoder"
             raise InputError(
-                f"{prepared.directory}: prepared with another tokenizer than the "
-                f"{'run' if run.saved is not None else 'pretrained encoder'}'s; prepare it with --tokenizer "
-                f"{run.path if run.saved is not None else 'pointing at that tokenizer'}"
+                f"{prepared.directory}: prepared with another tokenizer (fingerprint "
+                f"{prepared.tokenizer.fingerprint()[:12]}) than {owner} ({tokenizer.fingerprint()[:12]}); "
+                "prepare the corpus with that tokenizer (--tokenizer)"
             )
         prepared.check("classify", model_cfg.max_len)
         if model_cfg.pooling == "cls" and tokenizer.cls_id is None:
