@@ -186,3 +186,39 @@ def test_a_corpus_whose_files_changed_size_is_refused(trained, task, tmp_path, c
         shutil.copy(copy / f"valid.{part}.{suffix}", copy / f"train.{part}.{suffix}")
     assert main(train_command(task, tmp_path / "run2", "--prepared", copy)) == 2
     assert "records" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("task", ["translate", "classify"])
+def test_batching_reads_no_sentence_and_a_batch_reads_only_its_own(trained, task, monkeypatch):
+    """Start-up (both calls for batches the loop makes) reads lengths from the index only; collating a batch reads
+    exactly its sentences from the memory map, so each rank of a distributed run reads only its micro-batches."""
+    from attnkit.config import ClassifierTrainConfig, TranslatorTrainConfig
+    from attnkit.data.indexed import IndexedTokens
+    from attnkit.data.prepared import open_prepared
+    from attnkit.tasks.classify import ClassificationTask
+    from attnkit.tasks.classify.data import prepared_examples
+    from attnkit.tasks.translate import TranslationTask
+    from attnkit.tasks.translate.train import _prepared_data
+
+    _, prepared, _ = trained[task]
+    corpus = open_prepared(prepared)
+    read: list[tuple[str, int]] = []
+    getitem = IndexedTokens.__getitem__
+    monkeypatch.setattr(
+        IndexedTokens, "__getitem__", lambda self, i: read.append((self.prefix.name, i)) or getitem(self, i)
+    )
+    if task == "translate":
+        data = _prepared_data(corpus, corpus.tokenizer)
+        read.clear()  # the valid split is read whole, into lists
+        task_ = TranslationTask(data.train, None, [], corpus.tokenizer, TranslatorTrainConfig(max_tokens=120), 16, "")
+        parts = ["train.src", "train.tgt"]
+    else:
+        train_ids, train_y, _, _, _ = prepared_examples(corpus)
+        read.clear()
+        task_ = ClassificationTask(train_ids, train_y, [], [], 3, 0, ClassifierTrainConfig(batch_size=8), 16, "")
+        parts = ["train.text"]
+    task_.epoch_batches(None)
+    batches = task_.epoch_batches(torch.Generator().manual_seed(0))
+    assert read == [] and len(batches) > 3
+    task_.collate(batches[2])
+    assert sorted(read) == sorted((part, i) for part in parts for i in batches[2])

@@ -52,8 +52,9 @@ def make_batch(
     embeddings are offset by one position")."""
     bos, eos = bos_eos(tokenizer)
     src = pad([data.src[i] for i in indices], tokenizer.pad_id)  # (B, S)
-    tgt_in = pad([[bos] + data.tgt[i] for i in indices], tokenizer.pad_id)  # (B, T)
-    tgt_out = pad([data.tgt[i] + [eos] for i in indices], tokenizer.pad_id)  # (B, T)
+    tgt = [data.tgt[i] for i in indices]  # each read once (from a memory map, when prepared)
+    tgt_in = pad([[bos] + t for t in tgt], tokenizer.pad_id)  # (B, T)
+    tgt_out = pad([t + [eos] for t in tgt], tokenizer.pad_id)  # (B, T)
     return src, tgt_in, tgt_out
 
 
