@@ -222,3 +222,10 @@ def test_batching_reads_no_sentence_and_a_batch_reads_only_its_own(trained, task
     assert read == [] and len(batches) > 3
     task_.collate(batches[2])
     assert sorted(read) == sorted((part, i) for part in parts for i in batches[2])
+
+
+def test_a_model_too_short_for_the_corpus_is_refused(trained, tmp_path, capsys):
+    _, prepared, _ = trained["translate"]  # prepared with max_len 12; its longest pair fills it
+    assert main([*train_command("translate", tmp_path / "run", "--prepared", prepared), "max_len=8"]) == 2
+    err = one_error_line(capsys)
+    assert "longest sequence has 12 tokens" in err and "max_len=8" in err

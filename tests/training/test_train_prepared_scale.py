@@ -35,7 +35,7 @@ start, first = time.perf_counter(), []
 on_event = lambda event: first or not isinstance(event, Step) or first.append(time.perf_counter() - start)
 train_translator(
     open_prepared(sys.argv[1]), None, out_dir=sys.argv[2], on_event=on_event,
-    model_cfg=TranslatorConfig(d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=64),
+    model_cfg=TranslatorConfig(d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=256),
     train_cfg=TranslatorTrainConfig(max_steps=1, valid_bleu=False, keep_last=0),
 )
 print(json.dumps({"startup_s": first[0], "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))

@@ -90,16 +90,20 @@ class PreparedCorpus:
                     )
 
     def check(self, task: str, max_len: int) -> None:
-        """The corpus is of ``task`` and its sequences fit a model of ``max_len`` positions (else an InputError)."""
+        """The corpus is of ``task`` and its longest sequence fits a model of ``max_len`` positions (else an
+        InputError); a corpus prepared with a larger max_len whose sequences all fit is fine."""
         sidecar = self.directory / SIDECAR
         if self.task != task:
             raise InputError(
                 f"{sidecar}: a prepared {self.task} corpus; {task} train needs one prepared with --task {task}"
             )
-        if self.meta["max_len"] > max_len:
+        # "longest" is counted before cutting (what was truncated, for the report); what was written is at most max_len
+        longest = max(min(info["longest"], self.meta["max_len"]) for info in self.meta["splits"].values())
+        if longest > max_len:
             raise InputError(
-                f"{sidecar}: prepared with max_len={self.meta['max_len']}, longer than the model's max_len="
-                f"{max_len}; train with --set max_len={self.meta['max_len']} or prepare again with --max-len {max_len}"
+                f"{sidecar}: its longest sequence has {longest} tokens (prepared with max_len="
+                f"{self.meta['max_len']}), more than the model's max_len={max_len}; train with --set "
+                f"max_len={longest} or prepare again with --max-len {max_len}"
             )
 
     def fingerprint(self, *splits: str) -> str:
