@@ -229,3 +229,30 @@ def test_a_model_too_short_for_the_corpus_is_refused(trained, tmp_path, capsys):
     assert main([*train_command("translate", tmp_path / "run", "--prepared", prepared), "max_len=8"]) == 2
     err = one_error_line(capsys)
     assert "longest sequence has 12 tokens" in err and "max_len=8" in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["translate", "classify"])
+def test_two_processes_from_the_prepared_corpus_equal_two_processes_from_text(trained, corpus, task, tmp_path):
+    """torchrun, 2 processes on loopback: each rank collates only its own micro-batches from the memory maps, and
+    the run equals the 2-process run from the text files bitwise."""
+    import os
+    import subprocess
+    import sys
+
+    text_run, prepared, _ = trained[task]
+    train, valid = corpus[task]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "attnkit"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = {}
+    for name, data in (("text", ["--train", train, "--valid", valid]), ("prepared", ["--prepared", prepared])):
+        runs[name] = tmp_path / name
+        done = subprocess.run(
+            [*torchrun, *train_command(task, runs[name], *data)], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+    text_weights = load_file(runs["text"] / "model.safetensors")
+    prepared_weights = load_file(runs["prepared"] / "model.safetensors")
+    assert all(torch.equal(value, prepared_weights[key]) for key, value in text_weights.items())
+    # and the 2-process runs are not the 1-process ones (2 batches a step): the comparison is of distributed runs
+    assert not all(torch.equal(v, load_file(text_run / "model.safetensors")[k]) for k, v in text_weights.items())
