@@ -135,3 +135,33 @@ def write_run_dir(
 def write_run() -> Callable[..., Path]:
     """``write_run(run_dir, task, model, cfg, tokenizer, labels=None, edit=...)``: a hand-built run directory."""
     return write_run_dir
+
+
+def write_sentiment(path: Path, n: int, rng: random.Random) -> None:
+    """A labelled TSV of ``n`` short synthetic reviews (filler words and one word of the label's polarity)."""
+    good, bad = ["good", "great", "fine", "lovely"], ["bad", "awful", "poor", "dull"]
+    filler = ["the", "film", "was", "plot", "and", "very", "quite", "a"]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("text\tlabel\n")
+        for _ in range(n):
+            label = rng.random() < 0.5
+            words = rng.choices(filler, k=rng.randint(2, 10)) + [rng.choice(good if label else bad)]
+            rng.shuffle(words)
+            f.write(" ".join(words) + "\t" + ("pos" if label else "neg") + "\n")
+
+
+@pytest.fixture(scope="session")
+def sentiment_file() -> Callable[[Path, int, random.Random], None]:
+    """``write_sentiment``, for the kill-and-resume tests of one process and of several."""
+    return write_sentiment
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    for name in ("model.safetensors", "train_state.safetensors", "metrics.jsonl"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), f"{name} differs after resume"
+
+
+@pytest.fixture(scope="session")
+def same_run() -> Callable[[Path, Path], None]:
+    """``assert_same_run``: weights, training state and metrics log of two runs are byte for byte the same."""
+    return assert_same_run

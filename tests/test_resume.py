@@ -46,28 +46,11 @@ def kill_after_steps(argv: list[str], metrics: Path, steps: int) -> None:
     proc.wait()
 
 
-def assert_same_run(a: Path, b: Path) -> None:
-    for name in ("model.safetensors", "train_state.safetensors", "metrics.jsonl"):
-        assert (a / name).read_bytes() == (b / name).read_bytes(), f"{name} differs after resume"
-
-
-def write_sentiment(path: Path, n: int, rng: random.Random) -> None:
-    good, bad = ["good", "great", "fine", "lovely"], ["bad", "awful", "poor", "dull"]
-    filler = ["the", "film", "was", "plot", "and", "very", "quite", "a"]
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("text\tlabel\n")
-        for _ in range(n):
-            label = rng.random() < 0.5
-            words = rng.choices(filler, k=rng.randint(2, 10)) + [rng.choice(good if label else bad)]
-            rng.shuffle(words)
-            f.write(" ".join(words) + "\t" + ("pos" if label else "neg") + "\n")
-
-
 @pytest.mark.slow
-def test_classifier_killed_and_resumed_equals_uninterrupted(tmp_path):
+def test_classifier_killed_and_resumed_equals_uninterrupted(tmp_path, sentiment_file, same_run):
     rng = random.Random(1)
-    write_sentiment(tmp_path / "train.tsv", 400, rng)
-    write_sentiment(tmp_path / "valid.tsv", 60, rng)
+    sentiment_file(tmp_path / "train.tsv", 400, rng)
+    sentiment_file(tmp_path / "valid.tsv", 60, rng)
     common = [
         "classify",
         "train",
@@ -107,7 +90,7 @@ def test_classifier_killed_and_resumed_equals_uninterrupted(tmp_path):
         "--quiet",
     ]
     run_to_end(*resume)
-    assert_same_run(tmp_path / "alone", tmp_path / "killed")
+    same_run(tmp_path / "alone", tmp_path / "killed")
 
 
 def write_reverse(path: Path, n: int, rng: random.Random) -> None:
@@ -118,7 +101,7 @@ def write_reverse(path: Path, n: int, rng: random.Random) -> None:
 
 
 @pytest.mark.slow
-def test_translator_killed_and_resumed_equals_uninterrupted(tmp_path):
+def test_translator_killed_and_resumed_equals_uninterrupted(tmp_path, same_run):
     rng = random.Random(2)
     write_reverse(tmp_path / "train.tsv", 600, rng)
     write_reverse(tmp_path / "valid.tsv", 30, rng)
@@ -164,7 +147,7 @@ def test_translator_killed_and_resumed_equals_uninterrupted(tmp_path):
         "--quiet",
     ]
     run_to_end(*resume)
-    assert_same_run(tmp_path / "alone", tmp_path / "killed")
+    same_run(tmp_path / "alone", tmp_path / "killed")
     alone = sorted(p.name for p in (tmp_path / "alone" / "checkpoints").iterdir())
     assert alone == sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
     for name in alone:
@@ -173,11 +156,11 @@ def test_translator_killed_and_resumed_equals_uninterrupted(tmp_path):
         ).read_bytes()
 
 
-def test_resume_refuses_a_changed_config(tmp_path, capsys):
+def test_resume_refuses_a_changed_config(tmp_path, capsys, sentiment_file):
     from attnkit.cli import main
 
     rng = random.Random(0)
-    write_sentiment(tmp_path / "train.tsv", 40, rng)
+    sentiment_file(tmp_path / "train.tsv", 40, rng)
     code = main(
         [
             "classify",
@@ -195,7 +178,9 @@ def test_resume_refuses_a_changed_config(tmp_path, capsys):
     assert "--resume" in capsys.readouterr().err
 
 
-def test_nan_guard_stops_the_run_naming_the_module_and_keeps_the_checkpoint(tmp_path, capsys, monkeypatch):
+def test_nan_guard_stops_the_run_naming_the_module_and_keeps_the_checkpoint(
+    tmp_path, capsys, monkeypatch, sentiment_file
+):
     """A NaN injected into one FFN's output from epoch 2 on: the run stops at that step, names the module, and the
     best checkpoint of epoch 1 is left as it was."""
     import torch
@@ -204,7 +189,7 @@ def test_nan_guard_stops_the_run_naming_the_module_and_keeps_the_checkpoint(tmp_
     from attnkit.model.layers import PositionwiseFeedForward
 
     rng = random.Random(0)
-    write_sentiment(tmp_path / "train.tsv", 64, rng)
+    sentiment_file(tmp_path / "train.tsv", 64, rng)
     argv = [
         "classify",
         "train",
@@ -276,10 +261,10 @@ TINY_CLASSIFIER = [
 ]
 
 
-def test_the_same_command_with_resume_appended_is_accepted(tmp_path, capsys):
+def test_the_same_command_with_resume_appended_is_accepted(tmp_path, capsys, sentiment_file):
     from attnkit.cli import main
 
-    write_sentiment(tmp_path / "train.tsv", 40, random.Random(0))
+    sentiment_file(tmp_path / "train.tsv", 40, random.Random(0))
     argv = [
         "classify",
         "train",
@@ -298,10 +283,12 @@ def test_the_same_command_with_resume_appended_is_accepted(tmp_path, capsys):
     ("changed", "named"),
     [(["--epochs", "3"], ["epochs=3", "epochs=2"]), (["--set", "d_model=32"], ["d_model=32", "d_model=16"])],
 )
-def test_resume_refuses_a_setting_that_differs_from_the_saved_one_naming_both_values(tmp_path, capsys, changed, named):
+def test_resume_refuses_a_setting_that_differs_from_the_saved_one_naming_both_values(
+    tmp_path, capsys, changed, named, sentiment_file
+):
     from attnkit.cli import main
 
-    write_sentiment(tmp_path / "train.tsv", 40, random.Random(0))
+    sentiment_file(tmp_path / "train.tsv", 40, random.Random(0))
     argv = [
         "classify",
         "train",
@@ -340,7 +327,7 @@ TINY_TRANSLATOR = [
 ]
 
 
-def test_resume_removes_leftover_temporary_files_and_starts_a_run_killed_before_its_first_save(tmp_path):
+def test_resume_removes_leftover_temporary_files_and_starts_a_run_killed_before_its_first_save(tmp_path, same_run):
     """A run killed after writing its config and tokenizer but before its first save holds those two files (and
     perhaps half-written temporary ones): resuming it trains from the beginning, to the same bytes as a run left
     alone, and removes the leftovers."""
@@ -365,5 +352,5 @@ def test_resume_removes_leftover_temporary_files_and_starts_a_run_killed_before_
         path.write_bytes(b"half a file")
     assert main(["translate", "train", *data, "--out", str(killed), *TINY_TRANSLATOR, "--resume"]) == 0
     assert not any(path.exists() for path in leftovers)
-    assert_same_run(tmp_path / "alone", killed)
+    same_run(tmp_path / "alone", killed)
     assert sorted(p.name for p in (killed / "checkpoints").iterdir()) == ["step_12.safetensors", "step_8.safetensors"]

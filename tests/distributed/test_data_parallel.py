@@ -31,23 +31,6 @@ def launch(processes: int, *argv: str, **kwargs) -> subprocess.Popen:
     )
 
 
-def write_sentiment(path: Path, n: int, rng: random.Random) -> None:
-    good, bad = ["good", "great", "fine", "lovely"], ["bad", "awful", "poor", "dull"]
-    filler = ["the", "film", "was", "plot", "and", "very", "quite", "a"]
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("text\tlabel\n")
-        for _ in range(n):
-            label = rng.random() < 0.5
-            words = rng.choices(filler, k=rng.randint(2, 10)) + [rng.choice(good if label else bad)]
-            rng.shuffle(words)
-            f.write(" ".join(words) + "\t" + ("pos" if label else "neg") + "\n")
-
-
-def assert_same_run(a: Path, b: Path) -> None:
-    for name in ("model.safetensors", "train_state.safetensors", "metrics.jsonl"):
-        assert (a / name).read_bytes() == (b / name).read_bytes(), f"{name} differs after resume"
-
-
 def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, err
@@ -153,10 +136,10 @@ def kill_after_steps(processes: int, argv: list[str], metrics: Path, steps: int)
 
 
 @pytest.mark.slow
-def test_a_killed_two_process_run_resumes_bitwise_and_also_on_one_process(tmp_path):
+def test_a_killed_two_process_run_resumes_bitwise_and_also_on_one_process(tmp_path, sentiment_file, same_run):
     rng = random.Random(1)
-    write_sentiment(tmp_path / "train.tsv", 400, rng)
-    write_sentiment(tmp_path / "valid.tsv", 60, rng)
+    sentiment_file(tmp_path / "train.tsv", 400, rng)
+    sentiment_file(tmp_path / "valid.tsv", 60, rng)
     out = finish(launch(2, *classify_command(tmp_path, tmp_path / "alone", *SETTINGS)))
     assert len(out.strip().splitlines()) == 1, "rank 0 alone prints the summary"
     kill_at = random.Random(13).randint(3, 40)  # 13 steps an epoch (25 batches, 2 a step), 52 in all; seeded
@@ -166,7 +149,7 @@ def test_a_killed_two_process_run_resumes_bitwise_and_also_on_one_process(tmp_pa
     shutil.copytree(killed, tmp_path / "on_one")
 
     finish(launch(2, *classify_command(tmp_path, killed, "--resume")))
-    assert_same_run(tmp_path / "alone", killed)
+    same_run(tmp_path / "alone", killed)
 
     # The same checkpoint on 1 process: it accumulates both batches of each step itself and continues the curve.
     proc = launch(1, *classify_command(tmp_path, tmp_path / "on_one", "--resume"))
@@ -180,10 +163,10 @@ def test_a_killed_two_process_run_resumes_bitwise_and_also_on_one_process(tmp_pa
     assert max_relative_difference(weights_one, weights_alone) <= 1e-5
 
 
-def test_resuming_on_a_process_count_that_does_not_share_the_step_is_refused(tmp_path):
+def test_resuming_on_a_process_count_that_does_not_share_the_step_is_refused(tmp_path, sentiment_file):
     rng = random.Random(2)
-    write_sentiment(tmp_path / "train.tsv", 150, rng)
-    write_sentiment(tmp_path / "valid.tsv", 20, rng)
+    sentiment_file(tmp_path / "train.tsv", 150, rng)
+    sentiment_file(tmp_path / "valid.tsv", 20, rng)
     tiny = ["--epochs", "1", "--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "batch_size=16"]
     finish(launch(1, *classify_command(tmp_path, tmp_path / "run", *tiny)))  # 1 batch per step
     proc = launch(2, *classify_command(tmp_path, tmp_path / "run", "--resume"))
@@ -206,10 +189,10 @@ def worker_pids(parent: int) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds torchrun's workers through /proc")
-def test_a_failing_rank_ends_the_run_instead_of_hanging(tmp_path):
+def test_a_failing_rank_ends_the_run_instead_of_hanging(tmp_path, sentiment_file):
     rng = random.Random(3)
-    write_sentiment(tmp_path / "train.tsv", 300, rng)
-    write_sentiment(tmp_path / "valid.tsv", 20, rng)
+    sentiment_file(tmp_path / "train.tsv", 300, rng)
+    sentiment_file(tmp_path / "valid.tsv", 20, rng)
     endless = ["--epochs", "10000", "--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "patience=0"]
     run = tmp_path / "run"
     proc = launch(2, *classify_command(tmp_path, run, *endless), start_new_session=True)

@@ -82,6 +82,17 @@ def broadcast_from_main(model: nn.Module, context: TrainContext) -> None:
             dist.broadcast(tensor.data, src=0)
 
 
+def share_of_step(batches_per_step: int, context: TrainContext) -> int:
+    """The batches each process computes of a step of ``batches_per_step``: a run resumes on any process count that
+    divides its batches per step (each process then accumulates its share), and on no other."""
+    if batches_per_step % context.world_size:
+        raise InputError(
+            f"this run takes {batches_per_step} batches per optimizer step, which {context.world_size} processes "
+            f"cannot share evenly; resume it on a number of processes that divides {batches_per_step}"
+        )
+    return batches_per_step // context.world_size
+
+
 def sum_across(values: list[float], context: TrainContext) -> list[float]:
     """Each value summed over the ranks (float64: counts of units and sums of losses stay exact)."""
     if context.world_size == 1:

@@ -14,9 +14,10 @@ with N x ``accum_steps`` computes, and rank 0 writes the run.
 
 The library never prints: progress is a stream of typed events (``Event``) that the CLI renders.
 
-Why ~360 lines: ``fit`` is meant to be read top to bottom in one piece, like nanoGPT's train.py (the task, the
-events and the schedule's sizing are already in task.py, events.py and schedules.py); its helpers below are each a
-few lines that the loop names rather than spells out.
+Why ~450 lines: ``fit`` is meant to be read top to bottom in one piece, like nanoGPT's train.py, and
+``_train_step`` is the one step every device, precision and process count takes (the task, the events, the
+schedule's sizing, precision and the collectives are already in task.py, events.py, schedules.py, precision.py and
+distributed.py); the helpers below are each a few lines that the loop names rather than spells out.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from torch import nn
 from attnkit import runs
 from attnkit.config import TrainConfig
 from attnkit.errors import InputError
-from attnkit.training.distributed import broadcast_from_main, sum_across, sum_gradients
+from attnkit.training.distributed import broadcast_from_main, share_of_step, sum_across, sum_gradients
 from attnkit.training.events import Checkpointed, Evaluated, Event, FitResult, Planned, Resumed, Skipped, Step, Warned
 from attnkit.training.guards import NonFiniteError, check_step
 from attnkit.training.optim import set_learning_rate
@@ -79,14 +80,20 @@ def fit(
         raise InputError("no training data: the task made no batches")
     generator = torch.Generator().manual_seed(cfg.seed)
     state_path = run_dir / STATE
-    notes = []
+    notes: list[str] = []
     if resume and state_path.is_file():
         state = load_fit_state(
             state_path, model=model, optimizer=optimizer, data_fingerprint=task.fingerprint, scaler=scaler
         )
         if state.epoch_generator_state is not None:
             generator.set_state(state.epoch_generator_state)
-        notes += _share_batches(state, cfg, context)
+        state.batches_per_step = state.batches_per_step or cfg.accum_steps  # saved by one process, before torchrun
+        share = share_of_step(state.batches_per_step, context)  # another process count than the run's: their share
+        if share != cfg.accum_steps:
+            notes.append(
+                f"the run takes {state.batches_per_step} batches per optimizer step: on {context.world_size} "
+                f"process(es), each accumulates {share} (accum_steps={share} here, whatever the run started with)"
+            )
         log = _metrics_log(run_dir, cfg, keep_rows=state.log_rows, context=context)
         on_event(Resumed(state.step, state.epoch))
     else:
@@ -366,26 +373,6 @@ def _dropout_seed(seed: int, step: int, index: int) -> int:
     the process that computes it, nor on where a resumed run restarted)."""
     digest = hashlib.blake2b(f"{seed}:{step}:{index}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") & (2**63 - 1)
-
-
-def _share_batches(state: FitState, cfg: TrainConfig, context: TrainContext) -> list[str]:
-    """On resume: the run's batches per step, shared among this run's processes (another process count than the
-    run started with is fine when it divides them: each process then accumulates its share)."""
-    if not state.batches_per_step:  # a state saved before data-parallel training: one process, accum_steps
-        state.batches_per_step = cfg.accum_steps
-    if state.batches_per_step == cfg.accum_steps * context.world_size:
-        return []
-    if state.batches_per_step % context.world_size:
-        raise InputError(
-            f"this run takes {state.batches_per_step} batches per optimizer step, which {context.world_size} "
-            f"processes cannot share evenly; resume it on a number of processes that divides "
-            f"{state.batches_per_step}"
-        )
-    share = state.batches_per_step // context.world_size
-    return [
-        f"the run takes {state.batches_per_step} batches per optimizer step: on {context.world_size} process(es), "
-        f"each accumulates {share} (accum_steps={share} here, whatever the run was started with)"
-    ]
 
 
 def _finished(cfg: TrainConfig, state: FitState) -> str:

@@ -31,7 +31,6 @@ from attnkit.training.events import Event, Prepared
 from attnkit.training.loop import fit
 from attnkit.training.losses import classification_loss
 from attnkit.training.optim import make_optimizer
-from attnkit.training.precision import check_precision
 from attnkit.training.run_setup import open_run, write_run_files
 from attnkit.training.state import fingerprint_texts
 from attnkit.training.task import Batch, BatchLoss, TrainContext
@@ -168,7 +167,6 @@ def train_classifier(
     if run.saved is not None:
         model_cfg = ClassifierConfig(**run.saved["model"])
         train_cfg = ClassifierTrainConfig(**run.saved["train"])
-    check_precision(train_cfg.precision, context.device)
     torch.manual_seed(train_cfg.seed)
 
     valid_source = "file"

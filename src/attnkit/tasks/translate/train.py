@@ -32,7 +32,6 @@ from attnkit.training.events import Event, Prepared
 from attnkit.training.loop import fit
 from attnkit.training.losses import sequence_loss
 from attnkit.training.optim import make_optimizer
-from attnkit.training.precision import check_precision
 from attnkit.training.run_setup import open_run, write_run_files
 from attnkit.training.state import fingerprint_texts
 from attnkit.training.task import Batch, BatchLoss, TrainContext
@@ -205,7 +204,6 @@ def train_translator(
             min_freq=train_cfg.min_freq,
         )
         model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
-    check_precision(train_cfg.precision, context.device)
     torch.manual_seed(train_cfg.seed)
     if prepared is not None:
         prepared.check("translate", model_cfg.max_len)
