@@ -113,14 +113,17 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def client_for(model_dir: Path | str, **limits):
+def client_for(model_dir: Path | str, worker: str = "thread", **limits):
+    """An in-process client; ``worker="process"`` runs the model in a child process, as ``attnkit serve`` does."""
     from fastapi.testclient import TestClient
 
     from attnkit.serving.app import create_app
     from attnkit.serving.limits import Limits
     from attnkit.serving.models import load_model
+    from attnkit.serving.worker import ProcessRunner
 
-    return TestClient(create_app(load_model(model_dir), Limits(**limits)))
+    runner = ProcessRunner(str(model_dir), threads=1) if worker == "process" else None
+    return TestClient(create_app(load_model(model_dir), Limits(**limits), runner))
 
 
 def wait_ready(client) -> None:
@@ -139,8 +142,8 @@ def serve_client():
     from contextlib import contextmanager
 
     @contextmanager
-    def make(model_dir: Path, **limits):
-        with client_for(model_dir, **limits) as client:
+    def make(model_dir: Path, worker: str = "thread", **limits):
+        with client_for(model_dir, worker, **limits) as client:
             wait_ready(client)
             yield client
 

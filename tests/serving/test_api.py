@@ -191,3 +191,28 @@ def test_minilm_server_embeddings_equal_attnkit_embed(serve_client):
     want = embed("minilm", texts, normalize=True)
     torch.testing.assert_close(torch.tensor([d["embedding"] for d in body["data"]]), want, atol=1e-6, rtol=0)
     assert torch.tensor(maps["encoder_self"]).shape[:2] == (6, 12) and maps["tokens"][0] == "[CLS]"
+
+
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/v1/classify", {"inputs": ["a good film", "a dull, lifeless film"], "truncate": True}),
+        ("/v1/classify", {"inputs": "good"}),
+        ("/v1/embed", {"inputs": "a good film", "pool": "cls"}),
+        ("/v1/embeddings", {"input": ["a good film"], "encoding_format": "base64"}),
+        ("/v1/attention", {"inputs": "a good film"}),
+        ("/v1/classify", {"inputs": "x" * 20_000}),  # an ApiError from the handler (422: too long)
+        ("/v1/translate", {"inputs": "good"}),  # an ApiError of another kind (400: wrong model)
+    ],
+)
+def test_the_direct_path_answers_as_fastapi_does(classifier_client, path, body):
+    """Gate answers schema-valid application/json bodies itself; the same body as application/vnd.api+json goes
+    through FastAPI (which parses +json types too): status, headers that matter and bodies must be the same."""
+    import json
+
+    raw = json.dumps(body)
+    direct = classifier_client.post(path, content=raw, headers={"Content-Type": "application/json"})
+    routed = classifier_client.post(path, content=raw, headers={"Content-Type": "application/vnd.api+json"})
+    assert direct.status_code == routed.status_code
+    assert direct.headers["content-type"] == routed.headers["content-type"]
+    assert direct.json() == routed.json()

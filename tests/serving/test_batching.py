@@ -59,13 +59,14 @@ def concurrently(client, path: str, bodies: list[dict]) -> list[dict]:
     return [r.json() for r in responses]
 
 
-def test_classify_equals_classify_predict_alone_and_in_concurrent_batches(classifier_dir, serve_client):
+@pytest.mark.parametrize("worker", ["thread", "process"])
+def test_classify_equals_classify_predict_alone_and_in_concurrent_batches(classifier_dir, serve_client, worker):
     expected = [
         json.loads(line)
         for line in cli_stdout(["classify", "predict", "--model", str(classifier_dir), *SENTENCES]).splitlines()
     ]
     # max_wait_ms lets the concurrent requests gather into batches (checked below through the metrics).
-    with serve_client(classifier_dir, max_wait_ms=100) as client:
+    with serve_client(classifier_dir, worker, max_wait_ms=100) as client:
         alone = [client.post("/v1/classify", json={"inputs": s}).json()["results"][0] for s in SENTENCES]
         before = batch_count(client)
         together = [r["results"][0] for r in concurrently(client, "/v1/classify", [{"inputs": s} for s in SENTENCES])]
@@ -78,13 +79,13 @@ def test_classify_equals_classify_predict_alone_and_in_concurrent_batches(classi
             assert got["probs"] == pytest.approx(want["probs"], abs=1e-6)
 
 
-@pytest.mark.parametrize("beam", [1, 4])
-def test_translate_equals_translate_run_alone_and_in_concurrent_batches(translator_dir, serve_client, beam):
+@pytest.mark.parametrize("beam, worker", [(1, "thread"), (4, "thread"), (4, "process")])
+def test_translate_equals_translate_run_alone_and_in_concurrent_batches(translator_dir, serve_client, beam, worker):
     expected = cli_stdout(
         ["translate", "run", "--model", str(translator_dir), "--beam", str(beam)], "\n".join(SOURCES) + "\n"
     ).splitlines()
     assert len(expected) == len(SOURCES)
-    with serve_client(translator_dir, max_wait_ms=100) as client:
+    with serve_client(translator_dir, worker, max_wait_ms=100) as client:
         alone = [
             client.post("/v1/translate", json={"inputs": s, "beam": beam}).json()["results"][0]["translation"]
             for s in SOURCES

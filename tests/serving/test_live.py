@@ -60,6 +60,7 @@ class Server:
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,  # its own process group: the server and its inference process, nothing else
         )
         for _ in range(300):  # bounded: 60 s
             if self.process.poll() is not None:
@@ -74,9 +75,14 @@ class Server:
         self.stop()
         raise AssertionError("attnkit serve did not become ready in 60 s")
 
-    def stop(self) -> int:
+    def stop(self, whole_group: bool = False) -> int:
+        """SIGTERM to the server (or to its whole process group, as Ctrl-C or a service manager does); its exit
+        status."""
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            if whole_group:
+                os.killpg(self.process.pid, signal.SIGTERM)
+            else:
+                self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(30)
             except subprocess.TimeoutExpired:
@@ -168,7 +174,8 @@ def test_playground_in_chromium_shows_the_apis_numbers_and_every_map(classifier_
         driver.quit()
 
 
-def test_sigterm_finishes_the_work_in_flight_and_exits_cleanly(classifier_dir):
+@pytest.mark.parametrize("whole_group", [False, True], ids=["server", "process-group"])
+def test_sigterm_finishes_the_work_in_flight_and_exits_cleanly(classifier_dir, whole_group):
     server = Server(classifier_dir, "--max-wait-ms", "200")  # requests wait 200 ms for a batch: some are in flight
     results: list[object] = []
 
@@ -182,13 +189,17 @@ def test_sigterm_finishes_the_work_in_flight_and_exits_cleanly(classifier_dir):
     for t in threads:
         t.start()
     time.sleep(0.1)  # inside the 200 ms wait: accepted, not answered
-    code = server.stop()
+    code = server.stop(whole_group)
     for t in threads:
         t.join(30)
     # uvicorn re-raises the signal once its graceful shutdown is over, so the exit status says "terminated by SIGTERM".
     assert code in (0, -signal.SIGTERM)
     assert results.count(200) >= 1 and all(r == 200 or isinstance(r, str) for r in results), results
     assert 500 not in results
+    with pytest.raises(ProcessLookupError):  # the inference process ended with the server
+        for _ in range(50):  # bounded: 5 s for the group to empty
+            os.killpg(server.process.pid, 0)
+            time.sleep(0.1)
 
 
 def test_serve_refuses_a_directory_that_is_not_a_model(tmp_path):

@@ -15,6 +15,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
         from attnkit.serving.app import Limits, create_app
         from attnkit.serving.models import load_model
+        from attnkit.serving.worker import ProcessRunner
     except ImportError as err:
         raise InputError(
             f"attnkit serve needs the serve extra ({err.name} is missing): pip install 'attnkit[serve]'"
@@ -51,8 +52,15 @@ def cmd_serve(args: argparse.Namespace) -> None:
     sys.setswitchinterval(0.0005)
     device = device_of(args)
     check_precision(args.precision, device, what="--precision")
-    model = load_model(args.model, args.precision, device)  # before binding: a bad run is an error line, exit 2
-    app = create_app(model, limits)
+    runner = None
+    if args.worker == "process":
+        # The child process runs the model on the device; this process keeps a CPU copy for tokenization and
+        # metadata only (loading it here first makes a bad run an error line, exit 2, before anything binds).
+        model = load_model(args.model, "fp32", "cpu")
+        runner = ProcessRunner(str(args.model), args.precision, str(device), args.threads)
+    else:
+        model = load_model(args.model, args.precision, device)
+    app = create_app(model, limits, runner)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     class Server(uvicorn.Server):
@@ -88,6 +96,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--precision", choices=("fp32", "bf16", "fp16"), default="fp32", help="classifier precision (fp16: CUDA only)"
     )
     add_device_arg(p)
+    p.add_argument(
+        "--worker",
+        choices=("process", "thread"),
+        default="process",
+        help="run the model in a child process (default: the event loop keeps its own core and GIL) or in a "
+        "thread of the server's process (one copy of the weights)",
+    )
     p.add_argument("--quiet", action="store_true", help="no access log")
     limits = p.add_argument_group("limits")
     limits.add_argument("--max-body-bytes", type=int, default=1_000_000, help="request body (413 beyond)")

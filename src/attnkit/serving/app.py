@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import asdict
 from importlib.resources import files
-from typing import Any
+from typing import Any, get_type_hints
 
 from fastapi import FastAPI
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -29,7 +29,7 @@ from attnkit.serving.batcher import Batcher, Draining, QueueFull
 from attnkit.serving.http import ApiError, Gate, error_response, install_error_handlers
 from attnkit.serving.limits import Limits, check_beam, encode_inputs
 from attnkit.serving.metrics import Metrics
-from attnkit.serving.models import ServedModel, finite, run_batch
+from attnkit.serving.models import ServedModel, finite, run_batch, warm_up
 from attnkit.serving.schemas import (
     AttentionRequest,
     ClassifyRequest,
@@ -38,19 +38,28 @@ from attnkit.serving.schemas import (
     LibreTranslateRequest,
     TranslateRequest,
 )
+from attnkit.serving.worker import ProcessRunner, WorkerDied
 
 log = logging.getLogger(__name__)
 STATIC = files("attnkit.serving") / "static"
 
 
-def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | None = None) -> FastAPI:
+def create_app(
+    model: ServedModel | Callable[[], ServedModel], limits: Limits | None = None, runner: ProcessRunner | None = None
+) -> FastAPI:
     """The app for ``model`` (or a loader, run in a thread at startup: /ready answers 503 until it has loaded and
-    warmed up). The inference worker starts and stops with the app's lifespan."""
+    warmed up). The inference worker starts and stops with the app's lifespan.
+
+    ``runner``: where batches run. None: on the batcher's thread, with ``model`` itself (in-process tests). A
+    ``ProcessRunner`` (what ``attnkit serve`` uses): in a child process with its own copy of the model, so that the
+    model and the event loop do not share a GIL; ``model`` then serves tokenization and metadata only."""
     limits = limits or Limits()
     metrics = Metrics()
     state: dict = {"model": None, "ready": False, "load_error": None}
 
     def run_loaded(group: tuple, jobs: list[list[list[int]]]) -> list[Any]:
+        if runner is not None:
+            return runner(group, jobs)
         return run_batch(state["model"], group, jobs)
 
     batcher = Batcher(
@@ -67,13 +76,10 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
         try:
             served = model() if callable(model) and not isinstance(model, ServedModel) else model
             state["model"] = served
-            warm = [served.token_ids("hello world")]
-            group = {
-                "classifier": ("classify",),
-                "embedder": ("embed", "mean", False),
-                "translator": ("translate", 1, 0.6, "gnmt", 1),
-            }[served.task]
-            run_batch(served, group, [warm])  # the first call pays for lazy initialisation, not a client
+            if runner is not None:
+                runner.start()  # loads and warms up the child's copy
+            else:
+                warm_up(served)
             state["ready"] = True
             log.info("model %s (%s) loaded and warmed up", served.name, served.task)
         except Exception as err:  # reported by /ready; the server stays up to say so
@@ -96,6 +102,8 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
             if lifespans[0] == 0:
                 batcher.stop()
                 loader.join(timeout=5)
+                if runner is not None:
+                    runner.close()
 
     app = FastAPI(
         title="attnkit",
@@ -104,8 +112,19 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
         description="Classify, embed, translate and look at attention with a trained attnkit model.",
     )
     app.state.batcher, app.state.metrics, app.state.limits, app.state.serving = batcher, metrics, limits, state
-    app.add_middleware(Gate, limit=limits.max_body_bytes, metrics=metrics, batcher=batcher)
+    app.state.runner = runner
+    direct: dict = {}  # path -> (request schema, handler): the inference endpoints, for Gate's direct path
+    app.add_middleware(Gate, limit=limits.max_body_bytes, metrics=metrics, batcher=batcher, direct=direct)
     install_error_handlers(app)
+
+    def post(path: str):
+        """``@app.post(path)``, and the handler is also answered directly by Gate (see there)."""
+
+        def register(handler: Callable) -> Callable:
+            direct[path] = (get_type_hints(handler)["body"], handler)
+            return app.post(path)(handler)
+
+        return register
 
     # -- helpers ---------------------------------------------------------------------------------------------------
 
@@ -137,12 +156,15 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
             raise ApiError(503, "shutting_down", "the server is shutting down") from None
         except asyncio.TimeoutError:
             raise ApiError(504, "timeout", f"no answer within {limits.timeout_s:g} s") from None
+        except WorkerDied as err:
+            state["load_error"] = str(err)  # /ready says so from now on
+            raise ApiError(503, "not_ready", str(err)) from None
         finally:
             metrics.queue_size.set(batcher.queue_size())
 
     # -- endpoints -------------------------------------------------------------------------------------------------
 
-    @app.post("/v1/classify")
+    @post("/v1/classify")
     async def classify(body: ClassifyRequest):
         """Labels and class probabilities, the objects `attnkit classify predict` prints."""
         m = served("classifier")
@@ -163,7 +185,7 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
             )
         return JSONResponse({"model": m.name, "results": results})
 
-    @app.post("/v1/embed")
+    @post("/v1/embed")
     async def embed(body: EmbedRequest):
         """Sentence vectors, as `attnkit embed` computes them."""
         m = served(("classifier", "embedder"))
@@ -171,7 +193,7 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
         vectors = await infer(("embed", body.pool, body.normalize), seqs)
         return JSONResponse({"model": m.name, "dim": len(vectors[0]), "vectors": vectors, "truncated": cut})
 
-    @app.post("/v1/embeddings")
+    @post("/v1/embeddings")
     async def embeddings(body: EmbeddingsRequest):
         """OpenAI's embeddings shape (unit-length vectors, mean pooling); over-long inputs are refused."""
         m = served(("classifier", "embedder"))
@@ -195,7 +217,7 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
             }
         )
 
-    @app.post("/v1/translate")
+    @post("/v1/translate")
     async def translate(body: TranslateRequest):
         """Translations (the best one is what `attnkit translate run` prints) with the n-best list: raw summed
         log-probabilities and the length-penalised scores they are ranked by (§6.1)."""
@@ -226,7 +248,7 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
             )
         return JSONResponse({"model": m.name, "results": results})
 
-    @app.post("/translate")
+    @post("/translate")
     async def libretranslate(body: LibreTranslateRequest):
         """LibreTranslate's shape: ``{"q": ..., "source": ..., "target": ...}`` -> ``{"translatedText": ...}``."""
         m = served("translator")
@@ -242,7 +264,7 @@ def create_app(model: ServedModel | Callable[[], ServedModel], limits: Limits | 
             out["alternatives"] = alts[0] if single else alts
         return JSONResponse(out)
 
-    @app.post("/v1/attention")
+    @post("/v1/attention")
     async def attention(body: AttentionRequest):
         """Attention maps ``[layer][head][query][key]`` for one input: encoder self-attention, and for a translator
         also decoder self- and cross-attention of its greedy translation (§3.2.3)."""

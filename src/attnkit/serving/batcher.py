@@ -206,12 +206,10 @@ class Batcher:
         except Exception as err:  # the handler of each request turns it into its answer
             if not _is_input_error(err):
                 log.exception("inference failed for a batch of %d requests", len(batch))
-            for job in batch:
-                _resolve(job, error=err)
+            _settle(batch, [None] * len(batch), err)
             return
         elapsed = time.perf_counter() - start
-        for job, result in zip(batch, results):
-            _resolve(job, result=result)
+        _settle(batch, results, None)
         if self.on_batch is not None:
             n_inputs = sum(len(job.seqs) for job in batch)
             longest = max(job.longest for job in batch)
@@ -226,16 +224,25 @@ def _is_input_error(err: Exception) -> bool:
     return isinstance(err, (InputError, ValueError))
 
 
-def _resolve(job: Job, *, result: object = None, error: Exception | None = None) -> None:
-    def settle() -> None:
-        if job.future.done():
-            return
-        if error is not None:
-            job.future.set_exception(error)
-        else:
-            job.future.set_result(result)
+def _settle(batch: list[Job], results: list[object], error: Exception | None) -> None:
+    """Hand a batch's results (or its error) to the waiting handlers: one call into each event loop for the whole
+    batch, not one per request (each call wakes the loop through its self-pipe, a system call). A server has one
+    loop; in-process test clients may bring several."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, object]]] = {}
+    for job, result in zip(batch, results):
+        by_loop.setdefault(job.loop, []).append((job, result))
 
-    try:
-        job.loop.call_soon_threadsafe(settle)
-    except RuntimeError:  # the event loop has closed (shutdown): nobody is waiting for this result
-        pass
+    def settle(pairs: list[tuple[Job, object]]) -> None:
+        for job, result in pairs:
+            if job.future.done():  # timed out or the client left meanwhile
+                continue
+            if error is not None:
+                job.future.set_exception(error)
+            else:
+                job.future.set_result(result)
+
+    for loop, pairs in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(settle, pairs)
+        except RuntimeError:  # the event loop has closed (shutdown): nobody is waiting for these results
+            pass

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnkit.serving.batcher import Batcher
@@ -50,14 +53,33 @@ ENDPOINTS = (
 INFERENCE = ("/v1/classify", "/v1/embed", "/v1/embeddings", "/v1/translate", "/translate", "/v1/attention")
 
 
+# A JSON POST handler: the validated request body -> its response (or an ApiError).
+Handler = Callable[[Any], Awaitable[Response]]
+
+
 class Gate:
     """ASGI middleware in front of everything: when the queue is full, an inference request gets its 429 before
     its body is even read (the answer must come in microseconds, not after parsing and tokenizing); bodies over
     ``limit`` bytes get 413 before they are parsed, whether or not the client sent Content-Length. Counts requests
-    by endpoint and status, and times them."""
+    by endpoint and status, and times them.
 
-    def __init__(self, app, limit: int, metrics: Metrics, batcher: Batcher):
+    ``direct``: the inference endpoints' handlers, by path, with their request schemas. A JSON body that its schema
+    accepts goes straight to the handler; anything else (wrong content type, malformed JSON, a field that fails
+    validation) goes through FastAPI, whose answers and messages are the API's. Why: on a small model, FastAPI's
+    layers (routing, dependency solving, exception middleware, a second JSON parse) cost more per request than the
+    model (measured: ~100 us of a ~400 us request on 2 cores), and the server is meant to keep up with the offline
+    CLI. The handlers, their validation and their errors are the same objects on both paths."""
+
+    def __init__(
+        self,
+        app,
+        limit: int,
+        metrics: Metrics,
+        batcher: Batcher,
+        direct: dict[str, tuple[type[BaseModel], Handler]] | None = None,
+    ):
         self.app, self.limit, self.metrics, self.batcher = app, limit, metrics, batcher
+        self.direct = direct or {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -96,6 +118,11 @@ class Gate:
                 if len(body) > self.limit:
                     response = error_response(413, "body_too_large", f"request body over {self.limit} bytes")
                     return await response(scope, receive, send_counted)
+            route = self.direct.get(path) if scope["method"] == "POST" else None
+            if route is not None and _is_json(scope["headers"]):
+                answered = await _answer_directly(*route, body)
+                if answered is not None:
+                    return await answered(scope, receive, send_counted)
             replayed = False
 
             async def replay():
@@ -109,6 +136,34 @@ class Gate:
         finally:
             self.metrics.requests.labels(endpoint, str(status)).inc()
             self.metrics.request_seconds.labels(endpoint, str(status)).observe(time.perf_counter() - start)
+
+
+def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Content-Type application/json (any parameters): the one type the direct path takes; FastAPI judges the rest."""
+    for name, value in headers:
+        if name == b"content-type":
+            return value.split(b";", 1)[0].strip().lower() == b"application/json"
+    return False
+
+
+async def _answer_directly(schema: type[BaseModel], handler: Handler, body: bytes) -> Response | None:
+    """The handler's response to ``body``, or None when the schema refuses it (FastAPI then answers the 422)."""
+    try:
+        request = schema.model_validate_json(body)
+    except ValidationError:
+        return None
+    try:
+        return await handler(request)
+    except ApiError as err:
+        return error_response(err.status, err.error_type, err.message, err.headers)
+    except Exception:
+        return internal_error()
+
+
+def internal_error() -> JSONResponse:
+    """The answer to an unexpected exception (logged with its traceback): a bug, never something a client sent."""
+    log.exception("unexpected error")
+    return error_response(500, "internal_error", "internal server error (a bug: see the server log)")
 
 
 def validation_message(err: RequestValidationError) -> str:
@@ -157,5 +212,4 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, err: Exception):
-        log.exception("unexpected error on %s", request.url.path)
-        return error_response(500, "internal_error", "internal server error (a bug: see the server log)")
+        return internal_error()

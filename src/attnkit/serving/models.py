@@ -279,6 +279,16 @@ def load_model(spec: str | Path, precision: str = "fp32", device: torch.device |
     raise InputError(f"{path}: not a classifier or translator run directory, nor a BERT folder")
 
 
+def warm_up(served: ServedModel) -> None:
+    """Run one short input through the model: the first call pays for lazy initialisation, not a client."""
+    group = {
+        "classifier": ("classify",),
+        "embedder": ("embed", "mean", False),
+        "translator": ("translate", 1, 0.6, "gnmt", 1),
+    }[served.task]
+    run_batch(served, group, [[served.token_ids("hello world")]])
+
+
 def run_batch(served: ServedModel, group: tuple, jobs: list[list[list[int]]]) -> list[Any]:
     """Run the batcher's ``jobs`` (each a request's encoded inputs) of one ``group`` through ``served``: the group
     names the call and its options (``("classify",)``, ``("embed", pool, normalize)``, ``("translate", beam,
