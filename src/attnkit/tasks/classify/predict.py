@@ -24,7 +24,8 @@ from attnkit.training.precision import autocast, check_precision
 def predict_ids(model: TransformerClassifier, seqs: list[list[int]], pad_id: int, batch_size: int = 64) -> torch.Tensor:
     """Logits (N, C) on the CPU for already-encoded sequences, in input order, computed on the model's device;
     batches are length-sorted to save padding."""
-    model.eval()
+    if model.training:  # eval() walks every module: a noticeable share of a small batch (the server calls this a lot)
+        model.eval()
     device = model_device(model)
     batches = bucketed_batches([len(s) for s in seqs], batch_size, generator=None, bucket_factor=10**9)
     out = torch.empty(len(seqs), model.head.out_features)
