@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.model.masking import Unpadded
+
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Eq. 1, written out, returning ``(output, attn_weights)``.
@@ -193,6 +195,20 @@ class MultiHeadAttention(nn.Module):
             weight, bias = self._fused
             self._fused = (fn(weight), None if bias is None else fn(bias))
         return self
+
+    def forward_unpadded(self, x: Tensor, unpadded: Unpadded) -> Tensor:
+        """Self-attention over the real tokens of a batch, packed: x (N, D) -> (N, D) (see ``Unpadded``). The
+        projections run on the N tokens; eq. 1 runs on the (B, H, S, S) layout under the key mask, where a padded
+        query (zeros) gives an output nothing reads."""
+        if self._fused is not None and torch.is_grad_enabled():
+            self.unfuse_qkv()  # as in forward: autograd on, the snapshot may go stale
+        weight, bias = self._fused if self._fused is not None else self._concat_qkv()  # (3 H Dh, D), (3 H Dh,)
+        qkv = unpadded.unpack(F.linear(x, weight, bias))  # (N, 3 H Dh) -> (B, S, 3 H Dh)
+        q, k, v = (self._split_heads(t) for t in qkv.chunk(3, dim=-1))  # 3 x (B, H, S, Dh)
+        p = self.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=unpadded.mask, dropout_p=p)  # (B, H, S, Dh)
+        out = unpadded.pack(out.transpose(1, 2))  # (B, S, H, Dh) -> (N, H, Dh)
+        return self.out_proj(out.reshape(-1, self.n_heads * self.d_head))  # (N, D)
 
     def project_kv(self, memory: Tensor) -> KVCache:
         """Keys and values of ``memory`` (B, S, D), for cross-attention reused across decoding steps."""

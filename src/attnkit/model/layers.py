@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.model.attention import KVCache, MultiHeadAttention
+from attnkit.model.masking import Unpadded
 
 # gelu = the exact erf form, as in BERT
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
@@ -95,18 +96,23 @@ class EncoderLayer(nn.Module):
         self.residual = residual
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, *, need_weights: bool = False
+        self, x: Tensor, mask: Tensor | None = None, *, need_weights: bool = False, unpadded: Unpadded | None = None
     ) -> tuple[Tensor, Tensor | None]:
         """x (B, S, D), mask True = may attend, broadcastable to (B, H, S, S).
 
-        Returns the layer output (B, S, D) and, if asked, the self-attention weights (B, H, S, S).
+        Returns the layer output (B, S, D) and, if asked, the self-attention weights (B, H, S, S). With
+        ``unpadded``, x is the batch's real tokens packed (N, D) and so is the output (see ``Unpadded``).
         """
         h = self.residual.sublayer_input(x, self.norm1)
-        attn_out, attn_weights, _ = self.self_attn(h, mask=mask, need_weights=need_weights)
-        x = self.residual(x, self.norm1, attn_out)  # (B, S, D)
+        attn_weights = None
+        if unpadded is not None:
+            attn_out = self.self_attn.forward_unpadded(h, unpadded)  # (N, D)
+        else:
+            attn_out, attn_weights, _ = self.self_attn(h, mask=mask, need_weights=need_weights)  # (B, S, D)
+        x = self.residual(x, self.norm1, attn_out)  # (B, S, D) or (N, D)
 
-        x = self.residual(x, self.norm2, self.ffn(self.residual.sublayer_input(x, self.norm2)))  # (B, S, D)
-        return x, attn_weights  # (B, S, D), (B, H, S, S) or None
+        x = self.residual(x, self.norm2, self.ffn(self.residual.sublayer_input(x, self.norm2)))  # (B, S, D) or (N, D)
+        return x, attn_weights  # (B, S, D) or (N, D), (B, H, S, S) or None
 
 
 @dataclass

@@ -6,6 +6,8 @@ converter for them lives at the boundary, in ``attnkit.interop.torch_nn``, never
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -35,3 +37,36 @@ def lengths_to_padding_mask(lengths: Tensor, max_len: int) -> Tensor:
     """(B,) lengths -> (B, 1, 1, S) mask with the first ``lengths[b]`` keys True."""
     positions = torch.arange(max_len, device=lengths.device)  # (S,)
     return (positions[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, S)
+
+
+@dataclass(frozen=True)
+class Unpadded:
+    """Where the real tokens of a padded (B, S) batch are, to compute on them alone ("remove padding", as the
+    encoders of FasterTransformer and ByteTransformer do).
+
+    Everything in an encoder layer except attention itself treats positions separately (the projections, the FFN of
+    eq. 2, LayerNorm, dropout), so it can run on the N real tokens packed into (N, D) instead of (B, S, D); on a
+    batch of reviews padded to its longest, that skips about half the arithmetic. Attention mixes positions: it
+    unpacks to (B, S) around eq. 1 and uses the key mask as before. The padded positions of the output are zeros
+    (the padded path leaves values there that nothing reads: pooling and cross-attention mask them out).
+    """
+
+    rows: Tensor  # (N,) flat positions b * S + s of the real tokens, in order
+    batch: int
+    length: int
+    mask: Tensor  # (B, 1, 1, S) the key mask they came from, True = real token
+
+    @classmethod
+    def of(cls, mask: Tensor) -> Unpadded:
+        """From a (B, 1, 1, S) key padding mask (``padding_mask``)."""
+        B, S = mask.size(0), mask.size(-1)
+        return cls(mask.reshape(B * S).nonzero().squeeze(1), B, S, mask)  # rows (N,)
+
+    def pack(self, x: Tensor) -> Tensor:
+        """(B, S, ...) -> (N, ...): the real positions only."""
+        return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.rows)  # (N, ...)
+
+    def unpack(self, x: Tensor) -> Tensor:
+        """(N, ...) -> (B, S, ...), zeros at the padded positions."""
+        out = x.new_zeros(self.batch * self.length, *x.shape[1:])  # (B * S, ...)
+        return out.index_copy(0, self.rows, x).view(self.batch, self.length, *x.shape[1:])  # (B, S, ...)

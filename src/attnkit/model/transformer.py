@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.model.attention import AttentionMaps, KVCache
 from attnkit.model.layers import DecoderLayer, DecoderLayerCache, EncoderLayer
-from attnkit.model.masking import causal_mask, decoder_self_mask, padding_mask
+from attnkit.model.masking import Unpadded, causal_mask, decoder_self_mask, padding_mask
 from attnkit.model.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, scale_for
 
 
@@ -76,12 +77,27 @@ class Encoder(nn.Module):
         ``attn_layers`` (``AttentionMaps.encoder_self``); the other layers stay on the fused attention path.
         """
         maps = AttentionMaps()
+        # Padding costs as much as real tokens on a CPU; where a batch has any, the layers run on its real tokens
+        # alone (``Unpadded``). Maps are asked for one sentence at a time: those calls keep the padded layout. Either
+        # way the output is zero at padded positions, so the two paths give the same tensor. A traced graph
+        # (torch.compile, torch.export for ONNX) keeps the padded layout: the number of real tokens is data.
+        key_mask = mask if mask is not None and mask.dim() == 4 and mask.size(2) == 1 else None  # (B, 1, 1, S)
+        tracing = torch.compiler.is_compiling() or torch.jit.is_tracing()
+        unpadded = None
+        if key_mask is not None and not attn_layers and not tracing and not bool(key_mask.all()):
+            unpadded = Unpadded.of(key_mask)
+        if unpadded is not None:
+            x = unpadded.pack(x)  # (N, D)
         for i, layer in enumerate(self.layers):
-            x, weights = layer(x, mask, need_weights=i in attn_layers)  # (B, S, D)
+            x, weights = layer(x, mask, need_weights=i in attn_layers, unpadded=unpadded)  # (B, S, D) or (N, D)
             if weights is not None:
                 maps.encoder_self[i] = weights
         if self.final_norm is not None:
             x = self.final_norm(x)
+        if unpadded is not None:
+            x = unpadded.unpack(x)  # (B, S, D)
+        elif key_mask is not None:
+            x = x.masked_fill(~key_mask[:, 0, 0, :, None], 0.0)  # (B, S, D)
         return x, maps
 
 
