@@ -53,13 +53,13 @@ def ids(tokens):
 
 
 def test_parallel_ids_equal_the_in_memory_encoder_with_truncation(tmp_path, parallel_tsv, small_chunks):
-    spec = TokenizerSpec(kind="bpe", vocab_size=60, min_freq=1)
+    spec = TokenizerSpec(kind="bpe", vocab_size=300, min_freq=1)  # > 5 specials + 256 byte ids
     meta = prepare_corpus(
         "translate", {"train": Source((parallel_tsv,))}, tmp_path / "out", max_len=9, tokenizer_spec=spec
     )
     pairs = read_parallel_tsv(parallel_tsv)
     # The tokenizer training does on the same text (training's call, in memory) is the one prepared here.
-    tokenizer = train_tokenizer((t for p in pairs for t in (p.source, p.target)), kind="bpe", vocab_size=60, min_freq=1)
+    tokenizer = train_tokenizer((t for p in pairs for t in (p.source, p.target)), kind="bpe", vocab_size=300, min_freq=1)
     assert meta["tokenizer"]["fingerprint"] == tokenizer.fingerprint()
     expected = encode_pairs(tokenizer, pairs, 9, "truncate")
     split = open_prepared(tmp_path / "out", tokenizer).split("train")
