@@ -59,7 +59,8 @@ def test_parallel_ids_equal_the_in_memory_encoder_with_truncation(tmp_path, para
     )
     pairs = read_parallel_tsv(parallel_tsv)
     # The tokenizer training does on the same text (training's call, in memory) is the one prepared here.
-    tokenizer = train_tokenizer((t for p in pairs for t in (p.source, p.target)), kind="bpe", vocab_size=300, min_freq=1)
+    texts = (t for p in pairs for t in (p.source, p.target))
+    tokenizer = train_tokenizer(texts, kind="bpe", vocab_size=300, min_freq=1)
     assert meta["tokenizer"]["fingerprint"] == tokenizer.fingerprint()
     expected = encode_pairs(tokenizer, pairs, 9, "truncate")
     split = open_prepared(tmp_path / "out", tokenizer).split("train")

