@@ -77,6 +77,9 @@ def test_saved_morpheme_tokenizer_reloads_with_its_pre_tokenizer(tmp_path):
     assert loaded.pretokenize == "morphemes"
     assert loaded.encode_batch(HELD_OUT) == tok.encode_batch(HELD_OUT)
     assert unknown_words(loaded, HELD_OUT) == unknown_words(tok, HELD_OUT)
+    # The file alone is not the tokenizer: without its pre-tokenizer it fails the fingerprint check.
+    with pytest.raises(InputError, match="fingerprint"):
+        Tokenizer.load(tmp_path / "tokenizer.json", {**tok.meta(), "pretokenize": "none"})
 
 
 def test_pretokenize_applies_to_the_word_kind_only():

@@ -129,14 +129,17 @@ class Tokenizer:
         return self.backend.decode_batch(kept, skip_special_tokens=False)
 
     def fingerprint(self) -> str:
-        """sha256 of the canonical serialization: two tokenizers with the same fingerprint encode identically."""
+        """sha256 of the canonical serialization: two tokenizers with the same fingerprint encode identically. The
+        Python pre-tokenizer is part of it (a suffix only when there is one, so older fingerprints are unchanged)."""
         canonical = json.dumps(json.loads(self.backend.to_str()), sort_keys=True, ensure_ascii=False)
+        if self.pretokenize != "none":
+            canonical += f"\npretokenize={self.pretokenize}"
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     def meta(self) -> dict:
         """What, besides ``tokenizer.json``, restores this tokenizer (stored in the run's config). ``lossless``
         is a record (it follows from the file); ``pretokenize`` is needed to reload, and absent when "none"."""
-        meta = {"kind": self.kind, "specials": asdict(self.specials), "fingerprint": self.fingerprint()}
+        meta: dict[str, Any] = {"kind": self.kind, "specials": asdict(self.specials), "fingerprint": self.fingerprint()}
         meta["lossless"] = self.lossless
         if self.pretokenize != "none":
             meta["pretokenize"] = self.pretokenize
