@@ -240,7 +240,7 @@ def test_cli_prepare_prints_the_counts_and_reuses_a_tokenizer(tmp_path, parallel
             "--train",
             str(parallel_tsv),
             "--vocab-size",
-            "80",
+            "300",  # > 5 specials + 256 byte-fallback ids
             "--min-freq",
             "1",
             "--max-len",
@@ -296,7 +296,7 @@ def test_cli_bad_corpus_is_one_error_line_naming_file_and_line(tmp_path, capsys,
             "--train",
             str(path),
             "--vocab-size",
-            "50",
+            "300",  # > 5 specials + 256 byte-fallback ids
             "--out",
             str(tmp_path / "out"),
         ]
