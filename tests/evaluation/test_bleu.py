@@ -88,9 +88,7 @@ def test_translate_eval_without_the_analyser_is_one_error_line(tiny_run, capsys,
     assert err.startswith("error:") and err.count("\n") == 1 and "attnkit[ko]" in err
 
 
-def test_training_validates_with_the_chosen_tokenizer_and_refuses_a_missing_one_first(
-    tiny_run, tiny, capsys, no_mecab
-):
+def test_training_validates_with_the_chosen_tokenizer_and_refuses_a_missing_one_first(tiny_run, tiny, capsys, no_mecab):
     work = tiny_run
     settings = ("valid_bleu=true", "bleu_tokenize=ko-mecab", "--max-steps", "2", "--valid", str(work / "test.tsv"))
     code, _, err = cli(capsys, *tiny.translate_train(work, work / "ko", *settings))

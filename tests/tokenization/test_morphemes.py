@@ -104,3 +104,36 @@ def test_a_missing_extra_is_an_error_naming_it(monkeypatch, tmp_path):
             Tokenizer.load(tmp_path / "tokenizer.json", meta)
     finally:
         morphemes._tagger.cache_clear()
+
+
+@needs_ko
+def test_a_classifier_trained_on_morphemes_reloads_with_them(tmp_path, tiny, quietly, capsys):
+    # Through the real path: the config key, the run's saved meta, and `classify predict` loading the run.
+    from attnkit.cli import main
+
+    data = tmp_path / "train.tsv"
+    rows = [(text, "창세기") for text in TRAIN] + [(text, "요한") for text in HELD_OUT] * 2
+    data.write_text("text\tlabel\n" + "".join(f"{t}\t{label}\n" for t, label in rows), encoding="utf-8")
+    command = ["classify", "train", "--train", str(data), "--valid", str(data), "--out", str(tmp_path / "run")]
+    quietly(*command, "--quiet", "--set", *tiny.SET, "epochs=1", "pretokenize=morphemes")
+    saved = json.loads((tmp_path / "run" / "config.json").read_text(encoding="utf-8"))
+    assert saved["tokenizer"]["pretokenize"] == "morphemes" and saved["train"]["pretokenize"] == "morphemes"
+    text = "빛이 하나님을 보시고"  # every morpheme seen in training; the word 하나님을 never was
+    assert main(["classify", "predict", "--model", str(tmp_path / "run"), text]) == 0
+    assert json.loads(capsys.readouterr().out)["unknown"] == 0
+    words = train_tokenizer([t for t, _ in rows], kind="word", min_freq=1)
+    assert words.count_unknown([text]) == 1
+
+
+@needs_ko
+def test_a_prepared_corpus_records_the_pre_tokenizer(tmp_path, quietly):
+    from attnkit.data.prepare import load_tokenizer
+
+    data = tmp_path / "train.tsv"
+    data.write_text("text\tlabel\n" + "".join(f"{t}\t{i % 2}\n" for i, t in enumerate(TRAIN)), encoding="utf-8")
+    out = tmp_path / "prepared"
+    argv = ["data", "prepare", "--task", "classify", "--train", str(data), "--out", str(out)]
+    quietly(*argv, "--pretokenize", "morphemes")
+    tok = load_tokenizer(out)
+    assert tok.pretokenize == "morphemes"
+    assert tok.tokens("하나님이")[:2] == ["하나님", "##이"]
