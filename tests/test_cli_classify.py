@@ -77,7 +77,7 @@ def predictions(stdout: str) -> list[dict]:
 
 
 def check_prediction(pred: dict, text: str) -> None:
-    assert set(pred) == {"text", "label", "probs"}
+    assert set(pred) == {"text", "label", "probs", "unknown"}
     assert pred["text"] == text
     assert set(pred["probs"]) == set(LABELS)
     # Each printed probability is rounded to 6 decimals, so their sum is 1 within half a unit of the 6th decimal per
@@ -105,6 +105,14 @@ def test_predict_prints_one_json_object_per_text(seed_run, capsys):
     assert len(preds) == len(texts)
     for pred, text in zip(preds, texts):
         check_prediction(pred, text)
+
+
+def test_predict_counts_the_tokens_outside_the_vocabulary(seed_run, capsys):
+    # A word the vocabulary lacks is read as <unk>: the output says how many, instead of classifying silently.
+    texts = ["This movie was amazing", "zyzzyva movie qwxz"]
+    code, out, _ = cli(capsys, "classify", "predict", "--model", seed_run, *texts)
+    assert code == 0
+    assert [pred["unknown"] for pred in predictions(out)] == [0, 2]
 
 
 def test_predict_reads_stdin_lines_skipping_blank_ones(seed_run, capsys, monkeypatch):

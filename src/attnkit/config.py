@@ -91,6 +91,10 @@ class TranslatorConfig(TransformerConfig):
 # Training configs, one per task: a key that does not apply to the task is refused, never silently ignored.
 
 
+# sacreBLEU's tokenizers a translator's BLEU may be scored with (evaluation/bleu.py); 13a is sacreBLEU's default.
+BLEU_TOKENIZERS = ("13a", "ko-mecab", "ja-mecab", "zh", "intl", "char")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """What every task's training shares: the optimizer, the schedule, the budgets, checkpoints. The one loop
@@ -124,7 +128,9 @@ class TrainConfig:
     precision: str = "fp32"
     tf32: bool = True  # CUDA: float32 matrix multiplications on TF32 tensor cores (Ampere and newer); ignored elsewhere
     tensorboard: bool = False  # also log every metric to RUN/tensorboard (needs `pip install tensorboard`)
-    tokenizer: str = "word"  # "word" (lower-cased words and punctuation), "bpe" or "wordpiece"
+    tokenizer: str = "word"  # "word" (lower-cased words and punctuation), "bpe" (lossless) or "wordpiece"
+    # "morphemes": the word vocabulary's units are Korean morphemes (MeCab-ko, `pip install 'attnkit[ko]'`); "none"
+    pretokenize: str = "none"
     min_freq: int = 2  # word/subword vocabulary: minimum count to get an id
     max_len_policy: str = "truncate"  # over-long inputs: "truncate" (counted and reported) or "error"
     seed: int = 0
@@ -133,6 +139,11 @@ class TrainConfig:
         _check_choice("optimizer", self.optimizer, ("adam", "adamw"))
         _check_choice("schedule", self.schedule, ("linear", "noam", "constant", "auto"))
         _check_choice("tokenizer", self.tokenizer, ("word", "bpe", "wordpiece"))
+        _check_choice("pretokenize", self.pretokenize, ("none", "morphemes"))
+        if self.pretokenize != "none" and self.tokenizer != "word":
+            raise InputError(
+                f"config key pretokenize={self.pretokenize} applies to tokenizer=word, not {self.tokenizer}"
+            )
         _check_choice("max_len_policy", self.max_len_policy, ("truncate", "error"))
         _check_choice("precision", self.precision, ("fp32", "bf16", "fp16"))
         for key in ("lr", "lr_factor", "adam_eps"):
@@ -193,11 +204,15 @@ class TranslatorTrainConfig(TrainConfig):
     tokenizer: str = "bpe"
     max_tokens: int = 4096  # source + target tokens per batch (padding included)
     valid_bleu: bool = True  # greedy-decode the validation set at each evaluation; BLEU then decides the best
+    # sacreBLEU's tokenizer for that BLEU: "13a" (its default), "ko-mecab" (Korean targets; `attnkit[ko]`),
+    # "ja-mecab", "zh", "intl" or "char"
+    bleu_tokenize: str = "13a"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.max_tokens < 1:
             raise InputError(f"config key max_tokens={self.max_tokens} must be >= 1")
+        _check_choice("bleu_tokenize", self.bleu_tokenize, BLEU_TOKENIZERS)
 
 
 TASK_TRAIN_CONFIGS: dict[str, type[TrainConfig]] = {

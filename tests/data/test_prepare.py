@@ -53,13 +53,14 @@ def ids(tokens):
 
 
 def test_parallel_ids_equal_the_in_memory_encoder_with_truncation(tmp_path, parallel_tsv, small_chunks):
-    spec = TokenizerSpec(kind="bpe", vocab_size=60, min_freq=1)
+    spec = TokenizerSpec(kind="bpe", vocab_size=300, min_freq=1)  # > 5 specials + 256 byte ids
     meta = prepare_corpus(
         "translate", {"train": Source((parallel_tsv,))}, tmp_path / "out", max_len=9, tokenizer_spec=spec
     )
     pairs = read_parallel_tsv(parallel_tsv)
     # The tokenizer training does on the same text (training's call, in memory) is the one prepared here.
-    tokenizer = train_tokenizer((t for p in pairs for t in (p.source, p.target)), kind="bpe", vocab_size=60, min_freq=1)
+    texts = (t for p in pairs for t in (p.source, p.target))
+    tokenizer = train_tokenizer(texts, kind="bpe", vocab_size=300, min_freq=1)
     assert meta["tokenizer"]["fingerprint"] == tokenizer.fingerprint()
     expected = encode_pairs(tokenizer, pairs, 9, "truncate")
     split = open_prepared(tmp_path / "out", tokenizer).split("train")
@@ -239,7 +240,7 @@ def test_cli_prepare_prints_the_counts_and_reuses_a_tokenizer(tmp_path, parallel
             "--train",
             str(parallel_tsv),
             "--vocab-size",
-            "80",
+            "300",  # > 5 specials + 256 byte-fallback ids
             "--min-freq",
             "1",
             "--max-len",
@@ -295,7 +296,7 @@ def test_cli_bad_corpus_is_one_error_line_naming_file_and_line(tmp_path, capsys,
             "--train",
             str(path),
             "--vocab-size",
-            "50",
+            "300",  # > 5 specials + 256 byte-fallback ids
             "--out",
             str(tmp_path / "out"),
         ]

@@ -33,7 +33,7 @@ def tiny_run(write_run):
             cfg = ClassifierConfig(vocab_size=tokenizer.vocab_size, n_classes=2, **SHAPE)
             model = build_classifier(cfg, pad_id=tokenizer.pad_id)
         else:
-            tokenizer = train_tokenizer(TEXTS, kind="bpe", vocab_size=60, min_freq=1)
+            tokenizer = train_tokenizer(TEXTS, kind="bpe", vocab_size=300, min_freq=1)  # > 5 + 256 byte ids
             cfg = TranslatorConfig(vocab_size=tokenizer.vocab_size, **SHAPE)
             model = build_translator(cfg, pad_id=tokenizer.pad_id)
         labels = ["neg", "pos"] if task == "classify" else None

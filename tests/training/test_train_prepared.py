@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 WORDS = "the a cat dog sat ran on under mat house big small red blue quickly slowly and but".split()
 # A tiny model with dropout on (so that the dropout masks, drawn per step, must be the same too), a few steps.
 SET = ("d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "min_freq=1", "dropout=0.1", "seed=3")
-TRANSLATE_SET = ("tokenizer=bpe", "vocab_size=80", "max_len=12", "max_tokens=120", "max_steps=6", "eval_every=3")
+TRANSLATE_SET = ("tokenizer=bpe", "vocab_size=300", "max_len=12", "max_tokens=120", "max_steps=6", "eval_every=3")
 CLASSIFY_SET = ("batch_size=8", "bucket_factor=2", "max_len=10", "epochs=2")
 
 

@@ -115,7 +115,9 @@ def cmd_classify_predict(args: argparse.Namespace) -> None:
     if not texts:
         raise InputError("classify predict: no text given (pass TEXT arguments or lines on stdin)")
     for pred in run.predict(texts):
-        print_json({"text": pred.text, "label": pred.label, "probs": {k: round(v, 6) for k, v in pred.probs.items()}})
+        probs = {k: round(v, 6) for k, v in pred.probs.items()}
+        # "unknown": how many of the text's tokens the vocabulary lacks (read as <unk>), so a shaky input shows.
+        print_json({"text": pred.text, "label": pred.label, "probs": probs, "unknown": pred.unknown})
 
 
 def cmd_classify_eval(args: argparse.Namespace) -> None:

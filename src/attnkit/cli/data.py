@@ -60,9 +60,10 @@ def cmd_data_prepare(args: argparse.Namespace) -> None:
         splits = {"train": Source(train)}
         if valid:
             splits["valid"] = Source(valid)
-    if args.tokenizer and (args.vocab_size or args.tokenizer_kind or args.min_freq or args.pooling):
+    if args.tokenizer and (args.vocab_size or args.tokenizer_kind or args.min_freq or args.pooling or args.pretokenize):
         raise InputError(
-            "--tokenizer gives the tokenizer; drop --vocab-size/--tokenizer-kind/--min-freq/--pooling, which train one"
+            "--tokenizer gives the tokenizer; drop --vocab-size/--tokenizer-kind/--min-freq/--pooling/--pretokenize, "
+            "which train one"
         )
     model_cfg = TranslatorConfig() if args.task == "translate" else ClassifierConfig()
     tokenizer, spec = None, None
@@ -76,6 +77,7 @@ def cmd_data_prepare(args: argparse.Namespace) -> None:
             vocab_size=args.vocab_size or model_cfg.vocab_size,
             min_freq=args.min_freq or TrainConfig().min_freq,
             add_cls=args.pooling == "cls",
+            pretokenize=args.pretokenize or "none",
         )
     sidecar = prepare_corpus(
         args.task,
@@ -141,6 +143,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="kind of tokenizer to train (default: bpe for translate, word for classify)",
     )
     p.add_argument("--min-freq", type=int, help="minimum count for a vocabulary entry (default 2)")
+    p.add_argument(
+        "--pretokenize",
+        choices=("none", "morphemes"),
+        help="morphemes: Korean morphemes are the word kind's units (pip install 'attnkit[ko]')",
+    )
     p.add_argument("--pooling", choices=("mean", "cls"), help="classify: cls prepends a <cls> token to every text")
     p.add_argument("--max-len", type=int, help="longest sequence in tokens (default: the task's model max_len)")
     p.add_argument(

@@ -22,6 +22,7 @@ from attnkit.cli.common import (
     print_json,
     training_context,
 )
+from attnkit.config import BLEU_TOKENIZERS
 from attnkit.errors import InputError
 
 TEXT_DATA_FLAGS = ("train", "train_src", "train_tgt", "valid", "valid_src", "valid_tgt", "dataset", "pair")
@@ -132,6 +133,13 @@ def cmd_translate_run(args: argparse.Namespace) -> None:
         print(
             f"note: {n_truncated} source line(s) longer than max_len={max_len} tokens were truncated", file=sys.stderr
         )
+    n_unknown = run.tokenizer.count_unknown(lines)
+    if n_unknown:
+        print(
+            f"note: {n_unknown} source token(s) are not in the vocabulary and were read as <unk>; an unknown token in "
+            "the output is written <unk>",
+            file=sys.stderr,
+        )
     for out in outputs:
         print(out)
 
@@ -146,7 +154,15 @@ def cmd_translate_eval(args: argparse.Namespace) -> None:
         pairs = _read_pairs(args.data, args.data_src, args.data_tgt, "data")
     if pairs is None:
         raise InputError("translate eval: give --data FILE, --data-src A --data-tgt B, or --dataset NAME")
-    print_json(run.evaluate(pairs, beam=args.beam, alpha=args.alpha, length_penalty=args.length_penalty))
+    print_json(
+        run.evaluate(
+            pairs,
+            beam=args.beam,
+            alpha=args.alpha,
+            length_penalty=args.length_penalty,
+            bleu_tokenize=args.bleu_tokenize,
+        )
+    )
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -223,6 +239,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--pair", help="language pair of the dataset recipe, e.g. en-de")
     p.add_argument(
         "--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)"
+    )
+    p.add_argument(
+        "--bleu-tokenize",
+        choices=BLEU_TOKENIZERS,
+        default="13a",
+        help="sacreBLEU's tokenizer for BLEU (default 13a); for a Korean target use ko-mecab "
+        "(pip install 'attnkit[ko]'), Japanese ja-mecab, Chinese zh. chrF needs none",
     )
     add_decoding_args(p)
     add_device_arg(p)

@@ -63,6 +63,7 @@ class TokenizerSpec:
     vocab_size: int = 10000
     min_freq: int = 2
     add_cls: bool = False  # classify with pooling="cls"
+    pretokenize: str = "none"  # "morphemes": Korean morphemes as the word kind's units
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
@@ -335,7 +336,12 @@ def prepare_corpus(
 
 def _train(texts: Iterator[str], spec: TokenizerSpec) -> Tokenizer:
     return train_tokenizer(
-        texts, kind=spec.kind, vocab_size=spec.vocab_size, min_freq=spec.min_freq, add_cls=spec.add_cls
+        texts,
+        kind=spec.kind,
+        vocab_size=spec.vocab_size,
+        min_freq=spec.min_freq,
+        add_cls=spec.add_cls,
+        pretokenize=spec.pretokenize,
     )
 
 

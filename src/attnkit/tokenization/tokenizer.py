@@ -3,10 +3,16 @@ save/load).
 
 Kinds:
     word       lower-cased words and punctuation (the simple vocabulary of reference note 000, done properly:
-               "great!" is two tokens, unseen words map to <unk>); min frequency and max size.
-    bpe        byte-pair encoding (Sennrich et al.), the paper's shared source/target vocabulary (§5.1); spaces are
-               kept as "▁" marks so that decoding restores the text exactly (detokenized output).
+               "great!" is two tokens, unseen words map to <unk>); min frequency and max size. With
+               ``pretokenize="morphemes"`` the units are Korean morphemes (``morphemes.py``).
+    bpe        byte-pair encoding (Sennrich et al.), the paper's shared source/target vocabulary (§5.1). Lossless:
+               no normalisation, and a character outside the learned alphabet falls back to its UTF-8 bytes, so
+               ``decode(encode(x)) == x`` for any text (``LOSSLESS`` below says why this scheme).
     wordpiece  BERT's subword scheme, lower-cased.
+
+Nothing is dropped without a trace: decoding skips the padding and sequence-marking specials but writes <unk> where
+an unknown token stood (the word and wordpiece kinds, and BPE tokenizers saved before byte fallback, which normalised
+with NFKC and mapped characters outside their alphabet to <unk>; those still load and encode as before).
 
 Attnkit's own special tokens take the first ids: <pad> = 0, <unk> = 1, <cls> = 2, <bos> = 3, <eos> = 4.
 A pretrained tokenizer (a BERT folder) keeps its own ids; ``Tokenizer`` only records which tokens play which role.
@@ -26,9 +32,18 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from attnkit.atomic import atomic_write_bytes
 from attnkit.errors import InputError
+from attnkit.tokenization import morphemes
 
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<cls>", "<bos>", "<eos>")
 KINDS = ("word", "bpe", "wordpiece")
+# LOSSLESS: BPE with byte fallback (SentencePiece's scheme), not byte-level BPE (GPT-2's). Byte-level BPE starts
+# from the 256 byte values, so every Hangul syllable (3 UTF-8 bytes) costs two merges before it is even one token,
+# and the rare ones stay split into byte pieces the model must learn to assemble; with byte fallback the learned
+# alphabet is characters, so a syllable seen in training is one token from the start and the 256 byte tokens are
+# used only for characters never seen (an emoji, an old jamo). Both reserve the same 256 ids. Spaces stay literal
+# characters of the tokens (no "▁" mark, which would turn a literal "▁" in the input into a space), a space is
+# prepended so that a sentence's first word is the same token as a later one, and the decoder strips it again.
+BYTE_TOKENS = tuple(f"<0x{b:02X}>" for b in range(256))
 
 
 @dataclass(frozen=True)
@@ -45,15 +60,29 @@ class SpecialTokens:
 class Tokenizer:
     """Text <-> ids. Wraps a ``tokenizers.Tokenizer`` and the roles of its special tokens."""
 
-    def __init__(self, backend: Backend, kind: str, specials: SpecialTokens):
+    def __init__(self, backend: Backend, kind: str, specials: SpecialTokens, pretokenize: str = "none"):
+        """``pretokenize``: "morphemes" splits text into Korean morphemes before the backend (``morphemes.py``)."""
+        if pretokenize not in morphemes.PRETOKENIZERS:
+            raise InputError(f"tokenizer pretokenize={pretokenize!r}; expected one of {morphemes.PRETOKENIZERS}")
+        if pretokenize == "morphemes":
+            morphemes.check_available()
         self.backend = backend
         self.kind = kind
         self.specials = specials
+        self.pretokenize = pretokenize
+        self.lossless = is_lossless(backend)
+        # A lossless tokenizer reads "<pad>" in the input as five characters, not as the padding id, which decoding
+        # would then drop. Not part of tokenizer.json (nor of the fingerprint): it follows from the model above.
+        backend.encode_special_tokens = self.lossless
         self.pad_id = self._id(specials.pad)
         self.unk_id = self._id(specials.unk)
         self.cls_id = self._id(specials.cls) if specials.cls else None
         self.bos_id = self._id(specials.bos) if specials.bos else None
         self.eos_id = self._id(specials.eos) if specials.eos else None
+        # Decoding skips these (padding, sequence marks, BERT's [SEP]...) and keeps <unk> visible.
+        self._skipped = {
+            i for i, token in backend.get_added_tokens_decoder().items() if token.special and i != self.unk_id
+        }
 
     def _id(self, token: str) -> int:
         token_id = self.backend.token_to_id(token)
@@ -72,32 +101,49 @@ class Tokenizer:
         mask = self.backend.encode("a").special_tokens_mask
         return len(mask) - len("".join(map(str, mask)).rstrip("1"))
 
+    def _pre(self, text: str) -> str:
+        return morphemes.split_morphemes(text) if self.pretokenize == "morphemes" else text
+
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``, with the CLS token first when the tokenizer has one."""
-        return self.backend.encode(text).ids
+        return self.backend.encode(self._pre(text)).ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [encoding.ids for encoding in self.backend.encode_batch(texts)]
+        return [encoding.ids for encoding in self.backend.encode_batch([self._pre(text) for text in texts])]
 
     def tokens(self, text: str) -> list[str]:
         """The token strings of ``text`` (for attention-map labels and for reading what the model sees)."""
-        return self.backend.encode(text).tokens
+        return self.backend.encode(self._pre(text)).tokens
+
+    def count_unknown(self, texts: list[str]) -> int:
+        """How many tokens of ``texts`` are <unk> (always 0 for a lossless tokenizer)."""
+        return sum(ids.count(self.unk_id) for ids in self.encode_batch(texts))
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Ids -> text, special tokens dropped, subwords joined (detokenized)."""
-        return self.backend.decode(list(ids), skip_special_tokens=True)
+        """Ids -> text, subwords joined (detokenized); padding and the sequence-marking specials are dropped, and
+        an unknown token is written as <unk>, visibly, rather than silently left out."""
+        return self.backend.decode([i for i in ids if i not in self._skipped], skip_special_tokens=False)
 
     def decode_batch(self, batch: list[list[int]]) -> list[str]:
-        return self.backend.decode_batch(batch, skip_special_tokens=True)
+        kept = [[i for i in ids if i not in self._skipped] for ids in batch]
+        return self.backend.decode_batch(kept, skip_special_tokens=False)
 
     def fingerprint(self) -> str:
-        """sha256 of the canonical serialization: two tokenizers with the same fingerprint encode identically."""
+        """sha256 of the canonical serialization: two tokenizers with the same fingerprint encode identically. The
+        Python pre-tokenizer is part of it (a suffix only when there is one, so older fingerprints are unchanged)."""
         canonical = json.dumps(json.loads(self.backend.to_str()), sort_keys=True, ensure_ascii=False)
+        if self.pretokenize != "none":
+            canonical += f"\npretokenize={self.pretokenize}"
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     def meta(self) -> dict:
-        """What, besides ``tokenizer.json``, restores this tokenizer (stored in the run's config)."""
-        return {"kind": self.kind, "specials": asdict(self.specials), "fingerprint": self.fingerprint()}
+        """What, besides ``tokenizer.json``, restores this tokenizer (stored in the run's config). ``lossless``
+        is a record (it follows from the file); ``pretokenize`` is needed to reload, and absent when "none"."""
+        meta: dict[str, Any] = {"kind": self.kind, "specials": asdict(self.specials), "fingerprint": self.fingerprint()}
+        meta["lossless"] = self.lossless
+        if self.pretokenize != "none":
+            meta["pretokenize"] = self.pretokenize
+        return meta
 
     def save(self, path: str | Path) -> None:
         """Write ``tokenizer.json`` (the backend's own format) atomically, like every file of a run directory: a
@@ -112,7 +158,7 @@ class Tokenizer:
             backend = Backend.from_file(str(path))
         except Exception as err:  # the Rust side raises plain Exceptions on malformed files
             raise InputError(f"{path}: not a valid tokenizer file ({err})") from None
-        tokenizer = cls(backend, meta["kind"], SpecialTokens(**meta["specials"]))
+        tokenizer = cls(backend, meta["kind"], SpecialTokens(**meta["specials"]), meta.get("pretokenize", "none"))
         expected = meta.get("fingerprint")
         if expected and tokenizer.fingerprint() != expected:
             raise InputError(
@@ -138,6 +184,14 @@ class Tokenizer:
         return cls(backend, kind, SpecialTokens(cls="<cls>" if add_cls else None))
 
 
+def is_lossless(backend: Backend) -> bool:
+    """Whether ``backend`` is the lossless BPE that ``train_tokenizer`` builds: byte fallback and no normaliser
+    beyond the prepended space (a tokenizer saved before it, with NFKC, is not)."""
+    data = json.loads(backend.to_str())
+    normalizer = data.get("normalizer") or {}
+    return bool(data["model"].get("byte_fallback")) and normalizer.get("type") == "Prepend"
+
+
 def train_tokenizer(
     texts: Iterable[str],
     *,
@@ -146,6 +200,7 @@ def train_tokenizer(
     min_freq: int = 2,
     add_cls: bool = False,
     lowercase: bool | None = None,
+    pretokenize: str = "none",
 ) -> Tokenizer:
     """Learn a vocabulary of at most ``vocab_size`` entries (special tokens included) from ``texts``.
 
@@ -153,10 +208,18 @@ def train_tokenizer(
         kind: "word", "bpe" or "wordpiece".
         min_freq: a word (word kind) or merge pair (subword kinds) must occur this often to get an id.
         add_cls: prepend <cls> to every encoding (for first-token pooling).
-        lowercase: default True for word and wordpiece, False for bpe (translation keeps case).
+        lowercase: default True for word and wordpiece, False for bpe (translation keeps case; a lower-cased bpe
+            is not lossless).
+        pretokenize: "morphemes" (word kind only): Korean morphemes are the units (``morphemes.py``).
     """
     if kind not in KINDS:
         raise InputError(f"tokenizer kind {kind!r}; expected one of {', '.join(KINDS)}")
+    if pretokenize not in morphemes.PRETOKENIZERS:
+        choices = ", ".join(morphemes.PRETOKENIZERS)
+        raise InputError(f"config key pretokenize={pretokenize!r}; expected one of {choices}")
+    if pretokenize != "none" and kind != "word":
+        # WordPiece's own "##" continuation mark would collide with the attached-morpheme mark; BPE is lossless.
+        raise InputError(f"config key pretokenize={pretokenize!r} applies to tokenizer=word, not {kind}")
     if vocab_size <= len(SPECIAL_TOKENS):
         raise InputError(
             f"config key vocab_size={vocab_size} leaves no room beyond the {len(SPECIAL_TOKENS)} special tokens"
@@ -164,31 +227,69 @@ def train_tokenizer(
     if lowercase is None:
         lowercase = kind != "bpe"
     specials = list(SPECIAL_TOKENS)
-    steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
     # No progress bars: the Rust trainers draw them on stdout, which belongs to the CLI (library code never prints).
     trainer_args: dict[str, Any] = dict(
         vocab_size=vocab_size, min_frequency=min_freq, special_tokens=specials, show_progress=False
     )
     trainer: trainers.Trainer
 
-    if kind == "word":
-        backend = Backend(models.WordLevel(unk_token="<unk>"))
-        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()  # split on whitespace and punctuation
-        trainer = trainers.WordLevelTrainer(**trainer_args)
-        backend.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces, glues punctuation sensibly
-    elif kind == "bpe":
-        backend = Backend(models.BPE(unk_token="<unk>"))
-        backend.pre_tokenizer = pre_tokenizers.Metaspace()  # "▁" marks a space, so decoding is exact
-        backend.decoder = decoders.Metaspace()
-        trainer = trainers.BpeTrainer(**trainer_args)
+    if kind == "bpe":
+        backend = _train_bpe(texts, trainer_args, lowercase)
     else:
-        backend = Backend(models.WordPiece(unk_token="<unk>"))
-        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        backend.decoder = decoders.WordPiece(prefix="##")
-        trainer = trainers.WordPieceTrainer(**trainer_args)
-    backend.normalizer = normalizers.Sequence(steps)
-    backend.train_from_iterator(texts, trainer=trainer)
+        if kind == "word":
+            backend = Backend(models.WordLevel(unk_token="<unk>"))
+            # Morphemes come split (punctuation included) and marked "##" when attached, which BERT's splitting
+            # on punctuation would cut apart; plain words are split on whitespace and punctuation.
+            backend.pre_tokenizer = (
+                pre_tokenizers.WhitespaceSplit() if pretokenize == "morphemes" else pre_tokenizers.BertPreTokenizer()
+            )
+            trainer = trainers.WordLevelTrainer(**trainer_args)
+        else:
+            backend = Backend(models.WordPiece(unk_token="<unk>"))
+            backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+            trainer = trainers.WordPieceTrainer(**trainer_args)
+        backend.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces, glues "##" pieces and punctuation
+        steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
+        backend.normalizer = normalizers.Sequence(steps)
+        if pretokenize == "morphemes":
+            morphemes.check_available()
+            texts = (morphemes.split_morphemes(text) for text in texts)
+        backend.train_from_iterator(texts, trainer=trainer)
     if add_cls:
         cls_id = backend.token_to_id("<cls>")
         backend.post_processor = processors.TemplateProcessing(single="<cls> $A", special_tokens=[("<cls>", cls_id)])
-    return Tokenizer(backend, kind, SpecialTokens(cls="<cls>" if add_cls else None))
+    return Tokenizer(backend, kind, SpecialTokens(cls="<cls>" if add_cls else None), pretokenize)
+
+
+def _train_bpe(texts: Iterable[str], trainer_args: dict[str, Any], lowercase: bool) -> Backend:
+    """The lossless BPE of ``LOSSLESS``: merges learned on the text as it is (a space prepended), then the 256 byte
+    tokens given the ids after the specials, as SentencePiece numbers them."""
+    vocab_size = trainer_args["vocab_size"]
+    if vocab_size <= len(SPECIAL_TOKENS) + len(BYTE_TOKENS):
+        raise InputError(
+            f"config key vocab_size={vocab_size} leaves no room for BPE beyond the {len(SPECIAL_TOKENS)} special "
+            f"and {len(BYTE_TOKENS)} byte-fallback tokens; use vocab_size > {len(SPECIAL_TOKENS) + len(BYTE_TOKENS)}"
+        )
+    steps = [normalizers.Prepend(" ")] + ([normalizers.Lowercase()] if lowercase else [])
+    learner = Backend(models.BPE(unk_token="<unk>"))
+    learner.normalizer = normalizers.Sequence(steps)
+    learner.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_next")  # " word" pieces, spaces kept
+    trainer = trainers.BpeTrainer(**{**trainer_args, "vocab_size": vocab_size - len(BYTE_TOKENS)})
+    learner.train_from_iterator(texts, trainer=trainer)
+
+    learned = json.loads(learner.to_str())["model"]
+    n_specials = len(SPECIAL_TOKENS)
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
+    vocab.update({token: n_specials + b for b, token in enumerate(BYTE_TOKENS)})
+    for token, i in sorted(learned["vocab"].items(), key=lambda item: item[1]):
+        # A learned "<0x41>" (the seven characters) would be decoded as the byte; text never holds one in practice.
+        vocab.setdefault(token, i + len(BYTE_TOKENS))
+    merges = [tuple(pair) for pair in learned["merges"]]
+    backend = Backend(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True))
+    backend.add_special_tokens(list(SPECIAL_TOKENS))
+    backend.normalizer = normalizers.Sequence(steps) if lowercase else normalizers.Prepend(" ")
+    backend.pre_tokenizer = learner.pre_tokenizer
+    # Byte tokens back to characters (invalid UTF-8 from a model's output becomes U+FFFD), tokens joined, and the
+    # prepended space removed.
+    backend.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    return backend

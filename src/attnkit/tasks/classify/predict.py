@@ -45,6 +45,7 @@ class Prediction:
     text: str
     label: str
     probs: dict[str, float]
+    unknown: int = 0  # tokens of ``text`` outside the vocabulary, which the model read as <unk>
 
 
 class ClassifierRun:
@@ -79,7 +80,8 @@ class ClassifierRun:
         out = []
         for text, row in zip(texts, probs.tolist()):
             best = max(range(len(row)), key=row.__getitem__)
-            out.append(Prediction(text, self.labels[best], {label: p for label, p in zip(self.labels, row)}))
+            unknown = self.tokenizer.count_unknown([text])
+            out.append(Prediction(text, self.labels[best], {label: p for label, p in zip(self.labels, row)}, unknown))
         return out
 
     def evaluate(self, examples: list[Example], source: str = "data") -> dict:

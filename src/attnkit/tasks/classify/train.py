@@ -223,6 +223,7 @@ def train_classifier(
             vocab_size=model_cfg.vocab_size,
             min_freq=train_cfg.min_freq,
             add_cls=model_cfg.pooling == "cls",
+            pretokenize=train_cfg.pretokenize,
         )
         model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
 

@@ -9,7 +9,7 @@ import torch
 from attnkit.config import TranslatorConfig
 from attnkit.data.readers import Pair
 from attnkit.decoding.corpus import translate_ids
-from attnkit.evaluation.bleu import corpus_scores
+from attnkit.evaluation.bleu import bleu_metric, corpus_scores
 from attnkit.model.transformer import Transformer
 from attnkit.runs import load_run
 from attnkit.tasks.translate.data import encode_sources
@@ -49,15 +49,25 @@ class TranslatorRun:
             )
         return self.tokenizer.decode_batch(hyps), n_truncated
 
-    def evaluate(self, pairs: list[Pair], *, beam: int = 4, alpha: float = 0.6, length_penalty: str = "gnmt") -> dict:
-        """sacreBLEU BLEU and chrF of the translations of ``pairs`` (detokenized), with signatures."""
+    def evaluate(
+        self,
+        pairs: list[Pair],
+        *,
+        beam: int = 4,
+        alpha: float = 0.6,
+        length_penalty: str = "gnmt",
+        bleu_tokenize: str = "13a",
+    ) -> dict:
+        """sacreBLEU BLEU (with ``bleu_tokenize``, e.g. "ko-mecab" for Korean) and chrF of the translations of
+        ``pairs`` (detokenized), with signatures."""
+        bleu_metric(bleu_tokenize)  # a missing analyser fails before the translating
         hyps, n_truncated = self.translate(
             [p.source for p in pairs], beam=beam, alpha=alpha, length_penalty=length_penalty
         )
         refs = [p.target for p in pairs]
         exact = sum(h.strip() == r.strip() for h, r in zip(hyps, refs)) / max(1, len(refs))
         return {
-            **corpus_scores(hyps, refs),
+            **corpus_scores(hyps, refs, tokenize=bleu_tokenize),
             "exact_match": round(exact, 4),
             "n": len(pairs),
             "beam": beam,

@@ -23,7 +23,7 @@ from attnkit.data.sequences import MappedSequences, sequence_lengths
 from attnkit.decoding.corpus import translate_ids
 from attnkit.devices import model_device
 from attnkit.errors import InputError
-from attnkit.evaluation.bleu import corpus_scores
+from attnkit.evaluation.bleu import bleu_metric, corpus_scores
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
 from attnkit.tasks.translate.data import ParallelData, encode_pairs, make_batch
@@ -106,7 +106,8 @@ class TranslationTask:
         metrics = {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
         if self.cfg.valid_bleu:
             hyps = self.tokenizer.decode_batch(translate_ids(model, self.tokenizer, list(self.valid.src), beam=1))
-            metrics.update({k: v for k, v in corpus_scores(hyps, self.valid_targets).items() if k in ("bleu", "chrf")})
+            scores = corpus_scores(hyps, self.valid_targets, tokenize=self.cfg.bleu_tokenize)
+            metrics.update({k: v for k, v in scores.items() if k in ("bleu", "chrf")})
         return metrics
 
 
@@ -202,8 +203,11 @@ def train_translator(
             kind=train_cfg.tokenizer,
             vocab_size=model_cfg.vocab_size,
             min_freq=train_cfg.min_freq,
+            pretokenize=train_cfg.pretokenize,
         )
         model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
+    if train_cfg.valid_bleu:
+        bleu_metric(train_cfg.bleu_tokenize)  # a missing analyser (ko-mecab) fails now, not at the first evaluation
     torch.manual_seed(train_cfg.seed)
     if prepared is not None:
         prepared.check("translate", model_cfg.max_len)
