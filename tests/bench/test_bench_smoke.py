@@ -363,3 +363,33 @@ def test_bench_json_lines_start_with_the_machine(monkeypatch, capsys):
     assert main(["bench", "decode", "--json"]) == 0
     first, second = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert first["machine"]["threads"] == 2 and second == json.loads(row.to_json())
+
+
+def test_changes_probe_decoding_variants_emit_the_shipped_tokens():
+    """benchmarks/changes.py's decoding variants (output weight untransposed; beam reorder copying every row) must
+    decode exactly what shipped attnkit decodes, on a padded batch where sentences and beams differ."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "changes.py"
+    spec = importlib.util.spec_from_file_location("changes", path)
+    changes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(changes)
+    from attnkit.model.build import prepare_for_inference
+
+    src = _padded(torch.randint(5, TINY.vocab_size, (4, 9)), [9, 4, 7, 2])
+    call = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_positions=TINY.max_len, fixed_len=12)
+
+    def make_call(model, beam):
+        prepare_for_inference(model)
+        if beam == 1:
+            return lambda: greedy_decode(model, src, **call)
+        return lambda: beam_search(model, src, beam_size=beam, **call)
+
+    build = functools.partial(build_translator, TINY, pad_id=PAD_ID)
+    for search, beam in (("greedy", 1), ("beam4", 4)):
+        variants, calls = changes.decode_variant_calls(build, lambda m, b=beam: make_call(m, b), search)
+        expected = {"shipped", "cross K/V every step", "output weight untransposed"}
+        assert set(variants) == expected | ({"beam: every row copied"} if beam > 1 else set())
+        outputs = [c() for c in calls]
+        assert all(out == outputs[0] for out in outputs[1:]), search
