@@ -230,7 +230,8 @@ def _calls(
         if torch_nn is not None and beam == 1:
             yield Call("torch.nn (no cache)", search, "float32", _torch_nn(torch_nn, src, steps), here)
         if marian is not None:
-            yield Call("transformers", search, "float32", _transformers(marian, src, beam, steps), here)
+            settings = f"generate(num_beams={beam}, do_sample=False), key/value cache on (its default)"
+            yield Call("transformers", search, "float32", _transformers(marian, src, beam, steps), here, settings)
         for dtype, (translator, tokens) in translators.items():
             fn = _ctranslate2(translator, [tokens(src)], beam, steps)
             yield Call("ctranslate2", search, dtype, fn, translator.pid, describe_settings(translator.settings))
