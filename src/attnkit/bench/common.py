@@ -7,7 +7,9 @@ the method and its code are read in one place.
 Timing. ``measure`` calls a function ``warmup`` times untimed (first-call allocation, oneDNN kernel selection,
 lazy initialisation in the peers), then ``reps`` times timed with ``time.perf_counter``, and reports the median:
 the median is robust to the occasional slow repetition on a shared machine. Every implementation in a suite is
-timed on the same inputs, with the same number of threads (``fixed_threads``), in one process. The implementations
+timed on the same inputs, with the same number of threads (``fixed_threads``), in this process, except engines
+with a thread pool of their own, which run in a child process that times its own calls (``attnkit.bench.isolated``,
+``Elapsed``). The implementations
 compared in one table are timed in turns (``measure_interleaved``): A B C, B C A, C A B, ... A slow minute of a
 shared machine then costs every implementation alike; measured one after another, whichever ran during it looked
 slower (the first release of these suites timed attnkit first and reported small/32 training at 0.76x torch.nn,
