@@ -48,7 +48,8 @@ def run_suite(src: Path, suite_args: list[str]) -> list[dict]:
     out = subprocess.run(
         [sys.executable, "-c", code, *suite_args, "--json"], env=env, check=True, capture_output=True, text=True
     ).stdout
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return [r for r in records if "impl" in r]  # newer revisions print a {"machine": ...} line first
 
 
 def main() -> int:

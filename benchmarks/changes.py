@@ -12,8 +12,17 @@ Adam), in three variants of the same weights:
 - ``three QKV GEMMs``: Q, K and V projected separately, as before the fused projection.
 
 Decoding: the decode suite's attnkit call (``small``, 32 sources of 32 tokens, exactly 32 output tokens, greedy
-and beam 4), shipped and with ``cross K/V every step``: cross-attention projecting the encoder output to keys and
-values again at every step, as a decoder without a static cross-attention cache does.
+and beam 4), shipped and with one choice switched off:
+
+- ``cross K/V every step``: cross-attention projecting the encoder output to keys and values again at every step,
+  as a decoder without a static cross-attention cache does.
+- ``output weight untransposed``: the output projection multiplies by the (V, D) weight as ``F.linear`` does,
+  instead of the (D, V) copy ``prepare_for_inference`` keeps (``Transformer.transpose_output``).
+- ``beam: every row copied``: beam search's reorder copies every row's self-attention keys and values into a
+  second set of buffers at every step (the two sets in turn), as before ``KVCache.move_rows_`` moved only the rows
+  whose parent is another beam (beam 4 only).
+
+``--decode`` runs the decoding cases only.
 
 Variants of one case are timed in turns (``measure_interleaved``). JSON lines on stdout, one per (case, variant),
 with the time and the ratio to ``shipped``. docs/performance.md quotes one run.
@@ -66,8 +75,31 @@ def cross_kv_every_step(name: str, module: MultiHeadAttention) -> None:
     module.forward = uncached
 
 
+def untransposed_output(model: torch.nn.Module) -> None:
+    """Keep the output projection on F.linear with the (V, D) weight: ``transpose_output`` does nothing."""
+    model._output_t = None
+    model.transpose_output = lambda: None
+
+
+def copy_every_row(cache: list, index: Tensor, spare: dict) -> None:
+    """Beam reorder as before ``move_rows_``: every row's filled keys and values index-selected into the other of
+    two buffer sets (``spare`` holds them by layer), which then becomes the cache's."""
+    for i, layer in enumerate(cache):
+        kv = layer.self_kv
+        old = spare.get(i)
+        k_buf = old[0] if old is not None else torch.empty_like(kv.k_buf)
+        v_buf = old[1] if old is not None else torch.empty_like(kv.v_buf)
+        torch.index_select(kv.k, 0, index, out=k_buf[:, :, : kv.length])
+        torch.index_select(kv.v, 0, index, out=v_buf[:, :, : kv.length])
+        spare[i] = (kv.k_buf, kv.v_buf)
+        kv.k_buf, kv.v_buf = k_buf, v_buf
+
+
 VARIANTS = {"shipped": None, "explicit attention": explicit_attention, "three QKV GEMMs": three_gemms}
 DECODE_VARIANTS = {"shipped": None, "cross K/V every step": cross_kv_every_step}
+# Switches on the whole model (not per attention module), and on beam search itself, timed beside shipped.
+MODEL_VARIANTS = {"output weight untransposed": untransposed_output}
+SEARCH_VARIANTS = {"beam: every row copied": copy_every_row}
 
 
 def variant_models(build, variants=VARIANTS) -> list[torch.nn.Module]:
@@ -116,10 +148,43 @@ def decode_cases():
     src = decode.make_sources(cfg, 32, 32, seed=0)  # (B, S)
     for search, beam in decode.SEARCHES.items():
         yield (
-            f"decode small {search}",
+            search,
             lambda: build_translator(cfg, pad_id=PAD_ID),
             lambda m, b=beam: decode._attnkit(prepare_for_inference(m), src, b, 32, cfg.max_len),
         )
+
+
+def with_search_variant(call: Callable[[], int], reorder) -> Callable[[], int]:
+    """``call`` with beam search's reorder replaced by ``reorder`` for its duration."""
+    from attnkit.decoding import beam
+
+    def patched() -> int:
+        shipped, spare = beam._reorder_beams, {}
+        beam._reorder_beams = lambda cache, index: reorder(cache, index, spare)
+        try:
+            return call()
+        finally:
+            beam._reorder_beams = shipped
+
+    return patched
+
+
+def decode_variant_calls(build, make_call, search: str) -> tuple[dict, list]:
+    """The variants of one decoding case and their calls: per-module switches, model switches, search switches."""
+    variants = dict(DECODE_VARIANTS)
+    calls = [make_call(model) for model in variant_models(build, DECODE_VARIANTS)]
+    for name, switch in MODEL_VARIANTS.items():
+        torch.manual_seed(0)
+        model = build()
+        switch(model)
+        variants[name] = switch
+        calls.append(make_call(model))
+    if search != "greedy":
+        for name, reorder in SEARCH_VARIANTS.items():
+            torch.manual_seed(0)
+            variants[name] = reorder
+            calls.append(with_search_variant(make_call(build()), reorder))
+    return variants, calls
 
 
 def emit(case: str, variants: dict, timings: list, threads: int) -> None:
@@ -144,16 +209,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=6)
+    parser.add_argument("--decode", action="store_true", help="the decoding cases only")
     args = parser.parse_args()
     with fixed_threads(args.threads):
-        for name, build, loss_fn in cases():
+        for name, build, loss_fn in () if args.decode else cases():
             steps = [step_fn(model, loss_fn) for model in variant_models(build)]
             timings = measure_interleaved(steps, warmup=2, reps=args.reps, budget_s=60.0)
             emit(name, VARIANTS, timings, args.threads)
-        for name, build, make_call in decode_cases():
-            calls = [make_call(model) for model in variant_models(build, DECODE_VARIANTS)]
+        for search, build, make_call in decode_cases():
+            variants, calls = decode_variant_calls(build, make_call, search)
             timings = measure_interleaved(calls, warmup=1, reps=args.reps, budget_s=60.0)
-            emit(name, DECODE_VARIANTS, timings, args.threads)
+            emit(f"decode small {search}", variants, timings, args.threads)
     return 0
 
 

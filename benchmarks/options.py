@@ -1,6 +1,6 @@
 """Options that attnkit measured and did not ship: ``torch.compile`` and torchao int8 dynamic quantization.
 
-    python benchmarks/options.py [--threads 2] [--reps 10]
+    python benchmarks/options.py [--threads 2] [--reps 10] [--decode]
 
 The seed-000 classifier of the classify suite (batch 32 x length 128, no padding), in float32: inference in eval
 mode, and a training step (forward, cross-entropy, backward, Adam). Each option is timed in turns with plain eager
@@ -12,6 +12,11 @@ on stdout. docs/performance.md quotes one run.
   skipped with a note when torchao is not installed (``pip install torchao --no-deps``). attnkit's self-attention
   stacks W^Q, W^K, W^V into one matrix, which torchao's int8 tensors cannot be concatenated into, so for this probe
   the three projections run separately (``changes.separate_qkv``).
+
+``--decode`` instead probes ``torch.compile`` of the decoder step (``Transformer.decode``, Inductor,
+``dynamic=True`` so that the growing cache length does not recompile at every step) on the decode suite's greedy
+and beam-4 calls (the ``small`` translator, 32 sources of 32 tokens, exactly 32 output tokens): the first call
+(compilation) is reported separately, the outputs are compared with eager's.
 """
 
 from __future__ import annotations
@@ -61,11 +66,53 @@ def emit(**row) -> None:
     print(json.dumps(row), flush=True)
 
 
+def compiled_decoding(threads: int, reps: int) -> None:
+    """torch.compile of the decoder step, timed in turns with eager decoding (the ``--decode`` probe)."""
+    from attnkit.bench.common import BOS_ID, EOS_ID
+    from attnkit.bench.decode import CONFIGS as DECODE_CONFIGS
+    from attnkit.bench.decode import SEARCHES, _attnkit, make_sources
+    from attnkit.decoding import beam_search, greedy_decode
+    from attnkit.model.build import build_translator
+
+    cfg = DECODE_CONFIGS["small"]
+    src = make_sources(cfg, 32, 32, seed=0)
+    with fixed_threads(threads):
+        torch.manual_seed(0)
+        eager = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))
+        model = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))
+        model.load_state_dict(eager.state_dict())
+        prepare_for_inference(model)  # loading the state dict dropped the fused QKV copies
+        model.decode = torch.compile(model.decode, dynamic=True)  # type: ignore[method-assign]
+        for search, beam in SEARCHES.items():
+            calls = [_attnkit(m, src, beam, 32, cfg.max_len) for m in (eager, model)]
+            first = timed(calls[1])
+            ids = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_positions=cfg.max_len, fixed_len=32)
+            if beam == 1:
+                same = greedy_decode(eager, src, **ids) == greedy_decode(model, src, **ids)
+            else:
+                same = beam_search(eager, src, beam_size=beam, **ids) == beam_search(model, src, beam_size=beam, **ids)
+            base, option = measure_interleaved(calls, warmup=1, reps=reps)
+            emit(
+                option="torch.compile(Transformer.decode, dynamic=True)",
+                mode=f"decode {search}",
+                eager_ms=base.median_s * 1e3,
+                option_ms=option.median_s * 1e3,
+                speedup=base.median_s / option.median_s,
+                first_call_s=first,
+                same_tokens=same,
+                threads=threads,
+            )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--decode", action="store_true", help="probe torch.compile of the decoder step instead")
     args = parser.parse_args()
+    if args.decode:
+        compiled_decoding(args.threads, args.reps)
+        return 0
     cfg = CONFIGS["seed000"]
     ids, labels, _ = make_batch(cfg, 32, 128, padded=False, seed=0)
 

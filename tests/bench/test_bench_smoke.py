@@ -266,3 +266,130 @@ def test_changes_probe_variants_compute_the_same_function():
         else:
             call["beam_size"] = beam
             assert beam_search(shipped, src, **call) == beam_search(recomputing, src, **call)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Engines with their own thread pool run in a process of their own; every run says what it ran on
+
+
+def test_ctranslate2_is_timed_in_a_child_process_in_turns_with_attnkit():
+    """Two OpenMP pools in one process slow both engines, so CTranslate2 decodes in a child: its rows carry the
+    child's pid (reported by the child itself), attnkit's this process's, and both carry the settings used."""
+    pytest.importorskip("ctranslate2")
+    import os
+
+    results = decode.run(
+        quick=True,
+        threads=1,
+        configs={"tiny": TINY},
+        batch=3,
+        src_len=5,
+        impls=("attnkit", "ctranslate2"),
+        searches=("greedy",),
+        latency_sentences=2,
+        reps=2,
+    )
+    rows = {(r.impl, r.dtype, r.variant): r for r in results}
+    assert set(rows) == {
+        ("attnkit", "float32", "8 tokens"),
+        ("ctranslate2", "float32", "8 tokens"),
+        ("ctranslate2", "int8", "8 tokens"),
+        ("attnkit", "float32", "batch 1"),
+        ("ctranslate2", "float32", "batch 1"),
+    }
+    ct2 = [r for r in results if r.impl == "ctranslate2"]
+    assert all(r.pid is not None and r.pid != os.getpid() for r in ct2)
+    assert len({r.pid for r in ct2 if r.dtype == "int8"} & {r.pid for r in ct2 if r.dtype == "float32"}) == 0
+    assert all(r.pid == os.getpid() and r.settings is None for r in results if r.impl == "attnkit")
+    assert {r.settings for r in ct2} == {
+        f"inter_threads=1, intra_threads=1, compute_type={dtype}" for dtype in ("float32", "int8")
+    }
+    latency = rows[("attnkit", "float32", "batch 1")]
+    assert latency.batch == 1 and latency.ms == pytest.approx(1e3 / latency.sentences_per_s)  # ms per sentence
+
+
+def test_a_failing_child_engine_raises_its_error_in_the_parent(tmp_path):
+    pytest.importorskip("ctranslate2")
+    from attnkit.bench.isolated import ChildEngine, CT2Translator
+
+    with ChildEngine() as child, pytest.raises(RuntimeError, match=f"child process {child.pid}, 'load': .*"):
+        CT2Translator(child, tmp_path / "missing", compute_type="float32", threads=1)
+
+
+def test_interleaved_timing_takes_a_child_s_own_seconds():
+    """A call that timed itself elsewhere (``Elapsed``) is counted by its own seconds, not the parent's clock."""
+    from attnkit.bench.isolated import Elapsed
+
+    here = [0]
+    timings = common.measure_interleaved(
+        [lambda: Elapsed(5.0, None), lambda: here.append(1)], warmup=1, reps=3, settle_s=0.001
+    )
+    assert timings[0].times_s == (5.0, 5.0, 5.0) and timings[0].median_s == 5.0
+    assert 0 < timings[1].median_s < 1.0 and len(here) == 1 + 4
+
+
+def test_machine_record_names_cpu_features_threads_and_versions():
+    from attnkit.bench.machine import cpu_model_and_flags, machine_info
+
+    cpuinfo = "processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile\n" * 2
+    assert cpu_model_and_flags(cpuinfo) == ("AMD EPYC 9R14", {"fpu", "avx2", "avx512f", "avx512_bf16", "amx_tile"})
+    info = machine_info(threads=3)
+    assert info["threads"] == 3 and info["cpu"] and info["cores"] >= 1
+    assert info["versions"]["torch"] == torch.__version__
+    assert set(info["features"]) <= set(cpu_model_and_flags()[1])
+
+
+def test_bench_json_file_holds_the_machine_and_every_result(tmp_path, monkeypatch, capsys):
+    import attnkit.bench
+    from attnkit.cli import main
+
+    row = Result(suite="decode", impl="attnkit", config="tiny", seq_len=5, search="greedy", dtype="float32", ms=2.0)
+    monkeypatch.setattr(attnkit.bench, "iter_suite", lambda *a, **k: iter([row]))
+    out = tmp_path / "out.json"
+    assert main(["bench", "decode", "--json", str(out)]) == 0
+    document = json.loads(out.read_text())
+    assert document["suite"] == "decode" and document["results"] == [json.loads(row.to_json())]
+    machine = document["machine"]
+    assert {"cpu", "features", "threads", "versions", "load_average", "load_average_end"} <= set(machine)
+    assert "attnkit" in capsys.readouterr().out  # the table
+
+
+def test_bench_json_lines_start_with_the_machine(monkeypatch, capsys):
+    import attnkit.bench
+    from attnkit.cli import main
+
+    row = Result(suite="decode", impl="attnkit", config="tiny", seq_len=5, search="greedy", dtype="float32", ms=2.0)
+    monkeypatch.setattr(attnkit.bench, "iter_suite", lambda *a, **k: iter([row]))
+    assert main(["bench", "decode", "--json"]) == 0
+    first, second = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert first["machine"]["threads"] == 2 and second == json.loads(row.to_json())
+
+
+def test_changes_probe_decoding_variants_emit_the_shipped_tokens():
+    """benchmarks/changes.py's decoding variants (output weight untransposed; beam reorder copying every row) must
+    decode exactly what shipped attnkit decodes, on a padded batch where sentences and beams differ."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "changes.py"
+    spec = importlib.util.spec_from_file_location("changes", path)
+    changes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(changes)
+    from attnkit.model.build import prepare_for_inference
+
+    src = _padded(torch.randint(5, TINY.vocab_size, (4, 9)), [9, 4, 7, 2])
+    call = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_positions=TINY.max_len, fixed_len=12)
+
+    def make_call(model, beam):
+        prepare_for_inference(model)
+        if beam == 1:
+            return lambda: greedy_decode(model, src, **call)
+        return lambda: beam_search(model, src, beam_size=beam, **call)
+
+    build = functools.partial(build_translator, TINY, pad_id=PAD_ID)
+    for search, beam in (("greedy", 1), ("beam4", 4)):
+        variants, calls = changes.decode_variant_calls(build, lambda m, b=beam: make_call(m, b), search)
+        expected = {"shipped", "cross K/V every step", "output weight untransposed"}
+        assert set(variants) == expected | ({"beam: every row copied"} if beam > 1 else set())
+        outputs = [c() for c in calls]
+        assert all(out == outputs[0] for out in outputs[1:]), search

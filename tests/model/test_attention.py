@@ -140,6 +140,25 @@ def test_kv_cache_appends_in_place_grows_and_selects_filled_positions():
     assert grown.length == 6 and torch.equal(cache.k, torch.cat([k for k, _ in steps], dim=2))  # original untouched
 
 
+def test_kv_cache_moves_rows_in_place_as_select_would_reorder_them():
+    """Beam search's reorder: rows 0 and 1 swap, row 3 takes row 2's keys and values, row 2 keeps its own. The result
+    equals ``select`` of the full index, in the same buffers, and positions past ``length`` are left alone."""
+    torch.manual_seed(1)
+    B, H, Dh = 4, 2, 3
+    cache = KVCache.empty(B, H, Dh, capacity=8, like=torch.empty(0))
+    cache.k_buf.fill_(7.0), cache.v_buf.fill_(7.0)
+    for _ in range(3):
+        cache = cache.append(torch.randn(B, H, 1, Dh), torch.randn(B, H, 1, Dh))
+    index = torch.tensor([1, 0, 2, 2])
+    expected = cache.select(index)
+    rows = torch.tensor([0, 1, 3])  # the rows whose source is another row
+    moved = cache.move_rows_(rows, index[rows])
+    assert moved.k_buf.data_ptr() == cache.k_buf.data_ptr() and moved.length == 3
+    torch.testing.assert_close(moved.k, expected.k, rtol=0, atol=0)
+    torch.testing.assert_close(moved.v, expected.v, rtol=0, atol=0)
+    assert bool((cache.k_buf[:, :, 3:] == 7.0).all()) and bool((cache.v_buf[:, :, 3:] == 7.0).all())
+
+
 def test_stacked_qkv_follows_weight_updates_and_keeps_gradients():
     """Unfused (no ``fuse_qkv``), W^Q, W^K, W^V are stacked afresh at every call, with or without autograd: an
     optimizer step or a loaded state must show in the next output, and with autograd every projection gets its

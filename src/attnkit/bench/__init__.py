@@ -10,8 +10,10 @@ Suites (each a module with ``run(*, quick=False, threads=2, ...) -> list[Result]
 
 Peers (``peers``): ``torch.nn`` always; Hugging Face ``transformers`` and CTranslate2 when installed (the ``bench``
 extra). ``common`` holds timing, peak memory, the matmul ceiling and the FLOP formulas. ``iter_suite`` runs one
-suite; the command line (``attnkit bench SUITE``, in ``attnkit.cli.bench``) prints what it yields. The CTranslate2
-peer runs attnkit's weights converted by ``attnkit.interop.ct2``.
+suite; the command line (``attnkit bench SUITE``, in ``attnkit.cli.bench``) prints what it yields, after the
+machine record of ``machine`` (CPU, features, threads, versions, load). The CTranslate2 peer runs attnkit's weights
+converted by ``attnkit.interop.ct2``, in a child process of its own (``isolated``: its thread pool and PyTorch's
+would slow each other in one process).
 """
 
 from __future__ import annotations

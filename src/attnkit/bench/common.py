@@ -7,7 +7,9 @@ the method and its code are read in one place.
 Timing. ``measure`` calls a function ``warmup`` times untimed (first-call allocation, oneDNN kernel selection,
 lazy initialisation in the peers), then ``reps`` times timed with ``time.perf_counter``, and reports the median:
 the median is robust to the occasional slow repetition on a shared machine. Every implementation in a suite is
-timed on the same inputs, with the same number of threads (``fixed_threads``), in one process. The implementations
+timed on the same inputs, with the same number of threads (``fixed_threads``), in this process, except engines
+with a thread pool of their own, which run in a child process that times its own calls (``attnkit.bench.isolated``,
+``Elapsed``). The implementations
 compared in one table are timed in turns (``measure_interleaved``): A B C, B C A, C A B, ... A slow minute of a
 shared machine then costs every implementation alike; measured one after another, whichever ran during it looked
 slower (the first release of these suites timed attnkit first and reported small/32 training at 0.76x torch.nn,
@@ -51,6 +53,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit.bench.isolated import Elapsed
 from attnkit.training.precision import native_bf16
 
 # attnkit's tokenizers give the special tokens the first ids (attnkit.tokenization.tokenizer.SPECIAL_TOKENS);
@@ -78,8 +81,10 @@ class Result:
     peak_mib: float | None = None  # peak resident memory added by the call, MiB (see PeakRSS)
     gflop_per_s: float | None = None  # model (or matmul) GFLOP/s
     mfu: float | None = None  # model FLOPs utilisation: gflop_per_s / the float32 matmul ceiling
-    threads: int | None = None
+    threads: int | None = None  # torch.set_num_threads in this process, or the engine's intra-op threads in its own
     reps: int | None = None  # timed repetitions behind the median
+    pid: int | None = None  # the process that ran the timed calls (a child process for engines with their own pool)
+    settings: str | None = None  # a peer's settings where they are not the defaults ("inter_threads=1, ...")
 
     def to_json(self) -> str:
         return json.dumps({k: _rounded(v) for k, v in dataclasses.asdict(self).items()})
@@ -122,7 +127,12 @@ def measure(fn: Callable[[], object], *, warmup: int, reps: int, budget_s: float
 
 
 def measure_interleaved(
-    fns: Sequence[Callable[[], object]], *, warmup: int, reps: int, budget_s: float | None = None
+    fns: Sequence[Callable[[], object]],
+    *,
+    warmup: int,
+    reps: int,
+    budget_s: float | None = None,
+    settle_s: float = 0.0,
 ) -> list[Timing]:
     """``measure`` for several implementations at once, timed in turns: round r times every function once, starting
     from a different one each round, so that a slow phase of a shared, noisy machine (another job, a frequency
@@ -130,24 +140,36 @@ def measure_interleaved(
 
     ``budget_s`` caps the rounds (never fewer than 2) by the slowest warm-up: ``reps`` rounds of all functions
     take at most about ``budget_s`` times their number.
+
+    A function may run elsewhere (an engine in a child process, ``attnkit.bench.isolated``) and return the
+    ``Elapsed`` seconds it measured there; those are its times. ``settle_s`` sleeps before each timed call, so that
+    the threads of the engine called before it (in this process or another) have stopped spinning and left the
+    cores idle (OpenMP pools spin for a while after a call before they sleep).
     """
     gc.collect()
     slowest = 0.0
     for fn in fns:
         for _ in range(warmup):
-            start = time.perf_counter()
-            fn()
-            slowest = max(slowest, time.perf_counter() - start)
+            slowest = max(slowest, _timed(fn))
     if budget_s is not None and warmup and slowest * reps > budget_s:
         reps = max(2, min(reps, int(budget_s / slowest)))
     times: list[list[float]] = [[] for _ in fns]
     for r in range(reps):
         for k in range(len(fns)):
             i = (r + k) % len(fns)
-            start = time.perf_counter()
-            fns[i]()
-            times[i].append(time.perf_counter() - start)
+            if settle_s:
+                time.sleep(settle_s)
+            times[i].append(_timed(fns[i]))
     return [Timing(statistics.median(t), tuple(t)) for t in times]
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    """Seconds of one call: the call's own figure where it timed itself (``Elapsed``, a child process), else the
+    parent's clock around it."""
+    start = time.perf_counter()
+    out = fn()
+    elapsed = time.perf_counter() - start
+    return out.seconds if isinstance(out, Elapsed) else elapsed
 
 
 @contextmanager
@@ -313,7 +335,7 @@ def format_table(results: Iterable[Result]) -> str:
     results = list(results)
     if not results:
         return "(no results)"
-    columns = [(key, title, "{}") for key, title in _KEYS] + list(_FIGURES)
+    columns = [(key, title, "{}") for key, title in _KEYS] + list(_FIGURES) + [("settings", "settings", "{}")]
     columns = [c for c in columns if any(getattr(r, c[0]) is not None for r in results)]
     rows = [[title for _, title, _ in columns]]
     for r in results:
@@ -330,6 +352,16 @@ def format_table(results: Iterable[Result]) -> str:
 
 
 _NUMERIC = {key for key, _, _ in _FIGURES} | {"seq_len", "batch"}
+
+
+def describe_machine(info: dict) -> str:
+    """One line naming what ``machine.machine_info`` recorded: CPU, features, threads, versions, load."""
+    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v)
+    load = info["load_average"]
+    return (
+        f"{info['cpu']} ({info['cores']} cores; {' '.join(info['features']) or 'no AVX2'}); "
+        f"{info['threads']} threads per engine; {versions}; load average {load}"
+    )
 
 
 def describe(result: Result) -> str:

@@ -11,15 +11,25 @@ implementation returned a different number.
     transformers   ``MarianMTModel.generate(num_beams=1 | 4, min_new_tokens=steps, max_new_tokens=steps)``
     ctranslate2    attnkit's weights exported by ``attnkit.interop.ct2.attnkit_to_ct2``, ``Translator.translate_batch(
                    beam_size=1 | 4, min_decoding_length=steps, max_decoding_length=steps)``, float32 and int8
-                   (weights quantized at load time, ``compute_type="int8"``)
+                   (weights quantized at load time, ``compute_type="int8"``), each in a child process of its own
+                   (``attnkit.bench.isolated``: two OpenMP pools in one process slow both engines), with
+                   ``inter_threads=1, intra_threads=threads`` (the ``settings`` of its rows)
+
+Two kinds of rows: throughput (variant "32 tokens": the batch of 32 in one call) and the latency a service sees
+(variant "batch 1": the same sources one sentence per call, ``ms`` = milliseconds per sentence; attnkit and
+CTranslate2 float32). The implementations of one table are timed in turns, with a short pause before each call so
+that the previous engine's threads have gone to sleep (``settle_s``).
 
 Beam search uses each implementation's own length normalisation (with a fixed length it does not change the work).
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -35,6 +45,7 @@ from attnkit.bench.common import (
     fixed_threads,
     measure_interleaved,
 )
+from attnkit.bench.isolated import ChildEngine, CT2Translator, Elapsed, describe_settings
 from attnkit.config import TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
 from attnkit.model.build import build_translator, prepare_for_inference
@@ -42,6 +53,21 @@ from attnkit.model.build import build_translator, prepare_for_inference
 CONFIGS: dict[str, TranslatorConfig] = {"small": TranslatorConfig()}
 SEARCHES = {"greedy": 1, "beam4": 4}
 IMPLS = ("attnkit", "torch.nn", "transformers", "ctranslate2")
+CT2_COMPUTE_TYPES = ("float32", "int8")
+SETTLE_S = 0.05  # pause before each timed call: OpenMP threads spin a few milliseconds after a call, then sleep
+
+
+@dataclass(frozen=True)
+class Call:
+    """One implementation's timed call: ``fn()`` decodes the inputs and returns the tokens produced (an int, or
+    ``Elapsed`` where a child process timed it)."""
+
+    impl: str
+    search: str
+    dtype: str
+    fn: Callable[[], int | Elapsed]
+    pid: int  # the process that runs fn's decoding
+    settings: str | None = None
 
 
 def make_sources(cfg: TranslatorConfig, batch: int, length: int, seed: int) -> Tensor:
@@ -50,15 +76,29 @@ def make_sources(cfg: TranslatorConfig, batch: int, length: int, seed: int) -> T
     return torch.randint(FIRST_ORDINARY_ID, cfg.vocab_size, (batch, length), generator=gen)  # (B, S)
 
 
-def _attnkit(model, src: Tensor, beam: int, steps: int, max_positions: int) -> Callable[[], int]:
+def _attnkit(model, src: Tensor, beam: int, steps: int, max_positions: int, per_call: int = 0) -> Callable[[], int]:
+    """Decode ``src`` (B, S) in one call, or ``per_call`` sentences at a time (batch 1: latency); tokens produced."""
+    parts = [src] if not per_call else list(src.split(per_call))  # each (b, S)
+
     def call() -> int:
-        if beam == 1:
-            hyps = greedy_decode(model, src, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=max_positions, fixed_len=steps)
-        else:
-            hyps = beam_search(
-                model, src, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=max_positions, beam_size=beam, fixed_len=steps
-            )
-        return sum(len(h) for h in hyps)
+        produced = 0
+        for part in parts:
+            if beam == 1:
+                hyps = greedy_decode(
+                    model, part, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=max_positions, fixed_len=steps
+                )
+            else:
+                hyps = beam_search(
+                    model,
+                    part,
+                    bos_id=BOS_ID,
+                    eos_id=EOS_ID,
+                    max_positions=max_positions,
+                    beam_size=beam,
+                    fixed_len=steps,
+                )
+            produced += sum(len(h) for h in hyps)
+        return produced
 
     return call
 
@@ -87,19 +127,8 @@ def _transformers(model, src: Tensor, beam: int, steps: int) -> Callable[[], int
     return call
 
 
-def _ctranslate2(translator, tokens: list[list[str]], beam: int, steps: int) -> Callable[[], int]:
-    def call() -> int:
-        results = translator.translate_batch(
-            tokens,
-            beam_size=beam,
-            min_decoding_length=steps,
-            max_decoding_length=steps,
-            return_scores=False,
-            suppress_sequences=[["<pad>"]],  # as attnkit, which never emits padding
-        )
-        return sum(len(r.hypotheses[0]) for r in results)
-
-    return call
+def _ctranslate2(translator: CT2Translator, batches: list, beam: int, steps: int) -> Callable[[], Elapsed]:
+    return lambda: translator.translate(batches, beam_size=beam, steps=steps)
 
 
 def iter_results(
@@ -114,87 +143,131 @@ def iter_results(
     searches: tuple[str, ...] | None = None,
     warmup: int | None = None,
     reps: int | None = None,
+    latency_sentences: int | None = None,
     seed: int = 0,
 ) -> Iterator[Result]:
-    """Yield one result per (search, implementation, compute type). ``quick``: 8 tokens, 1 warm-up, 2 timed calls."""
+    """Yield one result per (search, implementation, compute type), then the batch-1 latency rows (the first
+    ``latency_sentences`` sources, default all ``batch``; 0: none). ``quick``: 8 tokens, 2 sentences for latency,
+    1 warm-up, 2 timed calls."""
     configs = configs or CONFIGS
     chosen = [i for i in (impls or IMPLS) if i in ("attnkit", "torch.nn") or peers.available(i)]
     searches = searches or tuple(SEARCHES)
     steps = 8 if quick else steps
     warmup = warmup if warmup is not None else (1 if quick else 2)
     reps = reps if reps is not None else (2 if quick else 5)
+    if latency_sentences is None:
+        latency_sentences = 2 if quick else batch
+    latency_sentences = min(latency_sentences, batch)
 
-    with fixed_threads(threads), tempfile.TemporaryDirectory(prefix="attnkit-bench-") as tmp:
+    with fixed_threads(threads), tempfile.TemporaryDirectory(prefix="attnkit-bench-") as tmp, ExitStack() as stack:
         for name, cfg in configs.items():
             torch.manual_seed(seed)
             ours = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))  # as TranslatorRun does
             src = make_sources(cfg, batch, src_len, seed)
-            calls = list(_calls(chosen, searches, ours, cfg, src, steps, Path(tmp, name), threads, seed))
-            for search in searches:  # the implementations of one search are timed in turns
-                group = [c for c in calls if c[1] == search]
-                for impl, _, _, call in group:
-                    produced = call()  # also the first warm-up call
-                    if produced != batch * steps:
-                        raise RuntimeError(f"{impl} {search} returned {produced} tokens, expected {batch} x {steps}")
-                timings = measure_interleaved(
-                    [c[3] for c in group], warmup=max(0, warmup - 1), reps=reps, budget_s=30.0
-                )
-                for (impl, _, dtype, _), timing in zip(group, timings):
-                    t = timing.median_s
-                    yield Result(
-                        suite="decode",
-                        impl=impl,
-                        config=name,
-                        seq_len=src_len,
-                        search=search,
-                        dtype=dtype,
-                        mode="infer",
-                        variant=f"{steps} tokens",
-                        batch=batch,
-                        tgt_tok_per_s=batch * steps / t,
-                        sentences_per_s=batch / t,
-                        ms=t * 1e3,
-                        threads=threads,
-                        reps=len(timing.times_s),
+            translators = {}
+            if "ctranslate2" in chosen:
+                translators = _ct2_translators(ours, Path(tmp, name), threads, stack)
+            # (kind, variant, sentences per call, sentences per timed call, calls)
+            batch_calls = list(_calls(chosen, searches, ours, cfg, src, steps, translators, seed))
+            tables = [("batch", f"{steps} tokens", batch, batch, batch_calls)]
+            if latency_sentences and ("attnkit" in chosen or translators):
+                few = src[:latency_sentences]  # (n, S)
+                latency = list(_latency_calls(chosen, searches, ours, cfg, few, steps, translators))
+                tables.append(("latency", "batch 1", 1, latency_sentences, latency))
+            for kind, variant, per_call, sentences, calls in tables:
+                for search in searches:  # the implementations of one search are timed in turns
+                    group = [c for c in calls if c.search == search]
+                    for c in group:
+                        out = c.fn()  # also the first warm-up call
+                        produced = out.value if isinstance(out, Elapsed) else out
+                        if produced != sentences * steps:
+                            raise RuntimeError(
+                                f"{c.impl} {search} returned {produced} tokens, expected {sentences} x {steps}"
+                            )
+                    timings = measure_interleaved(
+                        [c.fn for c in group],
+                        warmup=max(0, warmup - 1),
+                        reps=reps,
+                        budget_s=30.0,
+                        settle_s=SETTLE_S if translators else 0.0,
                     )
+                    for c, timing in zip(group, timings):
+                        t = timing.median_s
+                        yield Result(
+                            suite="decode",
+                            impl=c.impl,
+                            config=name,
+                            seq_len=src_len,
+                            search=search,
+                            dtype=c.dtype,
+                            mode="infer",
+                            variant=variant,
+                            batch=per_call,
+                            tgt_tok_per_s=sentences * steps / t,
+                            sentences_per_s=sentences / t,
+                            ms=t * 1e3 / (sentences if kind == "latency" else 1),  # latency: per sentence
+                            threads=threads,
+                            reps=len(timing.times_s),
+                            pid=c.pid,
+                            settings=c.settings,
+                        )
 
 
 def _calls(
-    impls, searches, ours, cfg: TranslatorConfig, src: Tensor, steps: int, ct2_dir: Path, threads: int, seed: int
-) -> Iterator[tuple[str, str, str, Callable[[], int]]]:
-    """(impl, search, dtype, call) for every implementation and search; each peer is built once."""
+    impls, searches, ours, cfg: TranslatorConfig, src: Tensor, steps: int, translators: dict, seed: int
+) -> Iterator[Call]:
+    """The batch calls of every implementation and search; each peer is built once."""
     torch_nn = peers.TorchNNTranslator(ours) if "torch.nn" in impls else None
     marian = None
     if "transformers" in impls:
         torch.manual_seed(seed)
         marian = peers.marian_translator(cfg, pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID)
-    ct2 = list(_ct2_translators(ours, src, ct2_dir, threads)) if "ctranslate2" in impls else []
+    here = os.getpid()
     for search in searches:
         beam = SEARCHES[search]
         if "attnkit" in impls:
-            yield "attnkit", search, "float32", _attnkit(ours, src, beam, steps, cfg.max_len)
+            yield Call("attnkit", search, "float32", _attnkit(ours, src, beam, steps, cfg.max_len), here)
         if torch_nn is not None and beam == 1:
-            yield "torch.nn (no cache)", search, "float32", _torch_nn(torch_nn, src, steps)
+            yield Call("torch.nn (no cache)", search, "float32", _torch_nn(torch_nn, src, steps), here)
         if marian is not None:
-            yield "transformers", search, "float32", _transformers(marian, src, beam, steps)
-        for dtype, translator, tokens in ct2:
-            yield "ctranslate2", search, dtype, _ctranslate2(translator, tokens, beam, steps)
+            settings = f"generate(num_beams={beam}, do_sample=False), key/value cache on (its default)"
+            yield Call("transformers", search, "float32", _transformers(marian, src, beam, steps), here, settings)
+        for dtype, (translator, tokens) in translators.items():
+            fn = _ctranslate2(translator, [tokens(src)], beam, steps)
+            yield Call("ctranslate2", search, dtype, fn, translator.pid, describe_settings(translator.settings))
 
 
-def _ct2_translators(ours, src: Tensor, out_dir: Path, threads: int):
-    """float32 and int8 CTranslate2 translators of ``ours``'s weights, each with the source batch as tokens."""
-    import ctranslate2
+def _latency_calls(
+    impls, searches, ours, cfg: TranslatorConfig, src: Tensor, steps: int, translators: dict
+) -> Iterator[Call]:
+    """One sentence per call (batch 1): attnkit and CTranslate2 float32."""
+    for search in searches:
+        beam = SEARCHES[search]
+        if "attnkit" in impls:
+            ours_fn = _attnkit(ours, src, beam, steps, cfg.max_len, per_call=1)
+            yield Call("attnkit", search, "float32", ours_fn, os.getpid())
+        if "float32" in translators:
+            translator, tokens = translators["float32"]
+            ct2_fn = _ctranslate2(translator, [tokens(row[None]) for row in src], beam, steps)
+            yield Call("ctranslate2", search, "float32", ct2_fn, translator.pid, describe_settings(translator.settings))
 
+
+def _ct2_translators(ours, out_dir: Path, threads: int, stack: ExitStack) -> dict:
+    """dtype -> (CTranslate2 translator of ``ours``'s weights in a child process of its own, a function from a
+    (B, S) batch of ids to CTranslate2's token lists), for float32 and int8."""
     from attnkit.interop.ct2 import attnkit_to_ct2, default_tokens
 
-    tokens = default_tokens(ours.embeddings.token.num_embeddings)
-    attnkit_to_ct2(ours, out_dir, tokens=tokens, add_source_eos=False)  # the sources are passed complete
-    source = [[tokens[i] for i in row] for row in src.tolist()]  # (B, S) token strings
-    for dtype in ("float32", "int8"):
-        translator = ctranslate2.Translator(
-            str(out_dir), device="cpu", compute_type=dtype, inter_threads=1, intra_threads=threads
-        )
-        yield dtype, translator, source
+    vocab = default_tokens(ours.embeddings.token.num_embeddings)
+    attnkit_to_ct2(ours, out_dir, tokens=vocab, add_source_eos=False)  # the sources are passed complete
+
+    def tokens(src: Tensor) -> list[list[str]]:
+        return [[vocab[i] for i in row] for row in src.tolist()]  # (B, S) token strings
+
+    translators = {}
+    for dtype in CT2_COMPUTE_TYPES:
+        child = stack.enter_context(ChildEngine())
+        translators[dtype] = (CT2Translator(child, out_dir, compute_type=dtype, threads=threads), tokens)
+    return translators
 
 
 def run(*, quick: bool = False, **kwargs) -> list[Result]:

@@ -1,18 +1,24 @@
-"""``attnkit bench SUITE [--json] [--quick] [--threads N] [--impl NAME ...]``: the benchmarks of ``attnkit.bench``.
+"""``attnkit bench SUITE [--json [FILE]] [--quick] [--threads N] [--impl NAME ...]``: ``attnkit.bench``'s suites.
 
-Each result is printed as it arrives (a JSON line on stdout with ``--json``, else a progress line on stderr), then
-the table (on stdout, or on stderr with ``--json`` so that stdout stays JSON lines).
+First a line naming the machine (CPU, features, threads, versions, load). Each result is printed as it arrives (a
+JSON line on stdout with ``--json``, else a progress line on stderr), then the table (on stdout, or on stderr with
+``--json`` so that stdout stays JSON lines; the first JSON line is ``{"machine": ...}``). ``--json FILE`` writes
+instead one JSON document ``{"suite", "command", "machine", "results"}`` to FILE (atomically, at the end) and
+prints the table on stdout; the machine record's load average is taken again at the end (``load_average_end``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
+    from attnkit.atomic import atomic_write_json
     from attnkit.bench import iter_suite
-    from attnkit.bench.common import describe, format_table
+    from attnkit.bench.common import describe, describe_machine, format_table
+    from attnkit.bench.machine import load_average, machine_info
     from attnkit.devices import resolve_device
     from attnkit.errors import InputError
     from attnkit.training.precision import SLOW_BF16_NOTE, native_bf16
@@ -26,14 +32,28 @@ def cmd_bench(args: argparse.Namespace) -> None:
     results_iter = iter_suite(args.suite, quick=args.quick, threads=args.threads, impls=args.impl)
     if args.suite in ("train", "classify") and not native_bf16():
         print(f"note: bfloat16 rows skipped: {SLOW_BF16_NOTE}", file=sys.stderr)
+    lines = args.json == "-"  # JSON lines on stdout
+    machine = machine_info(threads=args.threads)
+    print(f"machine: {describe_machine(machine)}", file=sys.stderr, flush=True)
+    if lines:
+        print(json.dumps({"machine": machine}), flush=True)
     results = []
     for result in results_iter:
         results.append(result)
-        if args.json:
+        if lines:
             print(result.to_json(), flush=True)
         else:
             print(describe(result), file=sys.stderr, flush=True)
-    print(format_table(results), file=sys.stderr if args.json else sys.stdout)
+    if args.json and not lines:
+        machine["load_average_end"] = load_average()
+        document = {
+            "suite": args.suite,
+            "command": ["attnkit", *sys.argv[1:]],
+            "machine": machine,
+            "results": [json.loads(r.to_json()) for r in results],
+        }
+        atomic_write_json(args.json, document)
+    print(format_table(results), file=sys.stderr if lines else sys.stdout)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -43,7 +63,14 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "bench", help="time attnkit beside torch.nn, Hugging Face and CTranslate2 (benchmarks/README.md)"
     )
     p.add_argument("suite", choices=SUITES, help="train, classify, decode or scaling")
-    p.add_argument("--json", action="store_true", help="one JSON object per result on stdout (table on stderr)")
+    p.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="alone: a JSON line for the machine, then one per result, on stdout (table on stderr); "
+        "with FILE: one JSON document with the machine and every result written to FILE (table on stdout)",
+    )
     p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions: a smoke test")
     p.add_argument("--threads", type=int, default=2, help="intra-op threads for every implementation (default 2)")
     p.add_argument(

@@ -187,16 +187,18 @@ def _beam_search(
     # (``decoder_self_mask``) but not by the cached one. Never emit EOS when the length is fixed. Banned after the
     # softmax, so that scores stay the model's log-probabilities.
     banned = torch.tensor([model.pad_id] + ([eos_id] if suppress_eos else []), device=device)
-    spare = None  # self-attention buffers of the cache before the last reorder, written into by the next one
 
     for t in range(int(limits.max())):
         A = scores.size(0)
         logits, _, extended = model.decode(last, memory, src_mask, cache=cache, offset=t)  # (R, 1, V)
         assert extended is not None  # a cache passed in comes back holding position t
         cache = extended
-        log_probs = logits[:, -1].float().log_softmax(dim=-1).index_fill(1, banned, float("-inf"))  # (R, V)
+        log_probs = logits[:, -1].float().log_softmax(dim=-1)  # (R, V)
+        # Banning and adding the beams' scores in place: each out-of-place pass wrote another R x V tensor (4 MiB
+        # at R = 128, V = 8,000) at every step; the sums are the same floats.
+        log_probs[:, banned] = float("-inf")
         V = log_probs.size(-1)
-        candidates = (scores[:, :, None] + log_probs.view(A, K, V)).view(A, K * V)  # (A, K * V)
+        candidates = log_probs.view(A, K, V).add_(scores[:, :, None]).view(A, K * V)  # (A, K * V)
         top_scores, top_index = candidates.topk(2 * K, dim=1)  # (A, 2K), best first
         top_beam, top_token = top_index // V, top_index % V  # (A, 2K) parent beam and token
         is_eos = top_token == eos_id  # (A, 2K)
@@ -222,7 +224,7 @@ def _beam_search(
         at_limit = limit <= t + 1  # (A,)
         done = at_limit | (torch.tensor(nth_best, device=device) >= scores[:, 0] / max_lp)  # (A,)
         if not done.any():
-            cache, spare = _reorder_beams(cache, reorder, spare)
+            _reorder_beams(cache, reorder)
             continue
         lp = penalty(t + 1, kind=kind, alpha=alpha)  # |Y| = t + 1 tokens, no EOS
         for a in at_limit.nonzero().view(-1).tolist():
@@ -233,7 +235,7 @@ def _beam_search(
         if keep.numel() == 0:
             break
         keep_rows = (keep[:, None] * K + beam_index).view(-1)  # (R',)
-        cache, spare = [layer.select(reorder.view(A, K)[keep].view(-1)) for layer in cache], None
+        cache = [layer.select(reorder.view(A, K)[keep].view(-1)) for layer in cache]
         # Beams of one sentence share its memory rows, so only dropping sentences changes them.
         memory, src_mask, last = memory[keep_rows], src_mask[keep_rows], last[keep_rows]  # (R', S, D), .., (R', 1)
         scores, history, limit, max_lp = scores[keep], history[keep], limit[keep], max_lp[keep]  # (A', ..)
@@ -250,19 +252,17 @@ def _add(hyps: list[Hypothesis], hyp: Hypothesis, n_best: int) -> float:
     return hyps[-1].normalized if len(hyps) == n_best else float("-inf")
 
 
-def _reorder_beams(
-    cache: list[DecoderLayerCache], index: Tensor, spare: list[tuple[Tensor, Tensor]] | None
-) -> tuple[list[DecoderLayerCache], list[tuple[Tensor, Tensor]]]:
-    """Move the self-attention K/V of each row to the beam that extends it; ``index`` (R,) stays within sentences.
-    Returns the new cache, written into ``spare`` buffers if given, and the old cache's buffers as the next spare.
+def _reorder_beams(cache: list[DecoderLayerCache], index: Tensor) -> None:
+    """Move the self-attention K/V of each row to the beam that extends it, in place; ``index`` (R,) stays within
+    sentences. Only rows whose parent is another row are copied.
 
     The beams of one sentence share its cross-attention K/V, so a reorder within sentences leaves them as they are;
     ``DecoderLayerCache.select`` would copy the (R, H, S, Dh) cross-attention tensors of every layer at every step.
     """
-    buffers_of: list[tuple[Tensor, Tensor] | None] = list(spare) if spare else [None] * len(cache)
-    new, old = [], []
-    for layer, buffers in zip(cache, buffers_of):
+    rows = (index != torch.arange(index.numel(), device=index.device)).nonzero().view(-1)  # (n,) rows that move
+    if rows.numel() == 0:
+        return
+    sources = index[rows]  # (n,)
+    for layer in cache:
         assert layer.self_kv is not None  # the decoder has run at least one step
-        new.append(DecoderLayerCache(layer.self_kv.select(index, buffers), layer.cross_kv))
-        old.append((layer.self_kv.k_buf, layer.self_kv.v_buf))
-    return new, old
+        layer.self_kv.move_rows_(rows, sources)

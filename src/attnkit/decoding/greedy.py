@@ -82,7 +82,10 @@ def _greedy(
         logits, _, extended = model.decode(last, memory, src_mask, cache=cache, offset=t)  # (A, 1, V)
         assert extended is not None  # a cache passed in comes back holding position t
         cache = extended
-        logits = logits[:, -1].index_fill(1, banned, float("-inf"))  # (A, V)
+        logits = logits[:, -1].clone()  # (A, V), a copy: the model's output is not written to
+        # Indexed assignment touches only the A x len(banned) entries; index_fill's kernel took ~130 us per step
+        # even at A = 1 (benchmarks/profile_decode.py --batch 1), where a step's matmuls take ~4 ms.
+        logits[:, banned] = float("-inf")
         last = logits.argmax(dim=-1, keepdim=True)  # (A, 1)
         out[rows, t] = last[:, 0]
         ended = last[:, 0] == eos_id  # (A,)

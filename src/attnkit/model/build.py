@@ -112,11 +112,14 @@ def build_translator(cfg: TranslatorConfig, pad_id: int = 0) -> Transformer:
 
 
 def prepare_for_inference(model: nn.Module) -> nn.Module:
-    """Put ``model`` in eval mode (no dropout, §5.4 applies it in training only) and fuse the W^Q, W^K, W^V of every
-    attention module (``MultiHeadAttention.fuse_qkv``). Call it once, after the weights are loaded; ``model.train()``
-    or loading a state dict drops the fused copies again. Returns ``model``."""
+    """Put ``model`` in eval mode (no dropout, §5.4 applies it in training only), fuse the W^Q, W^K, W^V of every
+    attention module (``MultiHeadAttention.fuse_qkv``) and keep the output projection of an encoder-decoder
+    transposed (``Transformer.transpose_output``). Call it once, after the weights are loaded; ``model.train()``
+    or loading a state dict drops these copies again. Returns ``model``."""
     model.eval()
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
             module.fuse_qkv()
+        elif isinstance(module, Transformer):
+            module.transpose_output()
     return model
