@@ -227,7 +227,10 @@ class PretrainTrainConfig(TrainConfig):
     """Pretraining an encoder with the masked-language-model objective on plain text: sentence batches, the loss
     over the chosen tokens only, the best evaluation by held-out masked-token loss."""
 
-    tokenizer: str = "wordpiece"  # a subword vocabulary learnt from the text (with a leading <cls>)
+    # A subword vocabulary learnt from the text (with a leading <cls>). BPE, because the `tokenizers` library's
+    # WordPiece trainer numbers its "##" pieces in hash-map order, so two trainings on the same text can differ
+    # (huggingface/tokenizers#1794) and a run would not reproduce; its BPE trainer without that prefix does not.
+    tokenizer: str = "bpe"
     batch_size: int = 64  # texts per batch
     bucket_factor: int = 50  # batches cut from length-sorted pools of bucket_factor batches; 1 = random
     mask_prob: float = 0.15  # share of each text's tokens chosen for prediction (BERT §3.1: 15%)
