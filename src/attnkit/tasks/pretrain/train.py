@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit import runs
 from attnkit.config import MaskedLMConfig, PretrainTrainConfig
 from attnkit.data.batching import Batches, Truncation, bucketed_batches, pad
 from attnkit.data.lengths import apply_length_policy
@@ -162,7 +163,7 @@ def pretrain_encoder(
     valid_texts = [texts[i] for i in sorted(order[:n_valid])]
     train_texts = [texts[i] for i in sorted(order[n_valid:])]
     if run.saved is not None:
-        tokenizer = Tokenizer.load(run.path / "tokenizer.json", run.saved["tokenizer"])
+        tokenizer = Tokenizer.load(run.path / runs.TOKENIZER, run.saved["tokenizer"])
     else:
         tokenizer = _tokenizer_for(train_texts, model_cfg, train_cfg)
         model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
