@@ -179,6 +179,22 @@ def test_classify_init_from_the_run_starts_from_its_encoder(run, tmp_path, monke
     assert config["tokenizer"]["fingerprint"] == runs.read_json(run / runs.CONFIG)["tokenizer"]["fingerprint"]
 
 
+def test_embed_reads_the_runs_encoder(run):
+    from attnkit.interop.bert import embed
+    from attnkit.tasks.embed import sentence_embeddings
+
+    texts = corpus(5, seed=4)
+    pretrained = load_pretrained_run(run)
+    tokenizer = pretrained.tokenizer
+    encoder = runs.load_run(run, task="pretrain").model  # the masked LM itself, in eval mode
+    with torch.no_grad():
+        hidden, mask = encoder.encode(pad(tokenizer.encode_batch(texts), tokenizer.pad_id))  # (B, S, D)
+    vectors = embed(run, texts)  # (N, D)
+    torch.testing.assert_close(vectors, sentence_embeddings(pretrained.model, pretrained.tokenizer, texts))
+    real = mask[:, 0, 0, :, None].float()  # (B, S, 1): the masked mean over real tokens, by hand
+    torch.testing.assert_close(vectors, (hidden * real).sum(1) / real.sum(1), atol=1e-5, rtol=1e-5)
+
+
 def test_export_hf_matches_transformers(run, tmp_path, capsys):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     transformers = pytest.importorskip("transformers")

@@ -76,11 +76,17 @@ def embed(
     batch_size: int = 32,
     device: torch.device | str = "cpu",
 ) -> Tensor:
-    """Sentence vectors (N, D), on the CPU, from a BERT folder, the word ``minilm``, or an attnkit classifier run
-    directory, computed on ``device``."""
+    """Sentence vectors (N, D), on the CPU, from a BERT folder, the word ``minilm``, or an attnkit classifier or
+    pretraining run directory, computed on ``device``."""
     folder = resolve_bert_folder(model_spec)
-    config_path = folder / runs.CONFIG
-    if config_path.is_file() and "task" in runs.read_json(config_path):
+    task = _run_task(folder)
+    if task == "pretrain":
+        pretrained = load_pretrained_run(folder)
+        pretrained.model.to(device)
+        return sentence_embeddings(
+            pretrained.model, pretrained.tokenizer, texts, pool=pool, normalize=normalize, batch_size=batch_size
+        )
+    if task is not None:
         run = ClassifierRun(folder, device=device)
         return sentence_embeddings(
             run.model,
