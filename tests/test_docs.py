@@ -148,6 +148,8 @@ def config_keys() -> set[str]:
         config.TranslatorConfig,
         config.ClassifierTrainConfig,
         config.TranslatorTrainConfig,
+        config.MaskedLMConfig,
+        config.PretrainTrainConfig,
     ):
         keys |= {f.name for f in dataclasses.fields(cls)}
     return keys

@@ -87,6 +87,28 @@ class TranslatorConfig(TransformerConfig):
     tie_embeddings: bool = True  # share source/target embeddings and the pre-softmax projection (§3.4)
 
 
+@dataclass(frozen=True)
+class MaskedLMConfig(TransformerConfig):
+    """An encoder pretrained with BERT's masked-language-model objective (Devlin et al. 2019, §3.1 Task #1).
+
+    BERT-shaped by default (learned positions, no sqrt(d_model) scale, a LayerNorm after the embeddings, GELU,
+    one token type), so that `attnkit export hf` writes it as a BERT folder and `classify train --init-from`
+    fine-tunes it as it fine-tunes MiniLM."""
+
+    vocab_size: int = 8000  # the tokenizer's maximum size, <mask> included
+    positional: str = "learned"  # BERT's learned absolute positions (Table 3, row E)
+    scale_embeddings: bool = False  # BERT does not scale its embeddings
+    activation: str = "gelu"  # BERT's FFN uses the exact (erf) GELU
+    n_token_types: int = 1  # one segment: single texts, no next-sentence pairs (BERT has 2)
+    embedding_norm: bool = True  # BERT's LayerNorm after embeddings + positions
+    layer_norm_eps: float = 1e-12  # BERT's
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.n_token_types < 0:
+            raise InputError(f"config key n_token_types={self.n_token_types} must be >= 0")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Training configs, one per task: a key that does not apply to the task is refused, never silently ignored.
 
@@ -215,9 +237,37 @@ class TranslatorTrainConfig(TrainConfig):
         _check_choice("bleu_tokenize", self.bleu_tokenize, BLEU_TOKENIZERS)
 
 
+@dataclass(frozen=True)
+class PretrainTrainConfig(TrainConfig):
+    """Pretraining an encoder with the masked-language-model objective on plain text: sentence batches, the loss
+    over the chosen tokens only, the best evaluation by held-out masked-token loss."""
+
+    # A subword vocabulary learnt from the text (with a leading <cls>). BPE, because the `tokenizers` library's
+    # WordPiece trainer numbers its "##" pieces in hash-map order, so two trainings on the same text can differ
+    # (huggingface/tokenizers#1794) and a run would not reproduce; its BPE trainer without that prefix does not.
+    tokenizer: str = "bpe"
+    batch_size: int = 64  # texts per batch
+    bucket_factor: int = 50  # batches cut from length-sorted pools of bucket_factor batches; 1 = random
+    mask_prob: float = 0.15  # share of each text's tokens chosen for prediction (BERT §3.1: 15%)
+    valid_fraction: float = 0.05  # share of the lines held out to measure masked-token loss and accuracy; 0 = none
+    epochs: int = 10
+    patience: int = 0  # pretraining is judged by its last epochs; 0 = never stop early
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("batch_size", "bucket_factor"):
+            if getattr(self, key) < 1:
+                raise InputError(f"config key {key}={getattr(self, key)} must be >= 1")
+        if not 0.0 < self.mask_prob < 1.0:
+            raise InputError(f"config key mask_prob={self.mask_prob} must be in (0, 1)")
+        if not 0.0 <= self.valid_fraction < 1.0:
+            raise InputError(f"config key valid_fraction={self.valid_fraction} must be in [0, 1)")
+
+
 TASK_TRAIN_CONFIGS: dict[str, type[TrainConfig]] = {
     "classify": ClassifierTrainConfig,
     "translate": TranslatorTrainConfig,
+    "pretrain": PretrainTrainConfig,
 }
 
 
@@ -261,6 +311,7 @@ TRANSLATOR_PRESETS: dict[str, dict] = {
 TASK_PRESETS: dict[str, tuple[type, dict[str, dict], str]] = {
     "classify": (ClassifierConfig, CLASSIFIER_PRESETS, "default"),
     "translate": (TranslatorConfig, TRANSLATOR_PRESETS, "small"),
+    "pretrain": (MaskedLMConfig, {"default": {}}, "default"),
 }
 
 
@@ -334,7 +385,9 @@ def load_yaml(path: str | Path) -> dict[str, object]:
 
 
 def task_of(model_cls: type) -> str:
-    """The task a model config belongs to: "classify" or "translate"."""
+    """The task a model config belongs to: "classify", "translate" or "pretrain"."""
+    if issubclass(model_cls, MaskedLMConfig):
+        return "pretrain"
     return "classify" if issubclass(model_cls, ClassifierConfig) else "translate"
 
 

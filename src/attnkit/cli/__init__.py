@@ -1,8 +1,8 @@
 """The ``attnkit`` command: argument parsing only. Each command group is one module here (``classify``,
-``translate``, ``runs`` for average and convert, ``ablate``, ``params``, ``plot``, ``data``, ``embed``, ``bench``,
-``export``; ``common`` holds what they share); each command parses, validates, calls one library function and prints
-its result. The library does the work and never prints. Library imports happen inside the ``cmd_`` functions, so
-that parsing arguments (and ``--help``) does not import torch.
+``translate``, ``pretrain``, ``runs`` for average and convert, ``ablate``, ``params``, ``plot``, ``data``, ``embed``,
+``bench``, ``export``; ``common`` holds what they share); each command parses, validates, calls one library function
+and prints its result. The library does the work and never prints. Library imports happen inside the ``cmd_``
+functions, so that parsing arguments (and ``--help``) does not import torch.
 
 Exit codes: 0 success; 2 bad usage or bad input, with one ``error:`` line on stderr naming the file and line or
 the key at fault; 1 anything unexpected (a bug: the traceback is shown).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnkit.cli import ablate, bench, classify, data, embed, export, params, plot, runs, serve, translate
+from attnkit.cli import ablate, bench, classify, data, embed, export, params, plot, pretrain, runs, serve, translate
 from attnkit.cli.common import Parser
 from attnkit.errors import InputError, NonFiniteError
 
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     # The order here is the order of `attnkit --help`.
     classify.add_commands(commands)
     translate.add_commands(commands)
+    pretrain.add_commands(commands)
     runs.add_average_command(commands)
     ablate.add_commands(commands)
     runs.add_convert_command(commands)

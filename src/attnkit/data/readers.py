@@ -319,6 +319,16 @@ def read_texts(path: str | Path) -> list[tuple[str, int]]:
     return texts
 
 
+def read_text_lines(path: str | Path) -> list[tuple[str, int]]:
+    """Plain text, one text per line, as ``(text, line)``: blank lines are skipped (paragraph breaks in a corpus),
+    an empty file is an error. For pretraining on raw text, where any file name is a text file."""
+    path = Path(path)
+    texts = [(line.strip(), number) for number, line in _lines(path) if line.strip()]
+    if not texts:
+        raise InputError(f"{path}: no text (the file is empty or blank); expected one text per line")
+    return texts
+
+
 def iter_parallel_tsv(path: str | Path) -> Iterator[Pair]:
     """Stream ``source<TAB>target`` lines; a first line ``source<TAB>target`` is taken as a header and skipped."""
     path = Path(path)

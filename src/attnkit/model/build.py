@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from torch import nn
 
-from attnkit.config import ClassifierConfig, TransformerConfig, TranslatorConfig
+from attnkit.config import ClassifierConfig, MaskedLMConfig, TransformerConfig, TranslatorConfig
 from attnkit.model.attention import MultiHeadAttention
 from attnkit.model.classifier import TransformerClassifier
 from attnkit.model.layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward, Residual
+from attnkit.model.masked_lm import MaskedLanguageModel, MaskedLMHead
 from attnkit.model.transformer import Decoder, Embeddings, Encoder, Transformer
 
 
@@ -94,6 +95,25 @@ def build_classifier(cfg: ClassifierConfig, pad_id: int = 0) -> TransformerClass
         encoder=encoder(cfg),
         head=nn.Linear(cfg.d_model, cfg.n_classes or 2),  # D -> C
         pooling=cfg.pooling,
+        pad_id=pad_id,
+    )
+
+
+def build_masked_lm(cfg: MaskedLMConfig, pad_id: int = 0) -> MaskedLanguageModel:
+    """An encoder with BERT's masked-LM head (Devlin et al. 2019, §3.1; appendix A.1), its decoder tied to the token
+    embeddings (§3.4). The token embeddings start at std d_model^-0.5, as the scaled ones do: tied to the decoder,
+    the initial logits h E^T of a LayerNorm-ed h then have unit variance rather than d_model's."""
+    emb = embeddings(cfg, n_token_types=cfg.n_token_types, embedding_norm=cfg.embedding_norm)
+    nn.init.normal_(emb.token.weight, std=cfg.d_model**-0.5)
+    return MaskedLanguageModel(
+        embeddings=emb,
+        encoder=encoder(cfg),
+        head=MaskedLMHead(
+            dense=nn.Linear(cfg.d_model, cfg.d_model),  # D -> D
+            norm=_layer_norm(cfg),
+            activation=cfg.activation,
+            vocab_size=cfg.vocab_size,
+        ),
         pad_id=pad_id,
     )
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from attnkit.config import ClassifierConfig, TranslatorConfig
+from attnkit.config import ClassifierConfig, MaskedLMConfig, TranslatorConfig
 from attnkit.errors import InputError
-from attnkit.model.build import build_classifier, build_translator, prepare_for_inference
+from attnkit.model.build import build_classifier, build_masked_lm, build_translator, prepare_for_inference
 from attnkit.runs.files import (
     CONFIG,
     LABELS,
@@ -30,9 +30,10 @@ from attnkit.runs.files import (
 from attnkit.tokenization import Tokenizer
 
 # task -> (config class, builder, what a run of it is called in errors)
-TASKS: dict[str, tuple[type[ClassifierConfig] | type[TranslatorConfig], Callable[..., nn.Module], str]] = {
+TASKS: dict[str, tuple[type[ClassifierConfig | TranslatorConfig | MaskedLMConfig], Callable[..., nn.Module], str]] = {
     "classify": (ClassifierConfig, build_classifier, "a classifier"),
     "translate": (TranslatorConfig, build_translator, "a translator"),
+    "pretrain": (MaskedLMConfig, build_masked_lm, "a pretrained encoder (masked LM)"),
 }
 
 
@@ -41,9 +42,9 @@ class LoadedRun:
     """Everything a run directory holds, loaded: the model has its weights and is in eval mode."""
 
     run_dir: Path
-    task: str  # "classify" or "translate"
+    task: str  # "classify", "translate" or "pretrain"
     config: dict  # config.json as written
-    model_cfg: ClassifierConfig | TranslatorConfig
+    model_cfg: ClassifierConfig | TranslatorConfig | MaskedLMConfig
     model: nn.Module
     tokenizer: Tokenizer
     labels: list[str] | None  # label names in id order (classifier), else None

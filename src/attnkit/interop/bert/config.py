@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit import runs
-from attnkit.config import ClassifierConfig
+from attnkit.config import ClassifierConfig, MaskedLMConfig
 from attnkit.errors import InputError
 
 # The traits that make an attnkit classifier config a BERT encoder (besides token types and d_head = D / H).
@@ -77,7 +77,7 @@ def bert_config(folder: str | Path, *, n_classes: int = 0, pooling: str = "mean"
         raise InputError(f"{path}: {err}") from None
 
 
-def check_bert_shaped(cfg: ClassifierConfig) -> None:
+def check_bert_shaped(cfg: ClassifierConfig | MaskedLMConfig) -> None:
     """InputError listing what keeps ``cfg`` from being a BERT encoder (only those can be written as BERT folders)."""
     problems = [
         f"{key}={getattr(cfg, key)!r} (BERT: {value!r})"
@@ -96,7 +96,7 @@ def check_bert_shaped(cfg: ClassifierConfig) -> None:
         )
 
 
-def bert_config_dict(cfg: ClassifierConfig, pad_id: int) -> dict:
+def bert_config_dict(cfg: ClassifierConfig | MaskedLMConfig, pad_id: int) -> dict:
     """``config.json`` of the BERT folder for ``cfg``, every field written out."""
     return {
         "architectures": ["BertModel"],

@@ -1,8 +1,10 @@
-"""An attnkit classifier run written out as a BERT folder.
+"""An attnkit classifier or pretraining run written out as a BERT folder.
 
-An export is a ``BertForSequenceClassification`` folder (``bert.`` prefix, the head as ``bert.pooler.dense`` and
-``classifier``, ``id2label`` / ``label2id``) when the classifier pools the first token; a mean-pooling head has no
-counterpart in that class, so it exports as the encoder alone (``BertModel``) on request only.
+A classifier's export is a ``BertForSequenceClassification`` folder (``bert.`` prefix, the head as
+``bert.pooler.dense`` and ``classifier``, ``id2label`` / ``label2id``) when the classifier pools the first token; a
+mean-pooling head has no counterpart in that class, so it exports as the encoder alone (``BertModel``) on request
+only. A pretraining run (``attnkit pretrain``) exports as a ``BertForMaskedLM`` (its masked-LM head as
+``cls.predictions``, the decoder tied to the word embeddings, so not written), or as the encoder alone.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from torch import Tensor
 
 from attnkit import runs
 from attnkit.atomic import atomic_directory, atomic_write_bytes, atomic_write_json
-from attnkit.config import ClassifierConfig
+from attnkit.config import ClassifierConfig, MaskedLMConfig
 from attnkit.errors import InputError
 from attnkit.interop.bert.config import bert_config_dict, check_bert_shaped
 from attnkit.interop.bert.weights import attnkit_to_bert_state_dict
 from attnkit.model.classifier import TransformerClassifier
+from attnkit.model.masked_lm import MaskedLanguageModel
 from attnkit.tasks.classify import ClassifierRun
+from attnkit.tasks.pretrain import MASK_TOKEN
 from attnkit.tokenization.tokenizer import Tokenizer
 
 # BertForSequenceClassification computes logits = W_c tanh(W_p h_[CLS] + b_p) + b_c (BERT's pooler, then a linear
@@ -57,6 +61,19 @@ def classification_head_tensors(head_weight: Tensor, head_bias: Tensor, d_model:
         "bert.pooler.dense.bias": pooler_bias.to(dtype),
         "classifier.weight": classifier_weight.to(dtype),
         "classifier.bias": torch.zeros(n_labels, dtype=dtype),
+    }
+
+
+def masked_lm_head_tensors(model: MaskedLanguageModel) -> dict[str, Tensor]:
+    """BERT's ``cls.predictions`` tensors of attnkit's masked-LM head: the transform and the output bias (the decoder
+    weight is the word embedding matrix, tied, and transformers ties it again on loading, as it saves it)."""
+    head = model.head
+    return {
+        "cls.predictions.transform.dense.weight": head.dense.weight,
+        "cls.predictions.transform.dense.bias": head.dense.bias,
+        "cls.predictions.transform.LayerNorm.weight": head.norm.weight,
+        "cls.predictions.transform.LayerNorm.bias": head.norm.bias,
+        "cls.predictions.bias": head.bias,
     }
 
 
@@ -101,31 +118,42 @@ def _prepare_out(out_dir: Path) -> None:
 
 
 def write_bert_folder(
-    model: TransformerClassifier,
-    cfg: ClassifierConfig,
+    model: TransformerClassifier | MaskedLanguageModel,
+    cfg: ClassifierConfig | MaskedLMConfig,
     tokenizer: Tokenizer,
     out_dir: str | Path,
     *,
     labels: list[str] | None = None,
+    masked_lm: bool = False,
 ) -> Path:
     """Write ``model`` as a BERT folder: config.json, model.safetensors, tokenizer.json, tokenizer_config.json and,
     for WordPiece vocabularies, vocab.txt.
 
     Without ``labels`` the folder is the encoder alone (``BertModel``; the head is dropped). With ``labels`` (the
     run's class names, in class order) it is a ``BertForSequenceClassification`` with ``id2label`` / ``label2id``
-    whose probabilities equal the model's; only "cls" pooling can be written so (``check_exportable_head``).
+    whose probabilities equal the model's; only "cls" pooling can be written so (``check_exportable_head``). With
+    ``masked_lm`` (a ``MaskedLanguageModel``), it is a ``BertForMaskedLM`` whose logits equal the model's.
 
     The folder is built under a temporary name beside ``out_dir`` and renamed into place, so readers never see a
     config of one export with the weights of another; an earlier BERT folder at ``out_dir`` is replaced.
     """
     check_bert_shaped(cfg)
     if labels is not None:
+        assert isinstance(cfg, ClassifierConfig)
         check_exportable_head(cfg, labels)
     out_dir = Path(out_dir)
     _prepare_out(out_dir)
     config = bert_config_dict(cfg, tokenizer.pad_id)
     weights = attnkit_to_bert_state_dict(model.state_dict(), cfg.n_layers)
-    if labels is not None:
+    roles = {f"{role}_token": token for role, token in dataclasses.asdict(tokenizer.specials).items() if token}
+    if masked_lm:
+        assert isinstance(model, MaskedLanguageModel)
+        config.update(architectures=["BertForMaskedLM"], tie_word_embeddings=True)
+        weights = {f"bert.{name}": tensor for name, tensor in weights.items()}
+        weights.update({name: t.detach().contiguous() for name, t in masked_lm_head_tensors(model).items()})
+        roles["mask_token"] = MASK_TOKEN
+    elif labels is not None:
+        assert isinstance(model, TransformerClassifier)
         config.update(
             architectures=["BertForSequenceClassification"],
             num_labels=len(labels),
@@ -139,7 +167,6 @@ def write_bert_folder(
         atomic_write_json(work / "config.json", config)
         atomic_write_bytes(work / "model.safetensors", safetensors_bytes(weights, metadata={"format": "pt"}))
         atomic_write_bytes(work / "tokenizer.json", tokenizer.backend.to_str(pretty=True).encode("utf-8"))
-        roles = {f"{role}_token": token for role, token in dataclasses.asdict(tokenizer.specials).items() if token}
         atomic_write_json(
             work / "tokenizer_config.json",
             {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.max_len, **roles},
@@ -152,7 +179,19 @@ def write_bert_folder(
 
 def export_bert_folder(run_dir: str | Path, out_dir: str | Path, *, encoder_only: bool = False) -> Path:
     """The attnkit classifier run at ``run_dir`` as a BERT folder at ``out_dir``: a BertForSequenceClassification
-    (head and label map) or, with ``encoder_only``, the encoder as a BertModel."""
+    (head and label map) or, with ``encoder_only``, the encoder as a BertModel. A pretraining run is written as a
+    BertForMaskedLM, or the encoder alone with ``encoder_only``."""
+    config_path = Path(run_dir) / runs.CONFIG
+    if config_path.is_file() and runs.read_json(config_path).get("task") == "pretrain":
+        pretrained = runs.load_run(run_dir, task="pretrain")
+        assert isinstance(pretrained.model, MaskedLanguageModel) and isinstance(pretrained.model_cfg, MaskedLMConfig)
+        try:
+            check_bert_shaped(pretrained.model_cfg)
+        except InputError as err:
+            raise InputError(f"{pretrained.run_dir}: {err}") from None
+        return write_bert_folder(
+            pretrained.model, pretrained.model_cfg, pretrained.tokenizer, out_dir, masked_lm=not encoder_only
+        )
     run = ClassifierRun(run_dir)  # checks the files against the manifest and that the run is a classifier
     try:
         check_bert_shaped(run.model_cfg)

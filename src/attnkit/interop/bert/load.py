@@ -18,6 +18,7 @@ from attnkit.model.build import build_classifier
 from attnkit.model.classifier import TransformerClassifier
 from attnkit.tasks.classify import ClassifierRun, Pretrained
 from attnkit.tasks.embed import sentence_embeddings
+from attnkit.tasks.pretrain import load_pretrained_run
 from attnkit.tokenization.tokenizer import Tokenizer
 
 
@@ -51,10 +52,19 @@ def load_bert_classifier(
 
 
 def load_pretrained(spec: str | Path, *, pooling: str = "mean") -> Pretrained:
-    """The encoder to fine-tune from ``spec`` (a BERT folder, or "minilm"), for ``train_classifier(pretrained=...)``;
-    the one-logit head it comes with is replaced by the training's own."""
-    model, cfg, tokenizer = load_bert_classifier(resolve_bert_folder(spec), n_classes=1, pooling=pooling)
+    """The encoder to fine-tune from ``spec`` (a BERT folder, "minilm", or an ``attnkit pretrain`` run directory),
+    for ``train_classifier(pretrained=...)``; the one-logit head it comes with is replaced by the training's own."""
+    folder = resolve_bert_folder(spec)
+    if _run_task(folder) == "pretrain":
+        return load_pretrained_run(folder, pooling=pooling, source=str(spec))
+    model, cfg, tokenizer = load_bert_classifier(folder, n_classes=1, pooling=pooling)
     return Pretrained(model, cfg, tokenizer, source=str(spec))
+
+
+def _run_task(folder: Path) -> str | None:
+    """The task of an attnkit run directory (its config.json names one); None for a Hugging Face folder."""
+    config_path = folder / runs.CONFIG
+    return runs.read_json(config_path).get("task") if config_path.is_file() else None
 
 
 def embed(
@@ -66,11 +76,17 @@ def embed(
     batch_size: int = 32,
     device: torch.device | str = "cpu",
 ) -> Tensor:
-    """Sentence vectors (N, D), on the CPU, from a BERT folder, the word ``minilm``, or an attnkit classifier run
-    directory, computed on ``device``."""
+    """Sentence vectors (N, D), on the CPU, from a BERT folder, the word ``minilm``, or an attnkit classifier or
+    pretraining run directory, computed on ``device``."""
     folder = resolve_bert_folder(model_spec)
-    config_path = folder / runs.CONFIG
-    if config_path.is_file() and "task" in runs.read_json(config_path):
+    task = _run_task(folder)
+    if task == "pretrain":
+        pretrained = load_pretrained_run(folder)
+        pretrained.model.to(device)
+        return sentence_embeddings(
+            pretrained.model, pretrained.tokenizer, texts, pool=pool, normalize=normalize, batch_size=batch_size
+        )
+    if task is not None:
         run = ClassifierRun(folder, device=device)
         return sentence_embeddings(
             run.model,

@@ -1,0 +1,87 @@
+"""``attnkit pretrain``: an encoder pretrained on your own text with BERT's masked-language-model objective, into a run
+that ``classify train --init-from RUN`` fine-tunes and ``export hf`` writes as a BERT folder."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from attnkit.cli.common import (
+    add_config_args,
+    add_device_arg,
+    check_precision,
+    config_overrides,
+    print_json,
+    training_context,
+)
+
+
+def cmd_pretrain(args: argparse.Namespace) -> None:
+    from attnkit import runs
+    from attnkit.cli.progress import TrainingProgress
+    from attnkit.config import MaskedLMConfig, check_resume_settings, task_configs
+    from attnkit.data.readers import read_text_lines, read_texts
+    from attnkit.tasks.pretrain import pretrain_encoder
+
+    # Everything is checked before the run directory is made: a bad key or file leaves nothing behind.
+    overrides = config_overrides(args)
+    for key in ("epochs", "seed"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    model_cfg, train_cfg = task_configs("pretrain", None, overrides)
+    saved = Path(args.out) / runs.CONFIG
+    if args.resume and saved.is_file():
+        check_resume_settings(runs.read_json(saved), overrides, MaskedLMConfig)
+    tabular = args.text.suffix.lower() in (".tsv", ".csv", ".jsonl")  # a labelled file: its text column
+    texts = [text for text, _ in (read_texts(args.text) if tabular else read_text_lines(args.text))]
+    with training_context(args) as context:
+        if context.is_main:
+            check_precision(train_cfg.precision, context.device, what="config key precision")
+        progress = TrainingProgress(quiet=args.quiet or not context.is_main)
+        try:
+            summary = pretrain_encoder(
+                texts,
+                model_cfg=model_cfg,
+                train_cfg=train_cfg,
+                out_dir=args.out,
+                resume=args.resume,
+                on_event=progress,
+                context=context,
+            )
+        finally:
+            progress.close()
+    if context.is_main:
+        print_json(
+            {
+                "run_dir": str(summary.run_dir),
+                "best_epoch": summary.best_epoch,
+                **{f"valid_{key}": round(value, 4) for key, value in summary.best.items()},
+                "train_texts": summary.n_train,
+                "valid_texts": summary.n_valid,
+                "epochs": summary.epochs_run,
+                "steps": summary.steps,
+                "seconds": round(summary.seconds, 1),
+                "truncated": summary.truncation.n_truncated,
+            }
+        )
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "pretrain",
+        help="pretrain an encoder on plain text (BERT's masked LM) for `classify train --init-from RUN`",
+    )
+    p.add_argument(
+        "--text",
+        type=Path,
+        required=True,
+        help="one text per line (blank lines skipped); a .tsv, .csv or .jsonl file gives its text column",
+    )
+    p.add_argument("--out", type=Path, required=True, help="run directory to write")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
+    p.add_argument("--resume", action="store_true", help="continue the killed run in --out from its last saved state")
+    add_device_arg(p)
+    add_config_args(p)
+    p.set_defaults(func=cmd_pretrain)

@@ -1,0 +1,217 @@
+"""Pretraining an encoder on plain text with BERT's masked-language-model objective (Devlin et al. 2019, §3.1): the
+tokenizer learnt from the text, a held-out share of the lines, and the task the one training loop
+(``attnkit.training.loop.fit``) runs: length-bucketed batches of texts, the summed cross-entropy over the chosen
+tokens normalised by their count, held-out masked-token loss deciding the best weights."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnkit import runs
+from attnkit.config import MaskedLMConfig, PretrainTrainConfig
+from attnkit.data.batching import Batches, Truncation, bucketed_batches, pad
+from attnkit.data.lengths import apply_length_policy
+from attnkit.data.sequences import sequence_lengths
+from attnkit.errors import InputError
+from attnkit.model.build import build_masked_lm
+from attnkit.tasks.pretrain.corruption import MASK_TOKEN, batch_seed, choose_and_corrupt
+from attnkit.tokenization import Tokenizer, train_tokenizer
+from attnkit.tokenization.tokenizer import SPECIAL_TOKENS
+from attnkit.training.events import Event, Prepared
+from attnkit.training.loop import fit
+from attnkit.training.optim import make_optimizer
+from attnkit.training.run_setup import open_run, write_run_files
+from attnkit.training.state import fingerprint_texts
+from attnkit.training.task import Batch, BatchLoss, TrainContext
+
+
+@dataclass
+class PretrainSummary:
+    run_dir: Path
+    best_epoch: float
+    best: dict[str, float]  # held-out masked-token loss, accuracy and perplexity of the kept weights ({} without)
+    epochs_run: float
+    steps: int
+    seconds: float
+    truncation: Truncation
+    n_train: int
+    n_valid: int
+    stopped_by: str
+
+
+def maskable_ids(tokenizer: Tokenizer) -> Tensor:
+    """(V,) bool: the ids that may be chosen for prediction, every id but the special ones (padding, <unk>, <cls>,
+    <bos>, <eos>, <mask>): BERT never predicts its [CLS], [SEP] or [PAD]."""
+    maskable = torch.ones(tokenizer.vocab_size, dtype=torch.bool)  # (V,)
+    for token in (*SPECIAL_TOKENS, MASK_TOKEN):
+        token_id = tokenizer.backend.token_to_id(token)
+        if token_id is not None:
+            maskable[token_id] = False
+    return maskable
+
+
+@dataclass
+class MaskedLMTask:
+    """The loop's view of a pretraining run (``attnkit.training.task.Task``). Without held-out lines the last weights
+    are the model."""
+
+    train_ids: list[list[int]]
+    valid_ids: list[list[int]]
+    pad_id: int
+    mask_id: int
+    maskable: Tensor  # (V,) bool
+    cfg: PretrainTrainConfig
+    d_model: int
+    fingerprint: str
+    metric: str = "loss"  # held-out masked-token cross-entropy
+    higher_is_better: bool = False
+    unit: str = "tokens"  # the chosen (predicted) tokens: the loss is their mean
+    stats: tuple[str, ...] = ("accuracy",)
+    epoch_seed: int = field(default=0, init=False)
+
+    def epoch_batches(self, generator: torch.Generator | None) -> Batches:
+        batches = bucketed_batches(
+            sequence_lengths(self.train_ids), self.cfg.batch_size, generator, self.cfg.bucket_factor
+        )
+        if generator is not None:
+            # New masks every epoch (the same text is masked differently each time it is seen; BERT duplicated its
+            # data 10 times with different masks for this, appendix A.2). Drawn from the loop's epoch generator,
+            # whose state the loop saves with the run: a resumed epoch draws the same seed, hence the same masks.
+            self.epoch_seed = int(torch.randint(2**62, (1,), generator=generator))
+        return batches
+
+    def _masked(self, indices: list[int], ids_of: list[list[int]], *seed_parts: object) -> Batch:
+        ids = pad([ids_of[i] for i in indices], self.pad_id)  # (B, S)
+        generator = torch.Generator().manual_seed(batch_seed(self.cfg.seed, *seed_parts, indices))
+        inputs, chosen = choose_and_corrupt(
+            ids, maskable=self.maskable, mask_id=self.mask_id, mask_prob=self.cfg.mask_prob, generator=generator
+        )
+        return Batch((inputs, chosen, ids[chosen]), int(chosen.sum()))  # targets (N,)
+
+    def collate(self, indices: list[int]) -> Batch:
+        return self._masked(indices, self.train_ids, self.epoch_seed)
+
+    def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
+        inputs, chosen, targets = batch.tensors
+        logits = model(inputs, chosen)  # (N, V): the chosen positions only (§3.1)
+        correct = (logits.detach().argmax(dim=-1) == targets).sum().item()
+        return BatchLoss(F.cross_entropy(logits.float(), targets, reduction="sum"), sums={"accuracy": float(correct)})
+
+    def evaluate(self, model: nn.Module, device: torch.device) -> dict[str, float] | None:
+        """Masked-token loss, accuracy and perplexity on the held-out lines, with the same masks at every evaluation
+        (seeded by the run's seed and each batch's lines), so that epochs compare."""
+        if not self.valid_ids:
+            return None
+        total, correct, count = 0.0, 0, 0
+        for indices in bucketed_batches(sequence_lengths(self.valid_ids), self.cfg.batch_size, None):
+            inputs, chosen, targets = (t.to(device) for t in self._masked(indices, self.valid_ids, "valid").tensors)
+            logits = model(inputs, chosen)  # (N, V)
+            total += F.cross_entropy(logits.float(), targets, reduction="sum").item()
+            correct += int((logits.argmax(dim=-1) == targets).sum())
+            count += len(targets)
+        loss = total / max(1, count)
+        return {"loss": loss, "accuracy": correct / max(1, count), "perplexity": math.exp(min(loss, 50.0))}
+
+
+def _tokenizer_for(texts: list[str], model_cfg: MaskedLMConfig, train_cfg: PretrainTrainConfig) -> Tokenizer:
+    """A vocabulary learnt from the texts with a leading <cls> on every encoding (so that a classifier fine-tuned
+    from this encoder can pool the first token), plus BERT's <mask> token as the last id."""
+    tokenizer = train_tokenizer(
+        texts, kind=train_cfg.tokenizer, vocab_size=model_cfg.vocab_size - 1, min_freq=train_cfg.min_freq, add_cls=True
+    )
+    tokenizer.backend.add_special_tokens([MASK_TOKEN])
+    return tokenizer
+
+
+def pretrain_encoder(
+    texts: list[str],
+    *,
+    model_cfg: MaskedLMConfig,
+    train_cfg: PretrainTrainConfig,
+    out_dir: str | Path,
+    resume: bool = False,
+    on_event: Callable[[Event], None] = lambda event: None,
+    context: TrainContext | None = None,
+) -> PretrainSummary:
+    """Pretrain an encoder on ``texts`` (one text each), ``train_cfg.valid_fraction`` of them held out, into the run
+    directory ``out_dir`` (task "pretrain"; ``classify train --init-from`` and ``export hf`` read it).
+
+    With ``resume``, ``out_dir`` is a run killed part-way: its configs and tokenizer are loaded and training continues
+    from the saved step exactly as if it had never stopped (the configs are then the run's, not the arguments).
+    """
+    if not texts:
+        raise InputError("no text to pretrain on")
+    context = context or TrainContext()
+    run = open_run(out_dir, resume, context)
+    if run.saved is not None:
+        model_cfg = MaskedLMConfig(**run.saved["model"])
+        train_cfg = PretrainTrainConfig(**run.saved["train"])
+    torch.manual_seed(train_cfg.seed)
+
+    order = list(range(len(texts)))
+    random.Random(train_cfg.seed).shuffle(order)
+    n_valid = int(len(texts) * train_cfg.valid_fraction)
+    valid_texts = [texts[i] for i in sorted(order[:n_valid])]
+    train_texts = [texts[i] for i in sorted(order[n_valid:])]
+    if run.saved is not None:
+        tokenizer = Tokenizer.load(run.path / runs.TOKENIZER, run.saved["tokenizer"])
+    else:
+        tokenizer = _tokenizer_for(train_texts, model_cfg, train_cfg)
+        model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
+    mask_id = tokenizer.backend.token_to_id(MASK_TOKEN)
+    assert mask_id is not None  # added by _tokenizer_for
+    train_ids, truncation = apply_length_policy(
+        tokenizer.encode_batch(train_texts), model_cfg.max_len, train_cfg.max_len_policy, what="text"
+    )
+    valid_ids, _ = apply_length_policy(
+        tokenizer.encode_batch(valid_texts), model_cfg.max_len, train_cfg.max_len_policy, what="text"
+    )
+    valid_source = f"{train_cfg.valid_fraction:g} of the lines held out" if valid_texts else "none"
+    on_event(
+        Prepared(
+            len(train_ids),
+            len(valid_ids),
+            valid_source,
+            tokenizer.vocab_size,
+            truncation.n_truncated,
+            model_cfg.max_len,
+            None,
+        )
+    )
+
+    model = build_masked_lm(model_cfg, pad_id=tokenizer.pad_id)
+    model.to(context.device)  # before the optimizer is made: its state lives beside the parameters
+    optimizer = make_optimizer(model, train_cfg)
+    write_run_files(run, "pretrain", model_cfg, train_cfg, tokenizer, context=context, mask_token=MASK_TOKEN)
+    task = MaskedLMTask(
+        train_ids,
+        valid_ids,
+        tokenizer.pad_id,
+        mask_id,
+        maskable_ids(tokenizer),
+        train_cfg,
+        model_cfg.d_model,
+        fingerprint_texts(train_texts, valid_texts),
+    )
+    result = fit(model, optimizer, task, train_cfg, run.path, resume=run.resume, on_event=on_event, context=context)
+    return PretrainSummary(
+        run.path,
+        result.best_epoch,
+        result.best,
+        result.epochs,
+        result.steps,
+        result.seconds,
+        truncation,
+        len(train_ids),
+        len(valid_ids),
+        result.stopped_by,
+    )
