@@ -34,7 +34,7 @@ WORDS = (
     "sierra tango uniform victor whiskey xray yankee zulu"
 ).split()
 SENTENCES = [[WORDS[(3 * i + 5 * j) % len(WORDS)] for j in range(6)] for i in range(6)]
-MODEL = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, vocab_size=128, max_len=32, dropout=0.0)
+MODEL = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, vocab_size=480, max_len=32, dropout=0.0)
 TRAIN = dict(min_freq=1, batch_size=16, lr=1e-2, valid_fraction=0.1, epochs=10, checkpoint_every=5, seed=1)
 
 
