@@ -1,0 +1,54 @@
+"""The label-smoothed sequence loss equals PyTorch's cross-entropy, loss and gradients, on padded batches."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnkit.training import losses
+from attnkit.training.losses import sequence_loss, smoothed_cross_entropy
+
+PAD = 0
+
+
+@pytest.fixture
+def batch():
+    gen = torch.Generator().manual_seed(0)
+    logits = (torch.randn(5, 7, 37, generator=gen) * 3).requires_grad_()  # (B, T, V)
+    targets = torch.randint(1, 37, (5, 7), generator=gen)  # (B, T)
+    targets[1, 4:] = PAD
+    targets[3, 1:] = PAD
+    return logits, targets
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+@pytest.mark.parametrize("block", [1 << 17, 37 * 3])  # one block; blocks of 3 rows with a ragged last one
+def test_sequence_loss_equals_torch_cross_entropy(batch, smoothing, block, monkeypatch):
+    monkeypatch.setattr(losses, "_BLOCK", block)
+    logits, targets = batch
+    expected = F.cross_entropy(
+        logits.reshape(-1, 37), targets.reshape(-1), ignore_index=PAD, label_smoothing=smoothing, reduction="sum"
+    )
+    (expected_grad,) = torch.autograd.grad(expected * 0.7, logits)
+    loss, n_tokens = sequence_loss(logits, targets, PAD, smoothing)
+    (grad,) = torch.autograd.grad(loss * 0.7, logits)
+    assert n_tokens == int((targets != PAD).sum()) == 35 - 3 - 6
+    torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-5, atol=1e-6)
+    assert grad[1, 4:].abs().sum() == 0 and grad[3, 1:].abs().sum() == 0  # padded targets get no gradient
+
+
+def test_all_padding_gives_zero_loss_and_gradient():
+    logits = torch.randn(4, 9, requires_grad=True)
+    loss = smoothed_cross_entropy(logits, torch.full((4,), PAD), PAD, 0.1)
+    loss.backward()
+    assert loss.item() == 0.0 and logits.grad is not None and logits.grad.abs().sum() == 0
+
+
+def test_gradient_is_softmax_minus_smoothed_target():
+    """dL/dz = p - q with q = (1 - eps) onehot(y) + eps / V (§5.4): the rows of the gradient sum to zero."""
+    logits = torch.randn(3, 11, requires_grad=True)
+    targets = torch.tensor([2, 5, 10])
+    smoothed_cross_entropy(logits, targets, PAD, 0.2).backward()
+    q = torch.full((3, 11), 0.2 / 11).scatter_add_(1, targets[:, None], torch.full((3, 1), 0.8))
+    torch.testing.assert_close(logits.grad, logits.detach().softmax(-1) - q)
+    torch.testing.assert_close(logits.grad.sum(-1), torch.zeros(3), atol=1e-6, rtol=0)
