@@ -52,3 +52,42 @@ def test_gradient_is_softmax_minus_smoothed_target():
     q = torch.full((3, 11), 0.2 / 11).scatter_add_(1, targets[:, None], torch.full((3, 1), 0.8))
     torch.testing.assert_close(logits.grad, logits.detach().softmax(-1) - q)
     torch.testing.assert_close(logits.grad.sum(-1), torch.zeros(3), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_packed_output_projection_equals_padded(smoothing):
+    """Logits of the real target positions only (``positions``): same loss and same gradients as projecting every
+    position and letting the loss ignore the padded ones, dropout on."""
+    from attnkit.config import TranslatorConfig
+    from attnkit.model.build import build_translator
+
+    cfg = TranslatorConfig(vocab_size=41, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=16, dropout=0.1)
+    torch.manual_seed(0)
+    model = build_translator(cfg, pad_id=PAD).train()
+    gen = torch.Generator().manual_seed(1)
+    src = torch.randint(1, 41, (3, 6), generator=gen)  # (B, S)
+    tgt = torch.randint(1, 41, (3, 8), generator=gen)  # (B, T + 1)
+    src[2, 3:] = PAD
+    tgt[0, 5:] = PAD
+    tgt[2, 2:] = PAD
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    real = tgt_out != PAD  # (B, T)
+
+    def loss_and_grads(packed: bool):
+        torch.manual_seed(2)  # the same dropout masks on both paths
+        if packed:
+            logits = model(src, tgt_in, positions=real)  # (N, V)
+            assert logits.shape == (int(real.sum()), 41)
+            loss, n = sequence_loss(logits, tgt_out[real], PAD, smoothing)
+        else:
+            loss, n = sequence_loss(model(src, tgt_in), tgt_out, PAD, smoothing)
+        model.zero_grad()
+        (loss / n).backward()
+        return loss.detach(), n, {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    loss_padded, n_padded, grads_padded = loss_and_grads(packed=False)
+    loss_packed, n_packed, grads_packed = loss_and_grads(packed=True)
+    assert n_packed == n_padded == int(real.sum())
+    torch.testing.assert_close(loss_packed, loss_padded, rtol=1e-6, atol=1e-5)
+    for name, grad in grads_padded.items():
+        torch.testing.assert_close(grads_packed[name], grad, rtol=1e-5, atol=1e-6, msg=name)
