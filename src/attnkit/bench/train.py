@@ -163,10 +163,10 @@ def iter_results(
                 )
                 torch.manual_seed(seed)
                 ours = build_translator(cfg, pad_id=PAD_ID)
-                # attnkit also with bfloat16 autocast (--set precision=bf16) where the CPU has native bfloat16; the
-                # peers in float32, as users run them.
-                bf16 = "attnkit" in chosen and native_bf16()
-                runs = [(impl, "fp32") for impl in chosen] + ([("attnkit", "bf16")] if bf16 else [])
+                # Every implementation also with bfloat16 autocast (attnkit's --set precision=bf16) where the CPU has
+                # native bfloat16, so that bfloat16 is compared with bfloat16.
+                precisions = ("fp32", "bf16") if native_bf16() else ("fp32",)
+                runs = [(impl, precision) for precision in precisions for impl in chosen]
                 steps = []
                 for impl, precision in runs:
                     torch.manual_seed(seed)  # same dropout masks' seed and, for peers, same initialisation seed
