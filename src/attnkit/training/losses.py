@@ -55,7 +55,7 @@ _BLOCK = 1 << 17  # logits per block of rows: 512 KiB of float32, within a core'
 
 class _SmoothedCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits: Tensor, targets: Tensor, pad_id: int, smoothing: float) -> Tensor:  # type: ignore[override]
+    def forward(ctx, logits: Tensor, targets: Tensor, pad_id: int, smoothing: float) -> Tensor:
         N, V = logits.shape
         keep = targets != pad_id  # (N,)
         safe = targets.masked_fill(~keep, 0)[:, None]  # (N, 1) any valid index on ignored rows
@@ -72,7 +72,7 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         return row_loss.masked_fill(~keep, 0.0).sum()
 
     @staticmethod
-    def backward(ctx, grad_out: Tensor):  # type: ignore[override]
+    def backward(ctx, grad_out: Tensor):
         logits, lse, safe, keep = ctx.saved_tensors
         eps, (N, V) = ctx.smoothing, logits.shape
         scale = (grad_out * keep.to(logits.dtype))[:, None]  # (N, 1) dL/dloss on kept rows, 0 on ignored ones
