@@ -91,3 +91,18 @@ def test_packed_output_projection_equals_padded(smoothing):
     torch.testing.assert_close(loss_packed, loss_padded, rtol=1e-6, atol=1e-5)
     for name, grad in grads_padded.items():
         torch.testing.assert_close(grads_packed[name], grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_bfloat16_logits_are_read_in_float32():
+    """bfloat16 logits give the loss of their float32 copy, and the gradient that copy's, rounded once."""
+    gen = torch.Generator().manual_seed(3)
+    logits = (torch.randn(6, 300, generator=gen) * 4).bfloat16().requires_grad_()
+    targets = torch.tensor([5, PAD, 17, 299, 1, PAD])
+    loss = smoothed_cross_entropy(logits, targets, PAD, 0.1)
+    (grad,) = torch.autograd.grad(loss * 0.3, logits)
+    copy = logits.detach().float().requires_grad_()
+    expected = F.cross_entropy(copy, targets, ignore_index=PAD, label_smoothing=0.1, reduction="sum")
+    (expected_grad,) = torch.autograd.grad(expected * 0.3, copy)
+    assert loss.dtype == torch.float32 and grad.dtype == torch.bfloat16
+    torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(grad, expected_grad.bfloat16(), rtol=0, atol=0)

@@ -114,7 +114,7 @@ def training_step(
     def step() -> float:
         with autocast(precision):
             logits = model(src, tgt_in, positions=real) if ours else forward(src, tgt_in)  # (N, V) or (B, T, V)
-        loss = batch_loss(logits.float(), tgt_out[real]) if ours else reference_loss(logits.float(), tgt_out)
+        loss = batch_loss(logits, tgt_out[real]) if ours else reference_loss(logits.float(), tgt_out)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
