@@ -182,10 +182,11 @@ def test_train_suite_smoke():
         {"attnkit", "torch.nn"} | _installed("transformers"),
         ("tgt_tok_per_s", "sentences_per_s", "ms", "gflop_per_s", "mfu"),
     )
-    # bfloat16 rows (ceiling and attnkit under autocast) only where the CPU has native bfloat16
+    # bfloat16 rows (ceiling, and every implementation under autocast) only where the CPU has native bfloat16
     expected = {"float32", "bfloat16"} if native_bf16() else {"float32"}
     assert {r.dtype for r in results if r.impl == "matmul"} == expected
     assert {r.dtype for r in results if r.impl == "attnkit"} == expected
+    assert {r.dtype for r in results if r.impl == "torch.nn"} == expected
 
 
 def test_bfloat16_ceiling_is_skipped_without_native_bfloat16(monkeypatch):

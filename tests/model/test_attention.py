@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from torch.testing import assert_close
 
 from attnkit.interop.torch_nn import mha_to_torch, to_torch_key_padding_mask
-from attnkit.model.attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
+from attnkit.model.attention import KVCache, MultiHeadAttention, fused_attention, scaled_dot_product_attention
 from attnkit.model.masking import lengths_to_padding_mask
 
 B, H, T, S, DH = 3, 2, 5, 7, 4
@@ -204,3 +204,21 @@ def test_attention_dropout_only_in_training_and_weights_stay_whole(need_weights)
     assert not torch.allclose(first, plain(x)[0])
     if need_weights:
         assert_close(weights.sum(-1), torch.ones(B, H, T))
+
+
+def test_fused_attention_trains_in_float32_under_cpu_half_autocast():
+    """Training under bfloat16 autocast on a CPU: eq. 1 is computed from the bfloat16 q, k, v in float32 (the result
+    rounded once, gradients flowing back to bfloat16); without gradients the bfloat16 kernel runs."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 8, generator=gen).bfloat16().requires_grad_() for _ in range(3))
+    mask = torch.tensor([True, True, True, False, False])[None, None, None, :]  # (1, 1, 1, S)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = fused_attention(q, k, v, mask, 0.0)
+        with torch.no_grad():
+            inference = fused_attention(q, k, v, mask, 0.0)
+    exact = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
+    assert out.dtype == inference.dtype == torch.bfloat16
+    assert torch.equal(out, exact.bfloat16())
+    torch.testing.assert_close(inference.float(), exact, atol=2e-2, rtol=2e-2)
+    out.float().sum().backward()
+    assert q.grad is not None and q.grad.dtype == torch.bfloat16 and q.grad.abs().sum() > 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -53,3 +55,33 @@ def test_layer_wise_decay_scales_lr_from_the_head_down():
 def test_layer_lr_decay_out_of_range_is_refused(value):
     with pytest.raises(InputError, match="layer_lr_decay"):
         ClassifierTrainConfig(layer_lr_decay=value)  # a classifier key: the translator has one learning rate
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw"])
+def test_fused_step_equals_the_per_parameter_loop(optimizer):
+    """On a CPU make_optimizer steps with the fused kernel; the parameters follow the plain loop's update.
+
+    (A small MLP: in attention, the key bias has a gradient of rounding noise only, which Adam scales up to full
+    steps of either sign.)"""
+    torch.manual_seed(0)
+    fused_model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 3)
+    )
+    loop_model = copy.deepcopy(fused_model)
+    train_cfg = TrainConfig(optimizer=optimizer, weight_decay=0.1, lr=1e-2)
+    fused = make_optimizer(fused_model, train_cfg)
+    assert all(g["fused"] for g in fused.param_groups)
+    loop = make_optimizer(loop_model, train_cfg)
+    for group in loop.param_groups:
+        group["fused"] = None
+    x = torch.randn(32, 8, generator=torch.Generator().manual_seed(1))
+    for _ in range(5):
+        for model, opt in ((fused_model, fused), (loop_model, loop)):
+            model(x).square().sum().backward()
+            opt.step()
+            opt.zero_grad()
+    for (name, a), b in zip(fused_model.named_parameters(), loop_model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    torch.manual_seed(0)
+    start = torch.nn.Linear(8, 16)
+    assert not torch.allclose(fused_model[0].weight, start.weight)  # the steps moved the parameters

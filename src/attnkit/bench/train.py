@@ -3,9 +3,11 @@
 The encoder-decoder at the ``small`` preset (d_model 256, 4 heads, d_ff 1024, 3 + 3 layers) and the paper's ``base``
 (512, 8, 2048, 6 + 6), both with a shared vocabulary of 8,000 tied to the output projection, dropout 0.1. A batch
 holds B sentence pairs of exactly L source and L target tokens (no padding), B = tokens_per_batch / 2L, so that
-source + target = 4,096 tokens as in §5.1's ~25k-token batches scaled to a CPU. Every implementation runs the same
-loss (``attnkit.training.losses.sequence_loss``, label smoothing 0.1, §5.4) and the same optimizer (Adam, §5.3
-betas 0.9 / 0.98, eps 1e-9) on the same batch.
+source + target = 4,096 tokens as in §5.1's ~25k-token batches scaled to a CPU. Every implementation minimises the
+same loss (label-smoothed cross-entropy, smoothing 0.1, §5.4) with the same optimizer (Adam, §5.3 betas 0.9 / 0.98,
+eps 1e-9, PyTorch's fused kernel: Hugging Face Trainer's default ``adamw_torch_fused``) on the same batch. attnkit
+computes the loss as ``attnkit translate train`` does (``sequence_loss`` on the real target positions); the peers
+with ``F.cross_entropy(label_smoothing=0.1)``, PyTorch's own, which is what their users write (``reference_loss``).
 
 Peers: ``torch.nn`` (``nn.Transformer`` with attnkit's embeddings and weights; its layers also drop out attention
 weights, which ``nn.TransformerEncoderLayer`` does not let a user separate), Hugging Face ``MarianMTModel``.
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.bench import peers
@@ -62,9 +65,16 @@ def make_batch(cfg: TranslatorConfig, length: int, tokens_per_batch: int, seed: 
 
 
 def batch_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
-    """Mean label-smoothed cross-entropy per target token: the one loss every implementation is trained with."""
+    """Mean label-smoothed cross-entropy per target token, as attnkit trains: logits (N, V) of the N real targets."""
     loss, n_tokens = sequence_loss(logits, tgt_out, PAD_ID, smoothing=LABEL_SMOOTHING)
     return loss / n_tokens
+
+
+def reference_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
+    """The same loss through PyTorch's cross-entropy (the peers'): logits (B, T, V), tgt_out (B, T)."""
+    logits, targets = logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1)  # (B T, V), (B T,)
+    loss = F.cross_entropy(logits, targets, ignore_index=PAD_ID, label_smoothing=LABEL_SMOOTHING, reduction="sum")
+    return loss / (targets != PAD_ID).sum()
 
 
 def forward_fn(
@@ -97,12 +107,14 @@ def training_step(
     """A closure running one optimizer step on the batch; the model is put in training mode (dropout on).
     ``precision="bf16"`` runs the forward pass under bfloat16 autocast, as ``--set precision=bf16`` trains."""
     model.train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    ours = isinstance(model, Transformer)
+    real = tgt_out != PAD_ID  # (B, T)
 
     def step() -> float:
         with autocast(precision):
-            logits = forward(src, tgt_in)  # (B, T, V)
-        loss = batch_loss(logits.float(), tgt_out)
+            logits = model(src, tgt_in, positions=real) if ours else forward(src, tgt_in)  # (N, V) or (B, T, V)
+        loss = batch_loss(logits, tgt_out[real]) if ours else reference_loss(logits.float(), tgt_out)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -151,10 +163,10 @@ def iter_results(
                 )
                 torch.manual_seed(seed)
                 ours = build_translator(cfg, pad_id=PAD_ID)
-                # attnkit also with bfloat16 autocast (--set precision=bf16) where the CPU has native bfloat16; the
-                # peers in float32, as users run them.
-                bf16 = "attnkit" in chosen and native_bf16()
-                runs = [(impl, "fp32") for impl in chosen] + ([("attnkit", "bf16")] if bf16 else [])
+                # Every implementation also with bfloat16 autocast (attnkit's --set precision=bf16) where the CPU has
+                # native bfloat16, so that bfloat16 is compared with bfloat16.
+                precisions = ("fp32", "bf16") if native_bf16() else ("fp32",)
+                runs = [(impl, precision) for precision in precisions for impl in chosen]
                 steps = []
                 for impl, precision in runs:
                     torch.manual_seed(seed)  # same dropout masks' seed and, for peers, same initialisation seed

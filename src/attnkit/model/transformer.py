@@ -242,8 +242,17 @@ class Transformer(nn.Module):
             caches.append(DecoderLayerCache(self_kv, layer.cross_attn.project_kv(memory)))
         return caches
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher-forced training pass: src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
+    def forward(self, src: Tensor, tgt_in: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Teacher-forced training pass: src (B, S), tgt_in (B, T) -> logits (B, T, V).
+
+        With ``positions`` (B, T), True where a logit is wanted (the real target tokens), only those rows go through
+        the output projection and come back packed in row-major order: (N, V). The projection onto the vocabulary is
+        the largest matrix product of a small translator, and the loss ignores the padded positions anyway.
+        """
         memory, src_mask, _ = self.encode(src)
-        logits, _, _ = self.decode(tgt_in, memory, src_mask)
-        return logits  # (B, T, V)
+        if positions is None:
+            logits, _, _ = self.decode(tgt_in, memory, src_mask)
+            return logits  # (B, T, V)
+        x = self.embeddings(tgt_in)  # (B, T, D)
+        x, _, _ = self.decoder(x, memory, decoder_self_mask(tgt_in, self.pad_id), src_mask)  # (B, T, D)
+        return self.logits(x[positions])  # (N, D) -> (N, V)

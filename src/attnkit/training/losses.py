@@ -29,14 +29,63 @@ def class_probabilities(logits: Tensor) -> Tensor:
 def sequence_loss(logits: Tensor, targets: Tensor, pad_id: int, smoothing: float = 0.0) -> tuple[Tensor, int]:
     """Token-level cross-entropy with label smoothing over non-pad targets.
 
-    logits (B, T, V), targets (B, T). Returns the summed loss and the number of target tokens, so that
-    gradient accumulation can normalise by the tokens of the whole effective batch.
+    logits (B, T, V) or (N, V), targets (B, T) or (N,). Returns the summed loss and the number of target tokens, so
+    that gradient accumulation can normalise by the tokens of the whole effective batch. Equal to
+    ``F.cross_entropy(..., ignore_index=pad_id, label_smoothing=smoothing, reduction="sum")`` (tests check loss and
+    gradients), computed by ``smoothed_cross_entropy``.
     """
-    loss = F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)),
-        targets.reshape(-1),
-        ignore_index=pad_id,
-        label_smoothing=smoothing,
-        reduction="sum",
-    )
+    loss = smoothed_cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), pad_id, smoothing)
     return loss, int((targets != pad_id).sum())
+
+
+def smoothed_cross_entropy(logits: Tensor, targets: Tensor, pad_id: int, smoothing: float = 0.0) -> Tensor:
+    """Summed label-smoothed cross-entropy (§5.4) of logits (N, V) against targets (N,), rows with ``pad_id`` left out.
+
+    With q = (1 - eps) onehot(y) + eps / V, the loss of a row is -sum_v q_v log p_v = lse - (1 - eps) z_y - eps mean(z)
+    (lse = log sum_v exp z_v), and its gradient is p - q: one softmax. ``F.cross_entropy`` gets the same numbers
+    through a stored log-softmax, a gathered and a summed term, and the backward passes of each, every one a full
+    pass over the (N, V) logits, the largest tensor of a translator; here both directions run over blocks of rows
+    small enough to stay in cache. Half-precision logits (autocast) are read in float32 block by block, as
+    ``smoothed_cross_entropy(logits.float(), ...)`` would compute them, without the float32 copy of the whole tensor;
+    the loss is float32 and the gradient has the logits' dtype.
+    """
+    return _SmoothedCrossEntropy.apply(logits, targets, pad_id, smoothing)
+
+
+_BLOCK = 1 << 17  # logits per block of rows: 512 KiB of float32, within a core's L2 cache
+
+
+class _SmoothedCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits: Tensor, targets: Tensor, pad_id: int, smoothing: float) -> Tensor:
+        N, V = logits.shape
+        keep = targets != pad_id  # (N,)
+        safe = targets.masked_fill(~keep, 0)[:, None]  # (N, 1) any valid index on ignored rows
+        lse = logits.new_empty(N, dtype=torch.float32)  # (N,)
+        row_loss = torch.empty_like(lse)  # (N,)
+        rows = max(1, _BLOCK // max(V, 1))
+        for i in range(0, N, rows):
+            z = logits[i : i + rows].float()  # (n, V)
+            torch.logsumexp(z, dim=-1, out=lse[i : i + rows])
+            picked = z.gather(1, safe[i : i + rows]).squeeze(1)  # (n,) z_y
+            row_loss[i : i + rows] = lse[i : i + rows] - (1.0 - smoothing) * picked - smoothing * z.mean(dim=-1)
+        ctx.save_for_backward(logits, lse, safe, keep)
+        ctx.smoothing = smoothing
+        return row_loss.masked_fill(~keep, 0.0).sum()
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        logits, lse, safe, keep = ctx.saved_tensors
+        eps, (N, V) = ctx.smoothing, logits.shape
+        scale = (grad_out.float() * keep.float())[:, None]  # (N, 1) dL/dloss on kept rows, 0 on ignored ones
+        grad = torch.empty_like(logits, memory_format=torch.contiguous_format)  # (N, V)
+        rows = max(1, _BLOCK // max(V, 1))
+        for i in range(0, N, rows):
+            block = grad[i : i + rows]  # (n, V)
+            z = logits[i : i + rows].float()  # (n, V)
+            g = torch.sub(z, lse[i : i + rows, None], out=block if block.dtype == z.dtype else None).exp_()  # p
+            g.sub_(eps / V).scatter_add_(1, safe[i : i + rows], g.new_full((g.size(0), 1), eps - 1.0))  # p - q
+            g.mul_(scale[i : i + rows])
+            if g is not block:
+                block.copy_(g)  # rounded once, as the backward pass of logits.float() rounds
+        return grad, None, None, None

@@ -26,7 +26,13 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, layer_lr_decay: float = 1
         groups.setdefault((weight_decay, layer_lr_decay ** _depth(name, n_layers)), []).append(param)
     param_groups = [{"params": params, "weight_decay": wd, "lr_scale": scale} for (wd, scale), params in groups.items()]
     optim_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam  # Adam: decay as an L2 term
-    return optim_cls(param_groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps)
+    # The fused kernel updates every parameter in one pass per tensor instead of ~10 elementwise operations (the
+    # default on a CPU is the per-parameter loop); same update rule, same state-dict format.
+    fused = all(p.device.type in _FUSED_DEVICES and p.is_floating_point() for ps in groups.values() for p in ps)
+    return optim_cls(param_groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps, fused=fused or None)
+
+
+_FUSED_DEVICES = ("cpu", "cuda")
 
 
 def _depth(name: str, n_layers: int) -> int:

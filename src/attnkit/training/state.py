@@ -131,7 +131,10 @@ def load_fit_state(
     for group in groups:  # JSON turned tuples into lists
         if "betas" in group:
             group["betas"] = tuple(group["betas"])
+    implementation = [{k: g.get(k) for k in ("fused", "foreach")} for g in optimizer.param_groups]
     optimizer.load_state_dict({"state": per_param, "param_groups": groups})
+    for group, kernel in zip(optimizer.param_groups, implementation):
+        group.update(kernel)  # which kernel steps is this run's choice (make_optimizer), not the saved run's
     if scaler is not None and meta.get("grad_scaler"):  # a run saved without one (fp32, bf16) starts at its default
         scaler.load_state_dict(meta["grad_scaler"])
     rngs = {name: tensors[f"rng.{name}"] for name in ("torch", "cuda", "mps") if f"rng.{name}" in tensors}

@@ -94,8 +94,9 @@ class TranslationTask:
 
     def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
         src, tgt_in, tgt_out = batch.tensors
-        logits = model(src, tgt_in)  # (B, T, V)
-        loss, _ = sequence_loss(logits.float(), tgt_out, self.tokenizer.pad_id, self.cfg.label_smoothing)
+        real = tgt_out != self.tokenizer.pad_id  # (B, T)
+        logits = model(src, tgt_in, positions=real)  # (N, V): padded positions never reach the output projection
+        loss, _ = sequence_loss(logits, tgt_out[real], self.tokenizer.pad_id, self.cfg.label_smoothing)  # float32
         return BatchLoss(loss)
 
     def evaluate(self, model: nn.Module, device: torch.device) -> dict[str, float] | None:
