@@ -2,12 +2,15 @@
 
     python docs/make_figures.py                                        # what needs no trained run
     python docs/make_figures.py --classifier RUN_DIR --translator RUN_DIR
+    python docs/make_figures.py --translator-ko RUN_DIR                # the En->Ko Bible translator's map
 
 Without runs: the parameter tables (docs/figures/*.txt), the positional-encoding figure, the Figure 1 map of
 module names (figure1.svg and .png), and the two ablation charts, redrawn from the tables in docs/ablation-*.md
 (the runs' ablation.json files are not in the repository; the tables hold every value the charts show).
 With runs (the README's commands: the RT-polarity classifier, `runs/rt-polarity`, and the Bible translator,
-`runs/bible-en-de`): the attention maps and the training curves.
+`runs/bible-en-de`): the attention maps and the training curves. With ``--translator-ko`` (the guide's En->Ko run,
+`runs/bible-en-ko`): its cross-attention map for John 1:1; the Hangul labels need a font that has them (Debian:
+fonts-nanum; see ``attnkit.analysis.plots.CJK_FONTS``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ FIGURES = DOCS / "figures"
 CLASSIFIER_TEXT = "an utterly gorgeous , moving film that never lets go"
 TRANSLATOR_TEXT = "In the beginning was the Word, and the Word was with God."
 TRANSLATOR_REFERENCE = "Im Anfang war das Wort, und das Wort war bei Gott"
+# The En->Ko translator's sentence: all of John 1:1, and its reference (Korean Revised Version, the first line of the
+# en-ko test split).
+TRANSLATOR_KO_TEXT = "In the beginning was the Word, and the Word was with God, and the Word was God."
+TRANSLATOR_KO_REFERENCE = "태초에 말씀이 계시니라 이 말씀이 하나님과 함께 계셨으니 이 말씀은 곧 하나님이시니라"
 
 
 def run(*argv: str) -> str:
@@ -227,6 +234,7 @@ def main_script() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--classifier", type=Path, help="RT-polarity classifier run (runs/rt-polarity)")
     parser.add_argument("--translator", type=Path, help="Bible translator run (runs/bible-en-de)")
+    parser.add_argument("--translator-ko", type=Path, help="En->Ko Bible translator run (runs/bible-en-ko)")
     args = parser.parse_args()
     FIGURES.mkdir(exist_ok=True)
 
@@ -256,6 +264,14 @@ def main_script() -> None:
     if args.translator:
         translator_attention(args.translator, FIGURES / "attention_translator.png")
         curves(args.translator, FIGURES / "curves_translator.png")
+    if args.translator_ko:
+        translator_attention(
+            args.translator_ko,
+            FIGURES / "attention_translator_ko.png",
+            TRANSLATOR_KO_TEXT,
+            TRANSLATOR_KO_REFERENCE,
+            "Korean Revised Version, John 1:1",
+        )
 
 
 def curves(run_dir: Path, out: Path) -> None:
@@ -270,20 +286,26 @@ def curves(run_dir: Path, out: Path) -> None:
     plot_curves(rows, out, title=f"training curves, {run_dir.name}", config=config)
 
 
-def translator_attention(run_dir: Path, out: Path) -> None:
+def translator_attention(
+    run_dir: Path,
+    out: Path,
+    text: str = TRANSLATOR_TEXT,
+    reference: str = TRANSLATOR_REFERENCE,
+    reference_name: str = "Schlachter 1951, John 1:1",
+) -> None:
     """Cross-attention of the translator's greedy output, with the output and the reference printed under it."""
     from attnkit.analysis.attention import attention_for_text
     from attnkit.analysis.plots import plot_attention_grid
 
-    captured = attention_for_text(run_dir, TRANSLATOR_TEXT, [2])
+    captured = attention_for_text(run_dir, text, [2])
     output = "".join(captured.query_tokens[:-1]).replace("▁", " ").strip()  # the tokens without </s>
     verdict = (
         "matches the reference"
-        if output.rstrip(".,;") == TRANSLATOR_REFERENCE
+        if output.rstrip(".,;") == reference
         else "differs from the reference: a wrong translation"
     )
     caption = (
-        f"model output (greedy): {output}\nreference (Schlachter 1951, John 1:1): {TRANSLATOR_REFERENCE}\n"
+        f"model output (greedy): {output}\nreference ({reference_name}): {reference}\n"
         f"the output {verdict}"
     )
     plot_attention_grid(

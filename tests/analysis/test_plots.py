@@ -167,3 +167,27 @@ def test_svg_is_the_same_bytes_every_time(tmp_path):
     plot_positional_encoding(8, 20, first)
     plot_positional_encoding(8, 20, second)
     assert first.read_bytes() == second.read_bytes()
+
+
+def test_korean_token_labels_are_drawn_from_a_font_with_hangul():
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    from attnkit.analysis.plots import attention_figure, label_fonts
+
+    fonts = label_fonts()
+    assert fonts[0] == "DejaVu Sans"  # Latin labels look as before
+    tokens = ["▁태초에", "▁말씀", "이", "▁계시", "</s>"]
+    fig = attention_figure(_maps(), tokens, tokens, caption="model output: 태초에 말씀이")
+    panels = [ax for ax in fig.axes if ax.get_images() and ax.get_label() != "<colorbar>"]
+    labels = [t for ax in panels for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
+    assert labels and all(t.get_fontfamily() == fonts for t in labels)
+    assert fig._supxlabel.get_fontfamily() == fonts
+    if len(fonts) == 1:
+        pytest.skip("no font with Hangul installed (e.g. Debian's fonts-nanum); labels would draw as boxes")
+    # The fallback font really has the glyphs: DejaVu Sans has none of them.
+    charmap = FT2Font(font_manager.findfont(font_manager.FontProperties(family=fonts[1]))).get_charmap()
+    dejavu = FT2Font(font_manager.findfont(font_manager.FontProperties(family="DejaVu Sans"))).get_charmap()
+    hangul = [ord(c) for c in "태초말씀이계시"]
+    assert all(code in charmap for code in hangul)
+    assert not any(code in dejavu for code in hangul)

@@ -245,6 +245,21 @@ def downsample(weights: Tensor, labels_q: list[str], labels_k: list[str]) -> tup
     return pooled, thin(labels_q, q_bin, t), thin(labels_k, k_bin, s)
 
 
+# Fonts with Hangul (and other CJK) glyphs, tried after DejaVu Sans, matplotlib's default, which has none: without
+# one a Korean token label draws as empty boxes. Any one installed is enough (Debian: fonts-nanum, fonts-noto-cjk);
+# matplotlib only reads a font installed after its font cache was built once that cache is deleted.
+CJK_FONTS = ("NanumGothic", "Noto Sans CJK KR", "Noto Sans KR", "Noto Sans CJK JP", "UnDotum", "Baekmuk Gulim")
+
+
+def label_fonts() -> list[str]:
+    """DejaVu Sans, then the first installed font of ``CJK_FONTS``, if any: matplotlib takes each glyph from the
+    first font of the list that has it, so Latin labels keep DejaVu Sans and Hangul comes from the second."""
+    from matplotlib import font_manager
+
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    return ["DejaVu Sans", *[name for name in CJK_FONTS if name in installed][:1]]
+
+
 MAX_COLUMNS = 4  # panels per row of an attention grid; more heads wrap onto further rows
 LABEL_PITCH = 0.16  # inches per token label on an attention map's axes: 11.5 points for 8-point text
 
@@ -291,6 +306,7 @@ def attention_figure(
         + (0.18 * (caption.count("\n") + 1) if caption else 0)
     )
 
+    fonts = label_fonts()  # tokens and the caption may be Korean
     fig = new_figure(width, height)
     axes = fig.subplots(rows, columns, squeeze=False, sharex=True, sharey=True)
     image = None
@@ -298,8 +314,8 @@ def attention_figure(
         ax = axes[index // columns][index % columns]
         image = ax.imshow(weights.numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
         ax.set_title(f"layer {layer}, head {head}", fontsize=9)
-        ax.set_xticks(range(len(k)), k, rotation=90, fontsize=MIN_FONT)
-        ax.set_yticks(range(len(q)), q, fontsize=MIN_FONT)
+        ax.set_xticks(range(len(k)), k, rotation=90, fontsize=MIN_FONT, fontfamily=fonts)
+        ax.set_yticks(range(len(q)), q, fontsize=MIN_FONT, fontfamily=fonts)
         ax.tick_params(length=0)
     for index in range(len(panels), rows * columns):
         axes[index // columns][index % columns].set_visible(False)
@@ -308,7 +324,7 @@ def attention_figure(
     bar.ax.tick_params(labelsize=MIN_FONT)
     fig.supylabel(query_label, fontsize=9)
     lines = [piece for line in caption.splitlines() for piece in textwrap.wrap(line, 110) or [""]]
-    fig.supxlabel("\n".join([key_label, *lines]), fontsize=9)
+    fig.supxlabel("\n".join([key_label, *lines]), fontsize=9, fontfamily=fonts)
     fig.suptitle(title, fontsize=10)
     return fig
 
