@@ -209,13 +209,13 @@ class Batcher:
             _settle(batch, [None] * len(batch), err)
             return
         elapsed = time.perf_counter() - start
-        _settle(batch, results, None)
-        if self.on_batch is not None:
+        if self.on_batch is not None:  # before the answers: a client that reads /metrics after its answer sees it
             n_inputs = sum(len(job.seqs) for job in batch)
             longest = max(job.longest for job in batch)
             self.on_batch(
                 BatchStats(len(batch), n_inputs, longest * n_inputs, elapsed, [start - job.enqueued for job in batch])
             )
+        _settle(batch, results, None)
 
 
 def _is_input_error(err: Exception) -> bool:
