@@ -21,6 +21,7 @@ from attnkit.cli.common import (
     print_json,
     texts_from,
     training_context,
+    training_progress,
 )
 from attnkit.errors import InputError
 
@@ -58,7 +59,6 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
 def _train_classifier(
     args: argparse.Namespace, train_path: Path | None, valid_path: Path | None, context: TrainContext
 ) -> TrainSummary:
-    from attnkit.cli.progress import TrainingProgress
     from attnkit.config import CLASSIFIER_PRESETS, FINE_TUNE_TRAIN_DEFAULTS, ClassifierConfig, task_configs
     from attnkit.data.prepared import PreparedCorpus, open_prepared
     from attnkit.data.readers import Example, read_labeled
@@ -73,8 +73,6 @@ def _train_classifier(
     train_base = dict(FINE_TUNE_TRAIN_DEFAULTS) if args.init_from else {}
     model_cfg, train_cfg = task_configs("classify", args.preset, overrides, train_base)
     check_resume(args, overrides, ClassifierConfig, CLASSIFIER_PRESETS)
-    if context.is_main:
-        check_precision(train_cfg.precision, context.device, what="config key precision")
     train: list[Example] | PreparedCorpus
     if args.prepared:
         train, valid = open_prepared(args.prepared), None
@@ -88,8 +86,7 @@ def _train_classifier(
         from attnkit.interop.bert import load_pretrained
 
         pretrained = load_pretrained(args.init_from)
-    progress = TrainingProgress(quiet=args.quiet or not context.is_main)  # rank 0 reports for all
-    try:
+    with training_progress(args, context, train_cfg.precision) as progress:
         return train_classifier(
             train,
             valid,
@@ -101,8 +98,6 @@ def _train_classifier(
             on_event=progress,
             context=context,
         )
-    finally:
-        progress.close()
 
 
 def cmd_classify_predict(args: argparse.Namespace) -> None:

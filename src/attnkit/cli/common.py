@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from attnkit.errors import InputError
 
 if TYPE_CHECKING:
+    from attnkit.cli.progress import TrainingProgress
     from attnkit.training.task import TrainContext
 
 
@@ -170,6 +171,21 @@ def training_context(args: argparse.Namespace) -> Iterator[TrainContext]:
         yield context
     finally:
         end_process_group()
+
+
+@contextmanager
+def training_progress(args: argparse.Namespace, context: TrainContext, precision: str) -> Iterator[TrainingProgress]:
+    """Around a train command's call into its task: the configured precision checked on this device (rank 0 says
+    why not, once), and the progress display (rank 0 reports for all ranks), closed however training ends."""
+    from attnkit.cli.progress import TrainingProgress
+
+    if context.is_main:
+        check_precision(precision, context.device, what="config key precision")
+    progress = TrainingProgress(quiet=args.quiet or not context.is_main)
+    try:
+        yield progress
+    finally:
+        progress.close()
 
 
 @contextmanager

@@ -9,16 +9,15 @@ from pathlib import Path
 from attnkit.cli.common import (
     add_config_args,
     add_device_arg,
-    check_precision,
     config_overrides,
     print_json,
     training_context,
+    training_progress,
 )
 
 
 def cmd_pretrain(args: argparse.Namespace) -> None:
     from attnkit import runs
-    from attnkit.cli.progress import TrainingProgress
     from attnkit.config import MaskedLMConfig, check_resume_settings, task_configs
     from attnkit.data.readers import read_text_lines, read_texts
     from attnkit.tasks.pretrain import pretrain_encoder
@@ -35,10 +34,7 @@ def cmd_pretrain(args: argparse.Namespace) -> None:
     tabular = args.text.suffix.lower() in (".tsv", ".csv", ".jsonl")  # a labelled file: its text column
     texts = [text for text, _ in (read_texts(args.text) if tabular else read_text_lines(args.text))]
     with training_context(args) as context:
-        if context.is_main:
-            check_precision(train_cfg.precision, context.device, what="config key precision")
-        progress = TrainingProgress(quiet=args.quiet or not context.is_main)
-        try:
+        with training_progress(args, context, train_cfg.precision) as progress:
             summary = pretrain_encoder(
                 texts,
                 model_cfg=model_cfg,
@@ -48,8 +44,6 @@ def cmd_pretrain(args: argparse.Namespace) -> None:
                 on_event=progress,
                 context=context,
             )
-        finally:
-            progress.close()
     if context.is_main:
         print_json(
             {

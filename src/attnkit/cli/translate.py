@@ -10,7 +10,6 @@ from attnkit.cli.common import (
     Parser,
     add_config_args,
     add_device_arg,
-    check_precision,
     check_resume,
     config_overrides,
     device_of,
@@ -21,6 +20,7 @@ from attnkit.cli.common import (
     positive_int,
     print_json,
     training_context,
+    training_progress,
 )
 from attnkit.config import BLEU_TOKENIZERS
 from attnkit.errors import InputError
@@ -43,7 +43,6 @@ def _read_pairs(tsv: Path | None, src: Path | None, tgt: Path | None, what: str)
 
 
 def cmd_translate_train(args: argparse.Namespace) -> None:
-    from attnkit.cli.progress import TrainingProgress
     from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig, task_configs
     from attnkit.tasks.translate import train_translator
 
@@ -77,11 +76,7 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
             raise InputError("give --max-steps or --epochs, not both")
         model_cfg, train_cfg = task_configs("translate", args.preset, overrides)
         check_resume(args, overrides, TranslatorConfig, TRANSLATOR_PRESETS)
-        if context.is_main:
-            check_precision(train_cfg.precision, context.device, what="config key precision")
-
-        progress = TrainingProgress(quiet=args.quiet or not context.is_main)  # rank 0 reports for all
-        try:
+        with training_progress(args, context, train_cfg.precision) as progress:
             summary = train_translator(
                 train,
                 valid,
@@ -92,8 +87,6 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
                 on_event=progress,
                 context=context,
             )
-        finally:
-            progress.close()
     if not context.is_main:
         return
     print_json(

@@ -166,10 +166,17 @@ class MultiHeadAttention(nn.Module):
         B, L, _ = x.shape
         return x.view(B, L, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, L, Dh)
 
+    def _qkv(self, x: Tensor) -> Tensor:
+        """q_proj(x), k_proj(x), v_proj(x) side by side, in one matrix multiplication: (..., D) -> (..., 3 H Dh).
+        Uses the stacked copy of ``fuse_qkv`` when there is one and autograd is off."""
+        if self._fused is not None and torch.is_grad_enabled():
+            self.unfuse_qkv()  # autograd on: the weights may be trained from here, so the snapshot would go stale
+        weight, bias = self._fused if self._fused is not None else self._concat_qkv()  # (3 H Dh, D), (3 H Dh,)
+        return F.linear(x, weight, bias)  # (..., 3 H Dh)
+
     def _project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q_proj(x), k_proj(x), v_proj(x) in one matrix multiplication: (B, L, D) -> 3 x (B, H, L, Dh)."""
-        weight, bias = self._fused if self._fused is not None else self._concat_qkv()  # (3 H Dh, D), (3 H Dh,)
-        qkv = F.linear(x, weight, bias)  # (B, L, 3 H Dh)
+        qkv = self._qkv(x)  # (B, L, 3 H Dh)
         q, k, v = (self._split_heads(t) for t in qkv.chunk(3, dim=-1))  # 3 x (B, H, L, Dh)
         return q, k, v
 
@@ -220,10 +227,7 @@ class MultiHeadAttention(nn.Module):
         """Self-attention over the real tokens of a batch, packed: x (N, D) -> (N, D) (see ``Unpadded``). The
         projections run on the N tokens; eq. 1 runs on the (B, H, S, S) layout under the key mask, where a padded
         query (zeros) gives an output nothing reads."""
-        if self._fused is not None and torch.is_grad_enabled():
-            self.unfuse_qkv()  # as in forward: autograd on, the snapshot may go stale
-        weight, bias = self._fused if self._fused is not None else self._concat_qkv()  # (3 H Dh, D), (3 H Dh,)
-        qkv = unpadded.unpack(F.linear(x, weight, bias))  # (N, 3 H Dh) -> (B, S, 3 H Dh)
+        qkv = unpadded.unpack(self._qkv(x))  # (N, 3 H Dh) -> (B, S, 3 H Dh)
         q, k, v = (self._split_heads(t) for t in qkv.chunk(3, dim=-1))  # 3 x (B, H, S, Dh)
         p = self.dropout if self.training else 0.0
         out = fused_attention(q, k, v, unpadded.mask, p)  # (B, H, S, Dh)
@@ -255,8 +259,6 @@ class MultiHeadAttention(nn.Module):
             output (B, T, D), attention weights or None, and the updated cache (None if none was given).
         """
         B, T, _ = query.shape
-        if self._fused is not None and torch.is_grad_enabled():
-            self.unfuse_qkv()  # autograd on: the weights may be trained from here, so the snapshot would go stale
         if key_value is None:
             # Self-attention: Q, K and V come from the same input, so the three projections run as one matrix
             # multiplication with their weights stacked (fewer, larger GEMMs; the parameters stay separate).
