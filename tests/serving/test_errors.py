@@ -121,3 +121,14 @@ def test_chunked_body_over_the_limit_is_refused_without_content_length(classifie
 
     response = classifier_client.post("/v1/classify", content=chunks(), headers={"content-type": "application/json"})
     assert response.status_code == 413 and response.json()["error_type"] == "body_too_large"
+
+
+@pytest.mark.parametrize("content_type", [None, "application/x-www-form-urlencoded", "text/plain"])
+def test_a_json_body_without_the_json_content_type_says_so(classifier_client, content_type):
+    """What ``curl -d '{...}'`` sends (form-urlencoded), or no type at all: the 422 names the header to send."""
+    headers = {"content-type": content_type} if content_type else {}
+    response = classifier_client.post("/v1/classify", content=b'{"inputs": "a fine film"}', headers=headers)
+    assert response.status_code == 422
+    assert response.json()["error_type"] == "invalid_request"
+    assert "Content-Type: application/json" in response.json()["error"]
+    assert (content_type or "no Content-Type") in response.json()["error"]

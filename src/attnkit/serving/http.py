@@ -197,6 +197,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError):
+        content_type = request.headers.get("content-type", "")
+        if request.method == "POST" and "json" not in content_type.lower():
+            # curl -d sends application/x-www-form-urlencoded: FastAPI then reads no JSON at all, and its message
+            # ("Input should be a valid dictionary") would not say why.
+            sent = content_type or "no Content-Type"
+            message = f"the body must be JSON sent with Content-Type: application/json (got {sent})"
+            return error_response(422, "invalid_request", message)
         return error_response(422, "invalid_request", validation_message(err))
 
     @app.exception_handler(StarletteHTTPException)

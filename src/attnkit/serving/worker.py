@@ -2,10 +2,10 @@
 
 Why a process and not a thread: the model's forward pass is Python between its torch kernels, and so is every
 request the event loop parses and answers. In one process both need the GIL, and each waits for the other at every
-hand-over; measured on 2 cores with 32 clients, the model ran at ~60% of its own speed and the event loop stalled
-behind it (``benchmarks/serve_load.py``). With the model in a child process, the event loop has its interpreter to
-itself, the model runs at full speed on its own core, and the batcher's thread only waits on a pipe (which releases
-the GIL). text-embeddings-inference and Triton separate the HTTP front from the model the same way.
+hand-over: on 2 cores a model thread beside a busy Python thread ran at 55% of its own speed, and the event loop
+stalled behind it (``benchmarks/serve_load.py``). With the model in a child process, the event loop has its
+interpreter to itself, the model runs at full speed on its own core, and the batcher's thread only waits on a pipe
+(which releases the GIL). text-embeddings-inference and Triton separate the HTTP front from the model the same way.
 
 The child loads the same model (run directory or BERT folder, precision, device) and answers ``run_batch`` calls
 over a ``multiprocessing`` pipe: (group, jobs) in, each job's outputs (or the error) out. The pipe pickles; it
