@@ -337,13 +337,13 @@ def test_device_cuda_without_a_gpu_is_one_error_line_and_exit_2(capsys, runs_dir
     assert not list(tmp_path.glob("new_*"))  # refused before anything was written
 
 
-def test_bench_times_on_the_cpu_only(capsys, monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    code, _, err = cli(capsys, "bench", "train", "--device", "cuda")
+def test_bench_times_the_cpu_or_a_cuda_gpu(capsys, monkeypatch):
+    from attnkit import devices
+
+    monkeypatch.setattr(devices, "_mps_available", lambda: True)
+    code, _, err = cli(capsys, "bench", "train", "--device", "mps")
     assert code == 2
-    assert err == "error: bench --device cuda: the benchmarks run on the CPU only so far; use --device cpu\n"
+    assert err == "error: bench --device mps: the suites time the CPU or a CUDA GPU; use cpu or cuda\n"
 
 
 def test_serving_loads_onto_the_device(runs_dir):

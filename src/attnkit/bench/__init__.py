@@ -11,9 +11,10 @@ Suites (each a module with ``run(*, quick=False, threads=2, ...) -> list[Result]
 Peers (``peers``): ``torch.nn`` always; Hugging Face ``transformers`` and CTranslate2 when installed (the ``bench``
 extra). ``common`` holds timing, peak memory, the matmul ceiling and the FLOP formulas. ``iter_suite`` runs one
 suite; the command line (``attnkit bench SUITE``, in ``attnkit.cli.bench``) prints what it yields, after the
-machine record of ``machine`` (CPU, features, threads, versions, load). The CTranslate2 peer runs attnkit's weights
-converted by ``attnkit.interop.ct2``, in a child process of its own (``isolated``: its thread pool and PyTorch's
-would slow each other in one process).
+machine record of ``machine`` (CPU, features, threads, versions, load; the GPU on ``--device cuda``). ``gpu``
+holds what timing on a GPU adds (the device's clock, the data-sheet bfloat16 ceiling MFU is relative to there).
+The CTranslate2 peer runs attnkit's weights converted by ``attnkit.interop.ct2``, in a child process of its own
+(``isolated``: its thread pool and PyTorch's would slow each other in one process).
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ def suite_module(name: str):
     return importlib.import_module(f"attnkit.bench.{name}")
 
 
-def iter_suite(name: str, *, quick: bool = False, threads: int = 2, impls: Sequence[str] | None = None) -> Iterator:
-    """The results of suite ``name`` as they are measured (``Result`` objects of ``attnkit.bench.common``).
+def iter_suite(
+    name: str, *, quick: bool = False, threads: int = 2, impls: Sequence[str] | None = None, device=None
+) -> Iterator:
+    """The results of suite ``name`` as they are measured (``Result`` objects of ``attnkit.bench.common``), on
+    ``device`` (a ``torch.device``; default the CPU; ``gpu`` says what changes on a GPU).
 
     ``impls`` keeps only those of the suite's implementations (default: all installed); naming none that the suite
     runs is an ``InputError``, as is ``threads < 1``. Both are checked here, before the first measurement."""
@@ -43,6 +47,8 @@ def iter_suite(name: str, *, quick: bool = False, threads: int = 2, impls: Seque
         raise InputError(f"bench: --threads={threads} must be >= 1")
     module = suite_module(name)
     kwargs: dict = {"quick": quick, "threads": threads}
+    if device is not None:
+        kwargs["device"] = device
     if impls:
         chosen = tuple(i for i in impls if i in module.IMPLS)
         if not chosen:

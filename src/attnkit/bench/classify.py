@@ -34,6 +34,7 @@ from attnkit.bench.common import (
     mfu,
     training_flops,
 )
+from attnkit.bench.gpu import synchronizer
 from attnkit.config import CLASSIFIER_PRESETS, ClassifierConfig
 from attnkit.model.build import build_classifier, prepare_for_inference
 from attnkit.model.classifier import TransformerClassifier
@@ -91,13 +92,14 @@ def training_step(model: nn.Module, forward: Callable, ids: Tensor, labels: Tens
 def inference_call(
     model: nn.Module, forward: Callable, ids: Tensor, precision: str = "fp32", fastpath: bool = True
 ) -> Callable[[], Tensor]:
-    """A closure classifying ``ids`` in eval mode; ``precision="bf16"`` under bfloat16 autocast; ``fastpath=False``
+    """A closure classifying ``ids`` in eval mode (model and ids on one device); ``precision="bf16"`` under bfloat16
+    autocast; ``fastpath=False``
     switches off PyTorch's ``nn.TransformerEncoderLayer`` inference fast path for the call. attnkit's attention is
     prepared as ``ClassifierRun`` prepares it (W^Q, W^K, W^V fused once)."""
     prepare_for_inference(model)
 
     def call() -> Tensor:
-        with torch.inference_mode(), autocast(precision), mha_fastpath(fastpath), warnings.catch_warnings():
+        with torch.inference_mode(), autocast(precision, ids.device), mha_fastpath(fastpath), warnings.catch_warnings():
             # nn.TransformerEncoder's fast path warns at every call that nested tensors are a prototype API.
             warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors is in prototype stage")
             return forward(ids)
@@ -121,28 +123,36 @@ def iter_results(
     quick: bool = False,
     threads: int = 2,
     configs: dict[str, ClassifierConfig] | None = None,
-    batch: int = 32,
+    batch: int | None = None,
     length: int = 128,
     impls: tuple[str, ...] | None = None,
     warmup: int | None = None,
     reps: int | None = None,
     seed: int = 0,
+    device: torch.device | None = None,
 ) -> Iterator[Result]:
     """Yield the matmul ceilings, then per (padding, implementation) a training and an inference result.
-    ``quick``: 1 warm-up and 2 timed calls (3 for inference)."""
+    ``quick``: 1 warm-up and 2 timed calls (3 for inference). Batches of 32 sentences on the CPU, 256 on a GPU
+    (``device``), where attnkit also runs inference under bfloat16 autocast."""
+    device = device or torch.device("cpu")
+    on_gpu = device.type == "cuda"
+    batch = batch or (256 if on_gpu else 32)
+    with_bf16 = torch.cuda.is_bf16_supported() if on_gpu else native_bf16()
+    sync = synchronizer(device)
     configs = configs or CONFIGS
     chosen = [i for i in (impls or IMPLS) if i != "transformers" or peers.available("transformers")]
     warmup = warmup if warmup is not None else (1 if quick else 3)
     reps = reps if reps is not None else (2 if quick else 10)
 
     with fixed_threads(threads):
-        ceilings, fp32_gflops = ceiling_results("classify", threads=threads, quick=quick)
+        ceilings, ceiling_gflops = ceiling_results("classify", threads=threads, quick=quick, device=device)
         yield from ceilings
         for name, cfg in configs.items():
             if length > cfg.max_len:
                 raise ValueError(f"length={length} is past the model's max_len={cfg.max_len}")
             for padded in (False, True):
                 ids, labels, lengths = make_batch(cfg, batch, length, padded, seed)
+                ids, labels = ids.to(device), labels.to(device)
                 flop = training_flops(
                     encoder_forward_flops(lengths, d_model=cfg.d_model, d_ff=cfg.d_ff, n_layers=cfg.n_layers)
                 )
@@ -157,13 +167,14 @@ def iter_results(
                 )
                 variant = "padded" if padded else "full"
                 torch.manual_seed(seed)
-                ours = build_classifier(cfg, pad_id=PAD_ID)
+                ours = build_classifier(cfg, pad_id=PAD_ID).to(device)
                 models = {}
                 for impl in chosen:
                     torch.manual_seed(seed)
-                    models[impl] = forward_fn(impl, cfg, ours)
+                    model, forward = forward_fn(impl, cfg, ours)
+                    models[impl] = (model.to(device), forward)
                 steps = [training_step(*models[impl], ids, labels) for impl in chosen]
-                timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0)
+                timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0, sync=sync)
                 for impl, timing in zip(chosen, timings):
                     t = timing.median_s
                     yield Result(
@@ -174,11 +185,11 @@ def iter_results(
                         sentences_per_s=batch / t,
                         ms=t * 1e3,
                         gflop_per_s=gflops(flop, t),
-                        mfu=mfu(flop, t, fp32_gflops),
+                        mfu=mfu(flop, t, ceiling_gflops),
                         reps=len(timing.times_s),
                     )
                 # Inference: every implementation with its default settings; also torch.nn with its fast path off,
-                # and attnkit under bfloat16 autocast (`classify predict/eval --precision bf16`) where the CPU has
+                # and attnkit under bfloat16 autocast (`classify predict/eval --precision bf16`) where the device has
                 # native bfloat16.
                 calls = [(impl, variant, "float32", inference_call(*models[impl], ids)) for impl in chosen]
                 if "torch.nn" in models:
@@ -190,9 +201,11 @@ def iter_results(
                             inference_call(*models["torch.nn"], ids, fastpath=False),
                         )
                     )
-                if "attnkit" in models and native_bf16():
+                if "attnkit" in models and with_bf16:
                     calls.append(("attnkit", variant, "bfloat16", inference_call(*models["attnkit"], ids, "bf16")))
-                timings = measure_interleaved([c[3] for c in calls], warmup=warmup, reps=reps + 1, budget_s=20.0)
+                timings = measure_interleaved(
+                    [c[3] for c in calls], warmup=warmup, reps=reps + 1, budget_s=20.0, sync=sync
+                )
                 for (impl, label, dtype, _), timing in zip(calls, timings):
                     t = timing.median_s
                     yield Result(

@@ -22,7 +22,8 @@ instead the kernel's high-water mark (VmHWM in /proc/self/status) is reset to th
 freed by an earlier measurement may stay resident in the allocator and be reused without raising the mark, so a
 suite that reports memory runs every measurement in a fresh subprocess (``scaling``).
 
-Model FLOPs (for MFU, model FLOPs utilisation = model FLOP/s / the machine's float32 matmul ceiling). Only matrix
+Model FLOPs (for MFU, model FLOPs utilisation = model FLOP/s / the machine's ceiling: the measured float32 matmul on
+a CPU, the data sheet's dense bfloat16 peak on a GPU, see ``ceiling_results``). Only matrix
 multiplications are counted, 2 FLOPs per multiply-add, over real (non-pad) tokens, D = d_model, F = d_ff, V = vocab:
 
     forward = 2 * sum over tokens of (weights that token is multiplied by) + attention scores and weighted sums
@@ -53,6 +54,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit.bench.gpu import datasheet_bf16_tflops, synchronizer
 from attnkit.bench.isolated import Elapsed
 from attnkit.training.precision import native_bf16
 
@@ -80,7 +82,7 @@ class Result:
     ms: float | None = None  # median wall time of one call (one step, one batch), milliseconds
     peak_mib: float | None = None  # peak resident memory added by the call, MiB (see PeakRSS)
     gflop_per_s: float | None = None  # model (or matmul) GFLOP/s
-    mfu: float | None = None  # model FLOPs utilisation: gflop_per_s / the float32 matmul ceiling
+    mfu: float | None = None  # model FLOPs utilisation: gflop_per_s / the ceiling (``ceiling_results``)
     threads: int | None = None  # torch.set_num_threads in this process, or the engine's intra-op threads in its own
     reps: int | None = None  # timed repetitions behind the median
     pid: int | None = None  # the process that ran the timed calls (a child process for engines with their own pool)
@@ -104,25 +106,27 @@ class Timing:
     times_s: tuple[float, ...]
 
 
-def measure(fn: Callable[[], object], *, warmup: int, reps: int, budget_s: float | None = None) -> Timing:
+def measure(
+    fn: Callable[[], object],
+    *,
+    warmup: int,
+    reps: int,
+    budget_s: float | None = None,
+    sync: Callable[[], None] | None = None,
+) -> Timing:
     """Call ``fn`` ``warmup`` times untimed, then time ``reps`` calls and return their median.
 
     ``budget_s`` caps slow measurements: if the last warm-up call shows that ``reps`` calls would take longer, fewer
-    are timed, never fewer than 2 (each result reports how many).
+    are timed, never fewer than 2 (each result reports how many). ``sync`` waits for the device (a GPU's queued
+    kernels, ``gpu.synchronizer``) before each clock reading.
     """
     gc.collect()
     elapsed = None
     for _ in range(warmup):
-        start = time.perf_counter()
-        fn()
-        elapsed = time.perf_counter() - start
+        elapsed = _timed(fn, sync)
     if budget_s is not None and elapsed is not None and elapsed * reps > budget_s:
         reps = max(2, min(reps, int(budget_s / elapsed)))
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+    times = [_timed(fn, sync) for _ in range(reps)]
     return Timing(statistics.median(times), tuple(times))
 
 
@@ -133,6 +137,7 @@ def measure_interleaved(
     reps: int,
     budget_s: float | None = None,
     settle_s: float = 0.0,
+    sync: Callable[[], None] | None = None,
 ) -> list[Timing]:
     """``measure`` for several implementations at once, timed in turns: round r times every function once, starting
     from a different one each round, so that a slow phase of a shared, noisy machine (another job, a frequency
@@ -150,7 +155,7 @@ def measure_interleaved(
     slowest = 0.0
     for fn in fns:
         for _ in range(warmup):
-            slowest = max(slowest, _timed(fn))
+            slowest = max(slowest, _timed(fn, sync))
     if budget_s is not None and warmup and slowest * reps > budget_s:
         reps = max(2, min(reps, int(budget_s / slowest)))
     times: list[list[float]] = [[] for _ in fns]
@@ -159,15 +164,19 @@ def measure_interleaved(
             i = (r + k) % len(fns)
             if settle_s:
                 time.sleep(settle_s)
-            times[i].append(_timed(fns[i]))
+            times[i].append(_timed(fns[i], sync))
     return [Timing(statistics.median(t), tuple(t)) for t in times]
 
 
-def _timed(fn: Callable[[], object]) -> float:
+def _timed(fn: Callable[[], object], sync: Callable[[], None] | None = None) -> float:
     """Seconds of one call: the call's own figure where it timed itself (``Elapsed``, a child process), else the
-    parent's clock around it."""
+    parent's clock around it (after waiting for the device, where ``sync`` is given, at both ends)."""
+    if sync is not None:
+        sync()
     start = time.perf_counter()
     out = fn()
+    if sync is not None:
+        sync()
     elapsed = time.perf_counter() - start
     return out.seconds if isinstance(out, Elapsed) else elapsed
 
@@ -224,34 +233,49 @@ def _proc_status_kib(key: str) -> int:
 # The machine's matmul ceiling
 
 
-def matmul_ceiling(dtype: torch.dtype, *, n: int = 2048, warmup: int = 2, reps: int = 5) -> Timing:
-    """Time ``C = A B`` for square (n, n) matrices of ``dtype``; GFLOP/s = 2 n^3 / median / 1e9 (``gflops``)."""
-    a = torch.randn(n, n).to(dtype)
-    b = torch.randn(n, n).to(dtype)
-    c = torch.empty(n, n, dtype=dtype)
-    return measure(lambda: torch.mm(a, b, out=c), warmup=warmup, reps=reps)
+def matmul_ceiling(
+    dtype: torch.dtype, *, n: int = 2048, warmup: int = 2, reps: int = 5, device: torch.device | None = None
+) -> Timing:
+    """Time ``C = A B`` for square (n, n) matrices of ``dtype`` on ``device`` (default the CPU);
+    GFLOP/s = 2 n^3 / median / 1e9 (``gflops``)."""
+    device = device or torch.device("cpu")
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    c = torch.empty(n, n, dtype=dtype, device=device)
+    return measure(lambda: torch.mm(a, b, out=c), warmup=warmup, reps=reps, sync=synchronizer(device))
 
 
 def gflops(flop: float, seconds: float) -> float:
     return flop / seconds / 1e9
 
 
-def ceiling_results(suite: str, *, threads: int, quick: bool) -> tuple[list[Result], float]:
-    """The float32 and bfloat16 ceilings as results, and the float32 GFLOP/s that MFU is relative to.
+def ceiling_results(
+    suite: str, *, threads: int, quick: bool, device: torch.device | None = None
+) -> tuple[list[Result], float]:
+    """The float32 and bfloat16 ceilings as results, and the GFLOP/s that MFU is relative to.
 
     A ceiling is the fastest of square matrix multiplications of a few sizes: which size a BLAS runs fastest
     differs between CPUs (on an AVX2 EPYC, 1024 ran at ~158 GFLOP/s and 2048 at ~107, which made a model's
-    training step look faster than "the ceiling"). The bfloat16 ceiling only where the CPU has native bfloat16
-    (``native_bf16``): emulated, it takes minutes and means nothing.
+    training step look faster than "the ceiling"). On the CPU, MFU is relative to the measured float32 ceiling, and
+    the bfloat16 one is measured only where the CPU has native bfloat16 (``native_bf16``: emulated, it takes
+    minutes and means nothing). On a GPU (``attnkit.bench.gpu``), MFU is relative to the data sheet's dense
+    bfloat16 peak, a row of its own (impl "data sheet"), or to the measured bfloat16 ceiling for a GPU the table
+    does not know.
     """
-    sizes = (512, 1024) if quick else (512, 1024, 2048)
+    device = device or torch.device("cpu")
+    on_gpu = device.type == "cuda"
+    if on_gpu:
+        sizes = (2048, 4096) if quick else (2048, 4096, 8192)
+    else:
+        sizes = (512, 1024) if quick else (512, 1024, 2048)
+    with_bf16 = torch.cuda.is_bf16_supported() if on_gpu else native_bf16()
     results: list[Result] = []
-    rates: list[float] = []  # the GFLOP/s of each of results
-    dtypes = [(torch.float32, "float32")] + ([(torch.bfloat16, "bfloat16")] if native_bf16() else [])
+    rates: dict[str, float] = {}  # dtype name -> the best measured GFLOP/s
+    dtypes = [(torch.float32, "float32")] + ([(torch.bfloat16, "bfloat16")] if with_bf16 else [])
     for dtype, name in dtypes:
         per_size: list[tuple[float, Result]] = []
         for n in sizes:
-            timing = matmul_ceiling(dtype, n=n, warmup=1 if quick else 3, reps=3 if quick else 10)
+            timing = matmul_ceiling(dtype, n=n, warmup=1 if quick else 3, reps=3 if quick else 10, device=device)
             rate = gflops(2 * n**3, timing.median_s)
             result = Result(
                 suite=suite,
@@ -268,8 +292,26 @@ def ceiling_results(suite: str, *, threads: int, quick: bool) -> tuple[list[Resu
             per_size.append((rate, result))
         rate, best = max(per_size, key=lambda pair: pair[0])
         results.append(best)
-        rates.append(rate)
-    return results, rates[0]
+        rates[name] = rate
+    if not on_gpu:
+        return results, rates["float32"]
+    gpu_name = torch.cuda.get_device_name(device)
+    peak = datasheet_bf16_tflops(gpu_name)
+    if peak is None:
+        reference = rates.get("bfloat16", rates["float32"])
+        results[-1].settings = f"MFU reference ({gpu_name} is not in attnkit.bench.gpu's data-sheet table)"
+        return results, reference
+    sheet = Result(
+        suite=suite,
+        impl="data sheet",
+        config=gpu_name,
+        seq_len=None,
+        search=None,
+        dtype="bfloat16",
+        gflop_per_s=peak * 1e3,
+        settings="dense tensor-core peak; the MFU reference",
+    )
+    return [*results, sheet], peak * 1e3
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -302,8 +344,8 @@ def training_flops(forward_flops: float) -> float:
     return 3 * forward_flops
 
 
-def mfu(flop_per_step: float, seconds: float, fp32_gflops: float) -> float:
-    return gflops(flop_per_step, seconds) / fp32_gflops
+def mfu(flop_per_step: float, seconds: float, ceiling_gflops: float) -> float:
+    return gflops(flop_per_step, seconds) / ceiling_gflops
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -355,11 +397,16 @@ _NUMERIC = {key for key, _, _ in _FIGURES} | {"seq_len", "batch"}
 
 
 def describe_machine(info: dict) -> str:
-    """One line naming what ``machine.machine_info`` recorded: CPU, features, threads, versions, load."""
+    """One line naming what ``machine.machine_info`` recorded: CPU, features, threads, versions, load (and the GPU,
+    where the run timed one: ``gpu.gpu_info``)."""
     versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v)
     load = info["load_average"]
+    gpu = info.get("gpu")
+    on_gpu = ""
+    if gpu:
+        on_gpu = f"{gpu['name']} (compute {gpu['capability']}, {gpu['memory_gib']} GiB, CUDA {gpu['cuda']}); "
     return (
-        f"{info['cpu']} ({info['cores']} cores; {' '.join(info['features']) or 'no AVX2'}); "
+        f"{on_gpu}{info['cpu']} ({info['cores']} cores; {' '.join(info['features']) or 'no AVX2'}); "
         f"{info['threads']} threads per engine; {versions}; load average {load}"
     )
 

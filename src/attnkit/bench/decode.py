@@ -45,6 +45,7 @@ from attnkit.bench.common import (
     fixed_threads,
     measure_interleaved,
 )
+from attnkit.bench.gpu import synchronizer
 from attnkit.bench.isolated import ChildEngine, CT2Translator, Elapsed, describe_settings
 from attnkit.config import TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
@@ -54,6 +55,7 @@ CONFIGS: dict[str, TranslatorConfig] = {"small": TranslatorConfig()}
 SEARCHES = {"greedy": 1, "beam4": 4}
 IMPLS = ("attnkit", "torch.nn", "transformers", "ctranslate2")
 CT2_COMPUTE_TYPES = ("float32", "int8")
+CT2_COMPUTE_TYPES_GPU = ("float32", "bfloat16")
 SETTLE_S = 0.05  # pause before each timed call: OpenMP threads spin a few milliseconds after a call, then sleep
 
 
@@ -81,26 +83,18 @@ def _attnkit(model, src: Tensor, beam: int, steps: int, max_positions: int, per_
     parts = [src] if not per_call else list(src.split(per_call))  # each (b, S)
 
     def call() -> int:
-        produced = 0
-        for part in parts:
-            if beam == 1:
-                hyps = greedy_decode(
-                    model, part, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=max_positions, fixed_len=steps
-                )
-            else:
-                hyps = beam_search(
-                    model,
-                    part,
-                    bos_id=BOS_ID,
-                    eos_id=EOS_ID,
-                    max_positions=max_positions,
-                    beam_size=beam,
-                    fixed_len=steps,
-                )
-            produced += sum(len(h) for h in hyps)
-        return produced
+        return sum(len(h) for part in parts for h in _search(model, part, beam, steps, max_positions))
 
     return call
+
+
+def _search(model, part: Tensor, beam: int, steps: int, max_positions: int) -> list:
+    """attnkit's greedy search or beam search of ``part`` (b, S), exactly ``steps`` tokens per sentence."""
+    if beam == 1:
+        return greedy_decode(model, part, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=max_positions, fixed_len=steps)
+    return beam_search(
+        model, part, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=max_positions, beam_size=beam, fixed_len=steps
+    )
 
 
 def _torch_nn(model: peers.TorchNNTranslator, src: Tensor, steps: int) -> Callable[[], int]:
@@ -145,10 +139,14 @@ def iter_results(
     reps: int | None = None,
     latency_sentences: int | None = None,
     seed: int = 0,
+    device: torch.device | None = None,
 ) -> Iterator[Result]:
     """Yield one result per (search, implementation, compute type), then the batch-1 latency rows (the first
     ``latency_sentences`` sources, default all ``batch``; 0: none). ``quick``: 8 tokens, 2 sentences for latency,
-    1 warm-up, 2 timed calls."""
+    1 warm-up, 2 timed calls. On a GPU (``device``) every implementation decodes there, CTranslate2 (its wheel's
+    CUDA build) in float32 and bfloat16 (``CT2_COMPUTE_TYPES_GPU``)."""
+    device = device or torch.device("cpu")
+    sync = synchronizer(device)
     configs = configs or CONFIGS
     chosen = [i for i in (impls or IMPLS) if i in ("attnkit", "torch.nn") or peers.available(i)]
     searches = searches or tuple(SEARCHES)
@@ -162,11 +160,11 @@ def iter_results(
     with fixed_threads(threads), tempfile.TemporaryDirectory(prefix="attnkit-bench-") as tmp, ExitStack() as stack:
         for name, cfg in configs.items():
             torch.manual_seed(seed)
-            ours = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))  # as TranslatorRun does
-            src = make_sources(cfg, batch, src_len, seed)
+            ours = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID).to(device))  # as TranslatorRun does
+            src = make_sources(cfg, batch, src_len, seed).to(device)
             translators = {}
             if "ctranslate2" in chosen:
-                translators = _ct2_translators(ours, Path(tmp, name), threads, stack)
+                translators = _ct2_translators(ours, Path(tmp, name), threads, stack, device)
             # (kind, variant, sentences per call, sentences per timed call, calls)
             batch_calls = list(_calls(chosen, searches, ours, cfg, src, steps, translators, seed))
             tables = [("batch", f"{steps} tokens", batch, batch, batch_calls)]
@@ -190,6 +188,7 @@ def iter_results(
                         reps=reps,
                         budget_s=30.0,
                         settle_s=SETTLE_S if translators else 0.0,
+                        sync=sync,
                     )
                     for c, timing in zip(group, timings):
                         t = timing.median_s
@@ -252,9 +251,10 @@ def _latency_calls(
             yield Call("ctranslate2", search, "float32", ct2_fn, translator.pid, describe_settings(translator.settings))
 
 
-def _ct2_translators(ours, out_dir: Path, threads: int, stack: ExitStack) -> dict:
+def _ct2_translators(ours, out_dir: Path, threads: int, stack: ExitStack, device: torch.device) -> dict:
     """dtype -> (CTranslate2 translator of ``ours``'s weights in a child process of its own, a function from a
-    (B, S) batch of ids to CTranslate2's token lists), for float32 and int8."""
+    (B, S) batch of ids to CTranslate2's token lists), for float32 and int8 on the CPU, float32 and bfloat16 on a
+    GPU (``device``: the same GPU)."""
     from attnkit.interop.ct2 import attnkit_to_ct2, default_tokens
 
     vocab = default_tokens(ours.embeddings.token.num_embeddings)
@@ -264,9 +264,10 @@ def _ct2_translators(ours, out_dir: Path, threads: int, stack: ExitStack) -> dic
         return [[vocab[i] for i in row] for row in src.tolist()]  # (B, S) token strings
 
     translators = {}
-    for dtype in CT2_COMPUTE_TYPES:
+    for dtype in CT2_COMPUTE_TYPES_GPU if device.type == "cuda" else CT2_COMPUTE_TYPES:
         child = stack.enter_context(ChildEngine())
-        translators[dtype] = (CT2Translator(child, out_dir, compute_type=dtype, threads=threads), tokens)
+        translator = CT2Translator(child, out_dir, compute_type=dtype, threads=threads, device=device)
+        translators[dtype] = (translator, tokens)
     return translators
 
 

@@ -13,7 +13,8 @@ in-process ones (``common.measure_interleaved``), and no two engines ever run at
 Protocol: one JSON object per line, parent -> child on stdin, child -> parent on stdout; every answer carries the
 child's ``pid``; a failure answers ``{"error": ...}`` and the parent raises it.
 
-    {"op": "load", "engine": "ctranslate2", "model_dir": ..., "compute_type": ..., "threads": N}
+    {"op": "load", "engine": "ctranslate2", "model_dir": ..., "compute_type": ..., "threads": N,
+     "device": "cpu" | "cuda", "device_index": I}
         -> {"settings": {...}, "versions": {...}, "threads": N}
     {"op": "translate", "batches": [[[token, ...], ...], ...], "beam_size": K, "steps": T}
         -> {"seconds": s, "produced": n}: every batch translated in turn, exactly T tokens per sentence
@@ -31,6 +32,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the child process never imports torch
+    import torch
 
 
 @dataclass(frozen=True)
@@ -95,12 +100,28 @@ class ChildEngine:
 class CT2Translator:
     """A CTranslate2 ``Translator`` in a child process, with the settings CTranslate2 documents for throughput on a
     CPU serving one stream of batches: ``inter_threads=1`` (one batch at a time) and ``intra_threads`` = the cores
-    given (its "Multithreading and parallelism" guide: ``inter_threads * intra_threads`` at most the cores)."""
+    given (its "Multithreading and parallelism" guide: ``inter_threads * intra_threads`` at most the cores). On a
+    GPU (``device`` cuda:I) the same translator on that GPU, its wheel's CUDA build."""
 
-    def __init__(self, child: ChildEngine, model_dir: str | Path, *, compute_type: str, threads: int):
+    def __init__(
+        self,
+        child: ChildEngine,
+        model_dir: str | Path,
+        *,
+        compute_type: str,
+        threads: int,
+        device: torch.device | None = None,
+    ):
         self.child = child
+        on_gpu = device is not None and device.type == "cuda"
         answer = child.request(
-            "load", engine="ctranslate2", model_dir=str(model_dir), compute_type=compute_type, threads=threads
+            "load",
+            engine="ctranslate2",
+            model_dir=str(model_dir),
+            compute_type=compute_type,
+            threads=threads,
+            device="cuda" if on_gpu else "cpu",
+            device_index=(device.index or 0) if device is not None and on_gpu else 0,
         )
         self.pid: int = answer["pid"]
         self.settings: dict = answer["settings"]
@@ -123,11 +144,19 @@ def describe_settings(settings: dict) -> str:
 
 
 class _CT2Engine:
-    def __init__(self, model_dir: str, compute_type: str, threads: int):
+    def __init__(self, model_dir: str, compute_type: str, threads: int, device: str = "cpu", device_index: int = 0):
         import ctranslate2
 
-        self.settings = {"inter_threads": 1, "intra_threads": threads, "compute_type": compute_type}
-        self.translator = ctranslate2.Translator(model_dir, device="cpu", **self.settings)
+        self.settings: dict = {"inter_threads": 1, "intra_threads": threads, "compute_type": compute_type}
+        if device == "cuda":
+            if ctranslate2.get_cuda_device_count() <= device_index:
+                raise RuntimeError(
+                    f"CTranslate2 {ctranslate2.__version__} sees {ctranslate2.get_cuda_device_count()} CUDA "
+                    f"devices (its wheel's CUDA build needs the CUDA 12 cuBLAS libraries); leave it out with "
+                    f"--impl attnkit --impl torch.nn --impl transformers"
+                )
+            self.settings = {"device": "cuda", "device_index": device_index, "compute_type": compute_type}
+        self.translator = ctranslate2.Translator(model_dir, **{"device": "cpu", **self.settings})
         self.versions = {"ctranslate2": ctranslate2.__version__}
         self.threads = threads
 
@@ -152,7 +181,13 @@ def _answer(message: dict, engine: _CT2Engine | None) -> tuple[dict, _CT2Engine 
     if op == "load":
         if message["engine"] != "ctranslate2":
             raise ValueError(f"unknown engine {message['engine']!r}; expected 'ctranslate2'")
-        engine = _CT2Engine(message["model_dir"], message["compute_type"], int(message["threads"]))
+        engine = _CT2Engine(
+            message["model_dir"],
+            message["compute_type"],
+            int(message["threads"]),
+            message.get("device", "cpu"),
+            int(message.get("device_index", 0)),
+        )
         return {"settings": engine.settings, "versions": engine.versions, "threads": engine.threads}, engine
     if op == "translate":
         if engine is None:

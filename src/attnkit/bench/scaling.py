@@ -10,7 +10,9 @@ forces the explicit (L x L) path while training.
 Every measurement runs in a fresh Python process (``python -m attnkit.bench.scaling <json>``), so that memory freed
 and cached by an earlier measurement cannot hide the next one's peak: peak_mib is the resident memory the calls add
 above the process's resident size just before them (``common.PeakRSS``), which includes activations, gradients,
-optimizer state and allocator overhead, but not the weights and input that exist before the calls.
+optimizer state and allocator overhead, but not the weights and input that exist before the calls. On a GPU
+(``device``) the layer runs there and peak_mib is the CUDA allocator's peak above what was allocated before the calls
+(``gpu.PeakCUDA``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Iterator
 import torch
 
 from attnkit.bench.common import PeakRSS, Result, measure
+from attnkit.bench.gpu import PeakCUDA, synchronizer
 
 LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192)
 IMPLS = ("attnkit", "torch.nn")
@@ -49,6 +52,7 @@ def iter_results(
     reps: int | None = None,
     budget_s: float = 25.0,
     seed: int = 0,
+    device: torch.device | None = None,
 ) -> Iterator[Result]:
     """Yield one result per (length, implementation, mode, dropout), each measured in a fresh process.
     ``quick``: lengths 128 and 256, 1 warm-up, 2 timed calls."""
@@ -71,6 +75,7 @@ def iter_results(
                 reps=reps,
                 budget_s=budget_s,
                 seed=seed,
+                device=str(device or "cpu"),
             )
             out = _run_child(job)
             yield Result(
@@ -135,8 +140,9 @@ def _layer(impl: str, dropout: float, layer: dict) -> torch.nn.Module:
 def _measure(job: dict) -> dict:
     torch.set_num_threads(job["threads"])
     torch.manual_seed(job["seed"])
-    module = _layer(job["impl"], job["dropout"], job["layer"])
-    x = torch.randn(1, job["length"], job["layer"]["d_model"])  # (1, L, D)
+    device = torch.device(job.get("device", "cpu"))
+    module = _layer(job["impl"], job["dropout"], job["layer"]).to(device)
+    x = torch.randn(1, job["length"], job["layer"]["d_model"], device=device)  # (1, L, D)
     is_attnkit = job["impl"] == "attnkit"
 
     def forward():
@@ -160,8 +166,10 @@ def _measure(job: dict) -> dict:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-    with PeakRSS() as peak:
-        timing = measure(call, warmup=job["warmup"], reps=job["reps"], budget_s=job["budget_s"])
+    with PeakCUDA(device) if device.type == "cuda" else PeakRSS() as peak:
+        timing = measure(
+            call, warmup=job["warmup"], reps=job["reps"], budget_s=job["budget_s"], sync=synchronizer(device)
+        )
     return dict(ms=timing.median_s * 1e3, peak_mib=peak.peak_mib, reps=len(timing.times_s))
 
 

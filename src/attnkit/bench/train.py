@@ -36,6 +36,7 @@ from attnkit.bench.common import (
     seq2seq_forward_flops,
     training_flops,
 )
+from attnkit.bench.gpu import synchronizer
 from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
@@ -104,15 +105,17 @@ def forward_fn(
 def training_step(
     model: nn.Module, forward: Callable, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, precision: str = "fp32"
 ) -> Callable[[], float]:
-    """A closure running one optimizer step on the batch; the model is put in training mode (dropout on).
-    ``precision="bf16"`` runs the forward pass under bfloat16 autocast, as ``--set precision=bf16`` trains."""
+    """A closure running one optimizer step on the batch (model and batch on one device); the model is put in
+    training mode (dropout on). ``precision="bf16"`` runs the forward pass under bfloat16 autocast, as
+    ``--set precision=bf16`` trains."""
     model.train()
+    device = src.device
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     ours = isinstance(model, Transformer)
     real = tgt_out != PAD_ID  # (B, T)
 
     def step() -> float:
-        with autocast(precision):
+        with autocast(precision, device):
             logits = model(src, tgt_in, positions=real) if ours else forward(src, tgt_in)  # (N, V) or (B, T, V)
         loss = batch_loss(logits, tgt_out[real]) if ours else reference_loss(logits.float(), tgt_out)
         loss.backward()
@@ -134,22 +137,27 @@ def iter_results(
     warmup: int | None = None,
     reps: int | None = None,
     seed: int = 0,
+    device: torch.device | None = None,
 ) -> Iterator[Result]:
     """Yield the matmul ceilings, then one result per (config, length, implementation). ``quick``: small, L = 32,
-    1,024 tokens per batch, 1 warm-up and 2 timed steps."""
+    1,024 tokens per batch, 1 warm-up and 2 timed steps. On a GPU (``device``) batches hold 8x the tokens
+    (32,768: a GPU is not busy with 4,096) and every implementation also runs under bfloat16 autocast."""
+    device = device or torch.device("cpu")
+    on_gpu = device.type == "cuda"
     configs = configs or ({"small": CONFIGS["small"]} if quick else CONFIGS)
     lengths = lengths or ((32,) if quick else LENGTHS)
-    tokens_per_batch = tokens_per_batch or (1024 if quick else 4096)
+    tokens_per_batch = tokens_per_batch or (1024 if quick else 4096) * (8 if on_gpu else 1)
     chosen = [i for i in (impls or IMPLS) if i != "transformers" or peers.available("transformers")]
     warmup = warmup if warmup is not None else (1 if quick else 2)
     reps = reps if reps is not None else (2 if quick else 5)
 
     with fixed_threads(threads):
-        ceilings, fp32_gflops = ceiling_results("train", threads=threads, quick=quick)
+        ceilings, ceiling_gflops = ceiling_results("train", threads=threads, quick=quick, device=device)
         yield from ceilings
         for name, cfg in configs.items():
             for length in lengths:
-                src, tgt_in, tgt_out = make_batch(cfg, length, tokens_per_batch, seed)
+                batch = make_batch(cfg, length, tokens_per_batch, seed)
+                src, tgt_in, tgt_out = (t.to(device) for t in batch)
                 B = src.size(0)
                 flop = training_flops(
                     seq2seq_forward_flops(
@@ -162,17 +170,18 @@ def iter_results(
                     )
                 )
                 torch.manual_seed(seed)
-                ours = build_translator(cfg, pad_id=PAD_ID)
-                # Every implementation also with bfloat16 autocast (attnkit's --set precision=bf16) where the CPU has
-                # native bfloat16, so that bfloat16 is compared with bfloat16.
-                precisions = ("fp32", "bf16") if native_bf16() else ("fp32",)
+                ours = build_translator(cfg, pad_id=PAD_ID).to(device)
+                # Every implementation also with bfloat16 autocast (attnkit's --set precision=bf16) where the device
+                # has native bfloat16, so that bfloat16 is compared with bfloat16.
+                with_bf16 = torch.cuda.is_bf16_supported() if on_gpu else native_bf16()
+                precisions = ("fp32", "bf16") if with_bf16 else ("fp32",)
                 runs = [(impl, precision) for precision in precisions for impl in chosen]
                 steps = []
                 for impl, precision in runs:
                     torch.manual_seed(seed)  # same dropout masks' seed and, for peers, same initialisation seed
                     model, forward = forward_fn(impl, cfg, ours)
-                    steps.append(training_step(model, forward, src, tgt_in, tgt_out, precision))
-                timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0)
+                    steps.append(training_step(model.to(device), forward, src, tgt_in, tgt_out, precision))
+                timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0, sync=synchronizer(device))
                 for (impl, precision), timing in zip(runs, timings):
                     t = timing.median_s
                     yield Result(
@@ -188,7 +197,7 @@ def iter_results(
                         sentences_per_s=B / t,
                         ms=t * 1e3,
                         gflop_per_s=gflops(flop, t),
-                        mfu=mfu(flop, t, fp32_gflops),
+                        mfu=mfu(flop, t, ceiling_gflops),
                         threads=threads,
                         reps=len(timing.times_s),
                     )

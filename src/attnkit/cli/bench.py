@@ -18,22 +18,23 @@ def cmd_bench(args: argparse.Namespace) -> None:
     from attnkit.atomic import atomic_write_json
     from attnkit.bench import iter_suite
     from attnkit.bench.common import describe, describe_machine, format_table
+    from attnkit.bench.gpu import gpu_info
     from attnkit.bench.machine import load_average, machine_info
     from attnkit.devices import resolve_device
     from attnkit.errors import InputError
     from attnkit.training.precision import SLOW_BF16_NOTE, native_bf16
 
     device = resolve_device(args.device)
-    if device.type != "cpu":
-        # The suites time with the CPU's clock and threads and compare against CPU peers (CTranslate2's CPU build,
-        # torch.nn and Hugging Face on the CPU); a GPU row among them would compare unlike things.
-        raise InputError(f"bench --device {args.device}: the benchmarks run on the CPU only so far; use --device cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise InputError(f"bench --device {args.device}: the suites time the CPU or a CUDA GPU; use cpu or cuda")
 
-    results_iter = iter_suite(args.suite, quick=args.quick, threads=args.threads, impls=args.impl)
-    if args.suite in ("train", "classify") and not native_bf16():
+    results_iter = iter_suite(args.suite, quick=args.quick, threads=args.threads, impls=args.impl, device=device)
+    if args.suite in ("train", "classify") and device.type == "cpu" and not native_bf16():
         print(f"note: bfloat16 rows skipped: {SLOW_BF16_NOTE}", file=sys.stderr)
     lines = args.json == "-"  # JSON lines on stdout
     machine = machine_info(threads=args.threads)
+    if device.type == "cuda":
+        machine["gpu"] = gpu_info(device)
     print(f"machine: {describe_machine(machine)}", file=sys.stderr, flush=True)
     if lines:
         print(json.dumps({"machine": machine}), flush=True)
@@ -76,7 +77,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--device",
         default="cpu",
-        help="cpu (the default; auto resolves as elsewhere): every implementation is timed on the same device",
+        help="cpu (the default), cuda, cuda:N or auto: every implementation is timed on this device; on a GPU, "
+        "batches are larger and MFU is relative to the data sheet's bfloat16 peak (attnkit.bench.gpu)",
     )
     p.add_argument(
         "--impl",

@@ -1,0 +1,135 @@
+"""``attnkit bench --device cuda``: what can be checked without a GPU (the clock waits for the device, the data-sheet
+table, the device reaches every suite), and, marked ``cuda``, every suite run on a GPU (skipped where there is none)."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+import torch
+
+import attnkit.bench
+from attnkit.bench import classify, common, decode, gpu, scaling, train
+from attnkit.config import ClassifierConfig, TranslatorConfig
+
+TINY = TranslatorConfig(vocab_size=120, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=48)
+TINY_CLS = ClassifierConfig(vocab_size=120, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=32, n_classes=2)
+
+
+@pytest.mark.parametrize(
+    ("name", "tflops"),
+    [
+        ("NVIDIA H100 80GB HBM3", 989.0),  # SXM5
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H100 NVL", 835.0),
+        ("NVIDIA H200", 989.0),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("NVIDIA L4", 121.0),
+        ("NVIDIA GeForce RTX 4090", None),
+    ],
+)
+def test_the_data_sheet_table_names_the_dense_bf16_peak(name, tflops):
+    assert gpu.datasheet_bf16_tflops(name) == tflops
+
+
+def test_every_timed_call_waits_for_the_device_before_and_after():
+    """Kernels are queued, not finished, when a GPU call returns: the clock must be read after a sync on both sides,
+    or a step would be timed by how fast it is queued."""
+    events: list[str] = []
+    common.measure(lambda: events.append("call"), warmup=1, reps=2, sync=lambda: events.append("sync"))
+    assert events == ["sync", "call", "sync"] * 3
+    events.clear()
+    common.measure_interleaved(
+        [lambda: events.append("a"), lambda: events.append("b")], warmup=0, reps=1, sync=lambda: events.append("s")
+    )
+    assert events == ["s", "a", "s", "s", "b", "s"]
+    assert gpu.synchronizer(torch.device("cpu")) is None
+
+
+def test_the_device_reaches_the_suite(monkeypatch):
+    seen = {}
+    fake = types.SimpleNamespace(IMPLS=("attnkit",), iter_results=lambda **kwargs: seen.update(kwargs) or iter(()))
+    monkeypatch.setattr(attnkit.bench, "suite_module", lambda name: fake)
+    list(attnkit.bench.iter_suite("train", quick=True, device=torch.device("cpu")))
+    assert seen == {"quick": True, "threads": 2, "device": torch.device("cpu")}
+
+
+def test_the_machine_line_names_the_gpu():
+    from attnkit.bench.machine import machine_info
+
+    info = machine_info(threads=1)
+    info["gpu"] = {"name": "NVIDIA H100 80GB HBM3", "capability": "9.0", "memory_gib": 79.1, "cuda": "12.8"}
+    assert common.describe_machine(info).startswith("NVIDIA H100 80GB HBM3 (compute 9.0, 79.1 GiB, CUDA 12.8); ")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# On a GPU
+
+
+def _cuda() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _reference(results) -> float:
+    """The GFLOP/s MFU is relative to: the data-sheet row, or the measured bfloat16 ceiling for an unknown GPU."""
+    sheet = [r for r in results if r.impl == "data sheet"]
+    if sheet:
+        return sheet[0].gflop_per_s
+    return max(r.gflop_per_s for r in results if r.impl == "matmul" and r.dtype == "bfloat16")
+
+
+@pytest.mark.cuda
+def test_train_suite_on_a_gpu_reports_mfu_against_the_bf16_ceiling():
+    results = train.run(
+        quick=True, threads=1, configs={"tiny": TINY}, lengths=(8,), tokens_per_batch=256, device=_cuda()
+    )
+    reference = _reference(results)
+    rows = [r for r in results if r.impl not in ("matmul", "data sheet")]
+    assert {r.dtype for r in rows} == {"float32", "bfloat16"}
+    for r in rows:
+        assert r.mfu == pytest.approx(r.gflop_per_s / reference, rel=1e-3) and 0 < r.mfu < 1
+
+
+@pytest.mark.cuda
+def test_classify_suite_on_a_gpu():
+    results = classify.run(quick=True, threads=1, configs={"tiny": TINY_CLS}, batch=4, length=16, device=_cuda())
+    assert {(r.impl, r.mode, r.dtype) for r in results} >= {
+        ("attnkit", "train", "float32"),
+        ("attnkit", "infer", "bfloat16"),
+        ("torch.nn", "infer", "float32"),
+    }
+    assert all(r.sentences_per_s > 0 for r in results if r.impl not in ("matmul", "data sheet"))
+
+
+@pytest.mark.cuda
+def test_decode_suite_on_a_gpu_returns_every_token():
+    # every implementation is checked to return exactly batch x steps tokens before it is timed (decode.iter_results)
+    impls = ("attnkit", "torch.nn", "transformers")
+    results = decode.run(quick=True, threads=1, configs={"tiny": TINY}, batch=3, src_len=5, impls=impls, device=_cuda())
+    assert {r.impl for r in results} >= {"attnkit", "torch.nn (no cache)"}
+
+
+@pytest.mark.cuda
+def test_scaling_suite_on_a_gpu_measures_cuda_memory():
+    results = scaling.run(
+        quick=True,
+        threads=1,
+        lengths=(64,),
+        dropouts=(0.1,),
+        layer=dict(d_model=16, n_heads=2, d_ff=32),
+        device=_cuda(),
+    )
+    assert all(r.peak_mib is not None and r.peak_mib > 0 for r in results if r.mode == "train")
+
+
+@pytest.mark.cuda
+def test_bench_command_on_cuda_records_the_gpu(tmp_path, monkeypatch):
+    from attnkit.cli import main
+
+    monkeypatch.setattr(train, "CONFIGS", {"small": TINY})
+    out = tmp_path / "train.json"
+    assert main(["bench", "train", "--quick", "--device", "cuda", "--impl", "attnkit", "--json", str(out)]) == 0
+    document = json.loads(out.read_text())
+    assert document["machine"]["gpu"]["name"] == torch.cuda.get_device_name()
+    assert any(r["mfu"] for r in document["results"] if r["impl"] == "attnkit")
