@@ -141,7 +141,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p = classify_cmds.add_parser("train", help="train a classifier on a TSV / CSV / JSONL file with text and label")
     p.add_argument("--train", type=Path, help="training file (.tsv, .csv or .jsonl with text and label)")
     p.add_argument("--valid", type=Path, help="validation file (default: 10%% of --train held out)")
-    p.add_argument("--dataset", help="a dataset recipe instead of files (e.g. rt-polarity, bible-genre/ko; see `attnkit data list`)")
+    p.add_argument(
+        "--dataset",
+        help="a dataset recipe instead of files (e.g. rt-polarity, bible-genre/ko; see `attnkit data list`)",
+    )
     p.add_argument(
         "--prepared",
         type=Path,
