@@ -220,7 +220,7 @@ def _calls(
     marian = None
     if "transformers" in impls:
         torch.manual_seed(seed)
-        marian = peers.marian_translator(cfg, pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID)
+        marian = peers.marian_translator(cfg, pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID).to(src.device)
     here = os.getpid()
     for search in searches:
         beam = SEARCHES[search]
