@@ -94,7 +94,8 @@ def check_resume(args: argparse.Namespace, settings: dict[str, object], model_cl
     if not args.resume or not config.is_file():  # nothing saved yet: the run starts from the beginning
         return
     saved = runs.read_json(config)
-    requested = {**(preset(presets, args.preset) if args.preset else {}), **settings}
+    chosen = getattr(args, "preset", None)  # pretrain has no presets
+    requested = {**(preset(presets, chosen) if chosen else {}), **settings}
     check_resume_settings(saved, requested, model_cls)
     init_from = getattr(args, "init_from", None)
     if init_from is not None and str(init_from) != saved.get("init_from"):

@@ -9,6 +9,7 @@ from pathlib import Path
 from attnkit.cli.common import (
     add_config_args,
     add_device_arg,
+    check_resume,
     config_overrides,
     print_json,
     training_context,
@@ -17,8 +18,7 @@ from attnkit.cli.common import (
 
 
 def cmd_pretrain(args: argparse.Namespace) -> None:
-    from attnkit import runs
-    from attnkit.config import MaskedLMConfig, check_resume_settings, task_configs
+    from attnkit.config import MaskedLMConfig, task_configs
     from attnkit.data.readers import read_text_lines, read_texts
     from attnkit.tasks.pretrain import pretrain_encoder
 
@@ -28,9 +28,7 @@ def cmd_pretrain(args: argparse.Namespace) -> None:
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     model_cfg, train_cfg = task_configs("pretrain", None, overrides)
-    saved = Path(args.out) / runs.CONFIG
-    if args.resume and saved.is_file():
-        check_resume_settings(runs.read_json(saved), overrides, MaskedLMConfig)
+    check_resume(args, overrides, MaskedLMConfig, {})
     tabular = args.text.suffix.lower() in (".tsv", ".csv", ".jsonl")  # a labelled file: its text column
     texts = [text for text, _ in (read_texts(args.text) if tabular else read_text_lines(args.text))]
     with training_context(args) as context:
