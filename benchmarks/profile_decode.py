@@ -1,6 +1,7 @@
 """Where decoding time goes: a PyTorch profile of the decode suite's attnkit call, greedy or beam 4, by category.
 
     python benchmarks/profile_decode.py [--search greedy|beam4] [--batch 32] [--threads 2] [--rows 12]
+    python benchmarks/profile_decode.py --floor [--search greedy|beam4] [--batch 1] [--threads 1]
 
 The decode suite's setting (the ``small`` translator, ``--batch`` sources of 32 tokens, exactly 32 output tokens),
 one warm-up call, then one profiled call. Prints the operators sorted by their own CPU time, then the call's time
@@ -8,6 +9,12 @@ by category: matrix multiplication, attention, cache writes and beam reordering,
 arg max, banning tokens), LayerNorm and elementwise, other operators, and what no operator accounts for (Python,
 dispatch, allocation: wall time of the call minus the operators' self time; the profiler's own overhead falls
 there too, so the last figure is an upper bound). docs/performance.md quotes it.
+
+``--floor`` times what no PyTorch decoder of this model can skip: the weight matrices of one decoding step (per
+decoder layer the stacked W^Q W^K W^V, W^O, cross-attention W^Q and W^O, the FFN's two matrices; then the output
+projection onto the vocabulary, 19 MB in float32) applied back to back to ``--batch`` rows (x beam width for beam
+4), with nothing else in between: as ``F.linear`` runs them ((out, in) weights) and with (in, out) copies
+(``torch.addmm`` without a transpose, the faster kernel at one row). Times 32 such steps, one sentence's worth.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from torch.profiler import profile
 from attnkit.bench.common import PAD_ID, fixed_threads
 from attnkit.bench.decode import CONFIGS, SEARCHES, _attnkit, make_sources
 from attnkit.model.build import build_translator, prepare_for_inference
+from attnkit.model.transformer import Transformer
 
 # operator name -> category; the first category whose fragment occurs in the name wins
 CATEGORIES = (
@@ -40,14 +48,70 @@ def category(name: str) -> str:
     return "other operators"
 
 
+def step_weights(model: Transformer) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """(weight (out, in), bias) of every matrix one decoding step multiplies by, in the order it does."""
+    weights = []
+    for layer in model.decoder.layers:
+        self_attn, cross = layer.self_attn, layer.cross_attn
+        qkv = [self_attn.q_proj, self_attn.k_proj, self_attn.v_proj]
+        weights.append((torch.cat([m.weight for m in qkv]), torch.cat([m.bias for m in qkv])))  # (3 D, D)
+        for linear in (self_attn.out_proj, cross.q_proj, cross.out_proj, layer.ffn.linear1, layer.ffn.linear2):
+            weights.append((linear.weight, linear.bias))
+    out = model.embeddings.token.weight if model.output_proj is None else model.output_proj.weight  # (V, D)
+    weights.append((out, None))
+    return weights
+
+
+def linear_floor(model: Transformer, rows: int, steps: int = 32, reps: int = 20) -> dict[str, float]:
+    """Milliseconds for ``steps`` decoding steps' matrix products alone at ``rows`` rows: median of ``reps``."""
+    weights = step_weights(model)
+    transposed = [(w.t().contiguous(), b) for w, b in weights]  # (in, out)
+    inputs = {w.size(1): torch.randn(rows, w.size(1)) for w, _ in weights}
+
+    def as_linear() -> None:
+        for w, b in weights:
+            torch.nn.functional.linear(inputs[w.size(1)], w, b)  # (rows, out)
+
+    def as_addmm() -> None:
+        for w_t, b in transposed:
+            x = inputs[w_t.size(0)]
+            torch.addmm(b, x, w_t) if b is not None else x @ w_t  # (rows, out)
+
+    result = {}
+    for name, fn in (("F.linear, (out, in) weights", as_linear), ("addmm, (in, out) copies", as_addmm)):
+        fn()
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            times.append((time.perf_counter() - start) * 1e3)
+        result[name] = sorted(times)[reps // 2]
+    megabytes = sum(w.numel() for w, _ in weights) * 4 / 1e6
+    result["weights, MB"] = megabytes
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--search", choices=tuple(SEARCHES), default="beam4")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rows", type=int, default=12)
+    parser.add_argument("--floor", action="store_true", help="time the step's matrix products alone (see above)")
     args = parser.parse_args()
     cfg = CONFIGS["small"]
+    if args.floor:
+        with fixed_threads(args.threads):
+            torch.manual_seed(0)
+            model = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))
+            rows = args.batch * (4 if args.search == "beam4" else 1)
+            floor = linear_floor(model, rows)
+        megabytes = floor.pop("weights, MB")
+        print(f"matrix products of 32 decoding steps, {rows} rows, {megabytes:.1f} MB of weights a step:")
+        for name, ms in floor.items():
+            print(f"  {name:30s} {ms:8.2f} ms  ({megabytes * 32 / ms:.1f} GB/s of weights)")
+        return 0
     with fixed_threads(args.threads):
         torch.manual_seed(0)
         model = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))
