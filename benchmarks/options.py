@@ -16,7 +16,10 @@ on stdout. docs/performance.md quotes one run.
 ``--decode`` instead probes ``torch.compile`` of the decoder step (``Transformer.decode``, Inductor,
 ``dynamic=True`` so that the growing cache length does not recompile at every step) on the decode suite's greedy
 and beam-4 calls (the ``small`` translator, 32 sources of 32 tokens, exactly 32 output tokens): the first call
-(compilation) is reported separately, the outputs are compared with eager's.
+(compilation) is reported separately, the outputs are compared with eager's. It also probes every linear layer of
+decoding multiplying by an (in, out) copy of its weight (``torch.addmm`` with no transpose, the faster kernel at
+one row: ``profile_decode.py --floor``) instead of ``F.linear``'s (out, in) weight, at batch 32 and one sentence
+per call.
 """
 
 from __future__ import annotations
@@ -104,6 +107,54 @@ def compiled_decoding(threads: int, reps: int) -> None:
             )
 
 
+def transposed_linears(threads: int, reps: int) -> None:
+    """Decoding with every ``F.linear`` of the decoder replaced by ``addmm`` on an (in, out) copy of the weight,
+    made once per weight, timed in turns with eager decoding (the ``--decode`` probe)."""
+    from attnkit.bench.decode import CONFIGS as DECODE_CONFIGS
+    from attnkit.bench.decode import SEARCHES, _attnkit, make_sources
+    from attnkit.model.build import build_translator
+
+    linear = F.linear
+    copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(weight) -> (weight, its (in, out) copy)
+
+    def by_copy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            return linear(x, weight, bias)
+        if id(weight) not in copies or copies[id(weight)][0] is not weight:
+            copies[id(weight)] = (weight, weight.t().contiguous())
+        rows = x.reshape(-1, x.size(-1))  # (N, in)
+        out = rows @ copies[id(weight)][1] if bias is None else torch.addmm(bias, rows, copies[id(weight)][1])
+        return out.view(*x.shape[:-1], out.size(-1))  # (..., out)
+
+    def patched(call):
+        def run() -> int:
+            F.linear = by_copy
+            try:
+                return call()
+            finally:
+                F.linear = linear
+
+        return run
+
+    cfg = DECODE_CONFIGS["small"]
+    with fixed_threads(threads):
+        torch.manual_seed(0)
+        model = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))
+        for batch, per_call in ((32, 0), (4, 1)):
+            src = make_sources(cfg, batch, 32, seed=0)
+            for search, beam in SEARCHES.items():
+                call = _attnkit(model, src, beam, 32, cfg.max_len, per_call=per_call)
+                base, option = measure_interleaved([call, patched(call)], warmup=1, reps=reps)
+                emit(
+                    option="every decoder linear by an (in, out) weight copy",
+                    mode=f"decode {search}, " + ("one sentence per call" if per_call else f"batch {batch}"),
+                    eager_ms=base.median_s * 1e3,
+                    option_ms=option.median_s * 1e3,
+                    speedup=base.median_s / option.median_s,
+                    threads=threads,
+                )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -112,6 +163,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.decode:
         compiled_decoding(args.threads, args.reps)
+        transposed_linears(args.threads, args.reps)
         return 0
     cfg = CONFIGS["seed000"]
     ids, labels, _ = make_batch(cfg, 32, 128, padded=False, seed=0)
