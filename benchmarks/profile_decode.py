@@ -14,7 +14,8 @@ there too, so the last figure is an upper bound). docs/performance.md quotes it.
 decoder layer the stacked W^Q W^K W^V, W^O, cross-attention W^Q and W^O, the FFN's two matrices; then the output
 projection onto the vocabulary, 19 MB in float32) applied back to back to ``--batch`` rows (x beam width for beam
 4), with nothing else in between: as ``F.linear`` runs them ((out, in) weights) and with (in, out) copies
-(``torch.addmm`` without a transpose, the faster kernel at one row). Times 32 such steps, one sentence's worth.
+(``torch.addmm`` without a transpose, the faster kernel at one row) and, where PyTorch has MKL, with MKL's packed
+weights (``torch.ops.mkl._mkl_linear``). Times 32 such steps, one sentence's worth.
 """
 
 from __future__ import annotations
@@ -77,8 +78,18 @@ def linear_floor(model: Transformer, rows: int, steps: int = 32, reps: int = 20)
             x = inputs[w_t.size(0)]
             torch.addmm(b, x, w_t) if b is not None else x @ w_t  # (rows, out)
 
+    variants = [("F.linear, (out, in) weights", as_linear), ("addmm, (in, out) copies", as_addmm)]
+    if torch.backends.mkl.is_available():  # MKL's packed weights, the linear that Inductor's freezing uses
+        mkl = torch.ops.mkl
+        packed = [(mkl._mkl_reorder_linear_weight(w, rows), w, b) for w, b in weights]
+
+        def as_packed() -> None:
+            for p, w, b in packed:
+                mkl._mkl_linear(inputs[w.size(1)], p, w, b, rows)  # (rows, out)
+
+        variants.append(("MKL packed weights", as_packed))
     result = {}
-    for name, fn in (("F.linear, (out, in) weights", as_linear), ("addmm, (in, out) copies", as_addmm)):
+    for name, fn in variants:
         fn()
         times = []
         for _ in range(reps):
