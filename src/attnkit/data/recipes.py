@@ -1,6 +1,6 @@
 """Dataset recipes: a pinned package file in, the project's canonical splits out.
 
-Why one file of ~640 lines: it is the catalogue of pinned recipes, each a few lines of package, sha256, expected
+Why one file of ~670 lines: it is the catalogue of pinned recipes, each a few lines of package, sha256, expected
 counts and a small pure converter, plus the download-and-verify step they all share. The tests monkeypatch the
 catalogue (``PACKAGES``, ``EXPECTED_COUNTS``) and the writers together, and adding a data set means reading and
 editing one place; split by section, every new recipe would touch four files.
