@@ -27,7 +27,7 @@ import time
 import torch
 from torch.profiler import profile
 
-from attnkit.bench.common import PAD_ID, fixed_threads
+from attnkit.bench.common import PAD_ID, fixed_threads, measure
 from attnkit.bench.decode import CONFIGS, SEARCHES, _attnkit, make_sources
 from attnkit.model.build import build_translator, prepare_for_inference
 from attnkit.model.transformer import Transformer
@@ -54,8 +54,7 @@ def step_weights(model: Transformer) -> list[tuple[torch.Tensor, torch.Tensor | 
     weights = []
     for layer in model.decoder.layers:
         self_attn, cross = layer.self_attn, layer.cross_attn
-        qkv = [self_attn.q_proj, self_attn.k_proj, self_attn.v_proj]
-        weights.append((torch.cat([m.weight for m in qkv]), torch.cat([m.bias for m in qkv])))  # (3 D, D)
+        weights.append(self_attn._concat_qkv())  # (3 H Dh, D), as the fused self-attention projection
         for linear in (self_attn.out_proj, cross.q_proj, cross.out_proj, layer.ffn.linear1, layer.ffn.linear2):
             weights.append((linear.weight, linear.bias))
     out = model.embeddings.token.weight if model.output_proj is None else model.output_proj.weight  # (V, D)
@@ -90,14 +89,7 @@ def linear_floor(model: Transformer, rows: int, steps: int = 32, reps: int = 20)
         variants.append(("MKL packed weights", as_packed))
     result = {}
     for name, fn in variants:
-        fn()
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            for _ in range(steps):
-                fn()
-            times.append((time.perf_counter() - start) * 1e3)
-        result[name] = sorted(times)[reps // 2]
+        result[name] = measure(lambda fn=fn: [fn() for _ in range(steps)], warmup=1, reps=reps).median_s * 1e3
     megabytes = sum(w.numel() for w, _ in weights) * 4 / 1e6
     result["weights, MB"] = megabytes
     return result
@@ -119,9 +111,11 @@ def main() -> int:
             rows = args.batch * (4 if args.search == "beam4" else 1)
             floor = linear_floor(model, rows)
         megabytes = floor.pop("weights, MB")
+        gflop = 2 * rows * megabytes / 4 * 32 / 1e3  # 2 FLOPs per weight and row, 4 bytes a weight, 32 steps
         print(f"matrix products of 32 decoding steps, {rows} rows, {megabytes:.1f} MB of weights a step:")
         for name, ms in floor.items():
-            print(f"  {name:30s} {ms:8.2f} ms  ({megabytes * 32 / ms:.1f} GB/s of weights)")
+            rates = f"{megabytes * 32 / ms:.1f} GB/s of weights, {gflop / ms * 1e3:.1f} GFLOP/s"
+            print(f"  {name:30s} {ms:8.2f} ms  ({rates})")
         return 0
     with fixed_threads(args.threads):
         torch.manual_seed(0)
