@@ -296,6 +296,48 @@ def test_patience_stops_the_translator_and_the_best_evaluation_is_the_model(tmp_
     assert best["best"] and json.loads(out)["valid_loss"] == best["valid_loss"]
 
 
+@pytest.mark.slow
+def test_bfloat16_decoding_keeps_the_learned_outputs(reverse_run, capsys, monkeypatch):
+    """``--precision bf16`` casts the model (half the bytes a step reads) and ranks float32 log-probabilities: a
+    trained model's outputs stay what float32 decodes, greedy and beam (here the reverse task's, 99% exact)."""
+    from attnkit.training.precision import native_bf16
+
+    run = str(reverse_run / "run")
+    lines = [line.split("\t")[0] for line in (reverse_run / "test.tsv").read_text().splitlines()[1:41]]
+    for beam in ("1", "4"):
+        outputs = {}
+        for precision in ("fp32", "bf16"):
+            monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
+            code, out, err = run_cli(
+                capsys, "translate", "run", "--model", run, "--beam", beam, "--precision", precision
+            )
+            assert code == 0, err
+            outputs[precision] = out.splitlines()
+        same = sum(a == b for a, b in zip(outputs["fp32"], outputs["bf16"], strict=True))
+        assert same >= 39, (beam, same)  # 40 sources; one may flip where two continuations nearly tie
+        assert ("no native bfloat16" in err) == (not native_bf16())
+
+
+def test_translator_precision_casts_the_model_and_refuses_what_the_device_cannot_run(tiny_translator, capsys):
+    from attnkit.serving.models import load_model
+    from attnkit.tasks.translate import TranslatorRun
+
+    run = TranslatorRun(tiny_translator, precision="bf16")
+    assert {p.dtype for p in run.model.parameters()} == {torch.bfloat16}
+    attention = run.model.encoder.layers[0].self_attn
+    assert attention.is_fused and attention._fused[0].dtype == torch.bfloat16  # the inference copies follow
+    assert run.translate(["a b c"], beam=2)[0][0] is not None
+    assert {p.dtype for p in load_model(tiny_translator, "bf16").model.parameters()} == {torch.bfloat16}  # serve
+    code, _, err = run_cli(capsys, "translate", "eval", "--model", str(tiny_translator), "--precision", "fp16")
+    assert code == 2
+    assert_one_error_line(err, "--precision=fp16 runs on CUDA devices only")
+    code, _, err = run_cli(
+        capsys, "translate", "run", "--model", str(tiny_translator), "--engine", "ct2", "--precision", "bf16"
+    )
+    assert code == 2
+    assert_one_error_line(err, "--precision bf16", "export ct2 --quantization")
+
+
 @pytest.fixture(scope="module")
 def tiny_translator(tmp_path_factory):
     """A translator trained for 2 steps: enough to load and decode (the decoding options are what is tested)."""

@@ -5,7 +5,9 @@ to emit exactly ``steps`` tokens per sentence whatever its random weights predic
 do the same number of decoding steps; each result counts the tokens actually returned and the suite raises if any
 implementation returned a different number.
 
-    attnkit        ``greedy_decode`` / ``beam_search(beam_size=4)`` with ``fixed_len``, on the key/value cache
+    attnkit        ``greedy_decode`` / ``beam_search(beam_size=4)`` with ``fixed_len``, on the key/value cache;
+                   float32, and bfloat16 (the model cast, as ``translate run --precision bf16`` decodes) where the
+                   device has native bfloat16 (a GPU that has it; a CPU with AMX or AVX512-BF16)
     torch.nn       no decoding API: ``TorchNNTranslator.greedy_no_cache`` re-runs the decoder on the whole prefix
                    at every step (the loop a user writes); greedy only, labelled "torch.nn (no cache)"
     transformers   ``MarianMTModel.generate(num_beams=1 | 4, min_new_tokens=steps, max_new_tokens=steps)``
@@ -17,14 +19,15 @@ implementation returned a different number.
 
 Two kinds of rows: throughput (variant "32 tokens": the batch of 32 in one call) and the latency a service sees
 (variant "batch 1": the same sources one sentence per call, ``ms`` = milliseconds per sentence; attnkit and
-CTranslate2 float32). The implementations of one table are timed in turns, with a short pause before each call so
-that the previous engine's threads have gone to sleep (``settle_s``).
+CTranslate2, each in every type it runs here). The implementations of one table are timed in turns, with a short
+pause before each call so that the previous engine's threads have gone to sleep (``settle_s``).
 
 Beam search uses each implementation's own length normalisation (with a fixed length it does not change the work).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -50,6 +53,7 @@ from attnkit.bench.isolated import ChildEngine, CT2Translator, Elapsed, describe
 from attnkit.config import TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
 from attnkit.model.build import build_translator, prepare_for_inference
+from attnkit.training.precision import native_bf16
 
 CONFIGS: dict[str, TranslatorConfig] = {"small": TranslatorConfig()}
 SEARCHES = {"greedy": 1, "beam4": 4}
@@ -161,16 +165,17 @@ def iter_results(
         for name, cfg in configs.items():
             torch.manual_seed(seed)
             ours = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID).to(device))  # as TranslatorRun does
+            models = _attnkit_models(ours, device) if "attnkit" in chosen else {}
             src = make_sources(cfg, batch, src_len, seed).to(device)
             translators = {}
             if "ctranslate2" in chosen:
                 translators = _ct2_translators(ours, Path(tmp, name), threads, stack, device)
             # (kind, variant, sentences per call, sentences per timed call, calls)
-            batch_calls = list(_calls(chosen, searches, ours, cfg, src, steps, translators, seed))
+            batch_calls = list(_calls(chosen, searches, ours, models, cfg, src, steps, translators, seed))
             tables = [("batch", f"{steps} tokens", batch, batch, batch_calls)]
-            if latency_sentences and ("attnkit" in chosen or translators):
+            if latency_sentences and (models or translators):
                 few = src[:latency_sentences]  # (n, S)
-                latency = list(_latency_calls(chosen, searches, ours, cfg, few, steps, translators))
+                latency = list(_latency_calls(searches, models, cfg, few, steps, translators))
                 tables.append(("latency", "batch 1", 1, latency_sentences, latency))
             for kind, variant, per_call, sentences, calls in tables:
                 for search in searches:  # the implementations of one search are timed in turns
@@ -212,8 +217,15 @@ def iter_results(
                         )
 
 
+def _attnkit_models(ours, device: torch.device) -> dict:
+    """dtype -> attnkit's model in it: float32 (``ours``), and a bfloat16 copy where ``device`` has native
+    bfloat16."""
+    with_bf16 = torch.cuda.is_bf16_supported() if device.type == "cuda" else native_bf16()
+    return {"float32": ours, **({"bfloat16": copy.deepcopy(ours).to(torch.bfloat16)} if with_bf16 else {})}
+
+
 def _calls(
-    impls, searches, ours, cfg: TranslatorConfig, src: Tensor, steps: int, translators: dict, seed: int
+    impls, searches, ours, models: dict, cfg: TranslatorConfig, src: Tensor, steps: int, translators: dict, seed: int
 ) -> Iterator[Call]:
     """The batch calls of every implementation and search; each peer is built once."""
     torch_nn = peers.TorchNNTranslator(ours) if "torch.nn" in impls else None
@@ -224,8 +236,8 @@ def _calls(
     here = os.getpid()
     for search in searches:
         beam = SEARCHES[search]
-        if "attnkit" in impls:
-            yield Call("attnkit", search, "float32", _attnkit(ours, src, beam, steps, cfg.max_len), here)
+        for dtype, model in models.items():
+            yield Call("attnkit", search, dtype, _attnkit(model, src, beam, steps, cfg.max_len), here)
         if torch_nn is not None and beam == 1:
             yield Call("torch.nn (no cache)", search, "float32", _torch_nn(torch_nn, src, steps), here)
         if marian is not None:
@@ -237,18 +249,19 @@ def _calls(
 
 
 def _latency_calls(
-    impls, searches, ours, cfg: TranslatorConfig, src: Tensor, steps: int, translators: dict
+    searches, models: dict, cfg: TranslatorConfig, src: Tensor, steps: int, translators: dict
 ) -> Iterator[Call]:
-    """One sentence per call (batch 1): attnkit and CTranslate2 float32."""
+    """One sentence per call (batch 1): attnkit and CTranslate2, each in every type of ``models`` and
+    ``translators``."""
     for search in searches:
         beam = SEARCHES[search]
-        if "attnkit" in impls:
-            ours_fn = _attnkit(ours, src, beam, steps, cfg.max_len, per_call=1)
-            yield Call("attnkit", search, "float32", ours_fn, os.getpid())
-        if "float32" in translators:
-            translator, tokens = translators["float32"]
+        for dtype, model in models.items():
+            yield Call(
+                "attnkit", search, dtype, _attnkit(model, src, beam, steps, cfg.max_len, per_call=1), os.getpid()
+            )
+        for dtype, (translator, tokens) in translators.items():
             ct2_fn = _ctranslate2(translator, [tokens(row[None]) for row in src], beam, steps)
-            yield Call("ctranslate2", search, "float32", ct2_fn, translator.pid, describe_settings(translator.settings))
+            yield Call("ctranslate2", search, dtype, ct2_fn, translator.pid, describe_settings(translator.settings))
 
 
 def _ct2_translators(ours, out_dir: Path, threads: int, stack: ExitStack, device: torch.device) -> dict:

@@ -10,6 +10,7 @@ from attnkit.cli.common import (
     Parser,
     add_config_args,
     add_device_arg,
+    add_precision_arg,
     check_init_from,
     check_precision,
     check_resume,
@@ -126,13 +127,7 @@ def cmd_classify_eval(args: argparse.Namespace) -> None:
     print_json(run.evaluate(read_labeled(data), source=str(data)))
 
 
-def add_precision_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--precision",
-        choices=("fp32", "bf16", "fp16"),
-        default="fp32",
-        help="bf16: bfloat16 autocast (GPUs, and CPUs with AMX or AVX512-BF16); fp16: float16 autocast (CUDA only)",
-    )
+PRECISION_HELP = "bf16: bfloat16 autocast (GPUs, and CPUs with AMX or AVX512-BF16); fp16: float16 autocast (CUDA only)"
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -171,7 +166,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p = classify_cmds.add_parser("predict", help="predict labels with probabilities, one JSON object per text")
     p.add_argument("--model", type=Path, required=True, help="run directory")
     p.add_argument("texts", nargs="*", metavar="TEXT", help="texts (default: one per stdin line)")
-    add_precision_arg(p)
+    add_precision_arg(p, PRECISION_HELP)
     add_device_arg(p)
     p.set_defaults(func=cmd_classify_predict)
 
@@ -182,6 +177,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)"
     )
-    add_precision_arg(p)
+    add_precision_arg(p, PRECISION_HELP)
     add_device_arg(p)
     p.set_defaults(func=cmd_classify_eval)

@@ -142,6 +142,11 @@ def dataset_splits(name: str) -> tuple[Path, Path]:
     return directory / "train.tsv", directory / "valid.tsv"
 
 
+def add_precision_arg(p: argparse.ArgumentParser, help: str) -> None:
+    """--precision fp32 | bf16 | fp16 of an inference command; ``help`` says what bf16 and fp16 do there."""
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32", help=help)
+
+
 def check_precision(precision: str, device, *, what: str) -> None:
     """fp16 off CUDA (and bf16 on a GPU without it) is an error line naming ``what``; bf16 on a CPU without AMX or
     AVX512-BF16 runs, much slower than fp32: say so, once."""

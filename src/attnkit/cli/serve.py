@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnkit.cli.common import add_device_arg, check_precision, device_of
+from attnkit.cli.common import add_device_arg, add_precision_arg, check_precision, device_of
 from attnkit.errors import InputError
 
 
@@ -92,8 +92,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
     p.add_argument("--threads", type=int, help="torch intra-op threads of the inference worker")
-    p.add_argument(
-        "--precision", choices=("fp32", "bf16", "fp16"), default="fp32", help="classifier precision (fp16: CUDA only)"
+    add_precision_arg(
+        p,
+        "bf16: a classifier under bfloat16 autocast, a translator decoding in bfloat16 (GPUs, and CPUs with AMX or "
+        "AVX512-BF16); fp16: the same in float16 (CUDA only). Embedders run in float32",
     )
     add_device_arg(p)
     p.add_argument(

@@ -10,6 +10,8 @@ from attnkit.cli.common import (
     Parser,
     add_config_args,
     add_device_arg,
+    add_precision_arg,
+    check_precision,
     check_resume,
     config_overrides,
     device_of,
@@ -102,10 +104,23 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
     )
 
 
+PRECISION_HELP = (
+    "bf16: decode in bfloat16 (GPUs, and CPUs with AMX or AVX512-BF16), fp16: in float16 (CUDA only); weights and "
+    "activations in that type, the search on float32 log-probabilities. Default fp32"
+)
+
+
 def cmd_translate_run(args: argparse.Namespace) -> None:
     device = device_of(args)
+    check_precision(args.precision, device, what="--precision")
     if args.engine == "ct2":
         from attnkit.interop.ct2 import CT2Translator
+
+        if args.precision != "fp32":
+            raise InputError(
+                f"--precision {args.precision} is attnkit's; a CTranslate2 model's weight type is chosen when it is "
+                "exported (attnkit export ct2 --quantization)"
+            )
 
         ct2 = CT2Translator(args.model, device=device)
         run: CT2Translator | TranslatorRun = ct2
@@ -113,7 +128,7 @@ def cmd_translate_run(args: argparse.Namespace) -> None:
     else:
         from attnkit.tasks.translate import TranslatorRun
 
-        run = TranslatorRun(args.model, device=device)
+        run = TranslatorRun(args.model, precision=args.precision, device=device)
         max_len = run.model_cfg.max_len
     lines = [line.rstrip("\r\n") for line in sys.stdin]
     for number, line in enumerate(lines, start=1):
@@ -140,7 +155,9 @@ def cmd_translate_run(args: argparse.Namespace) -> None:
 def cmd_translate_eval(args: argparse.Namespace) -> None:
     from attnkit.tasks.translate import TranslatorRun
 
-    run = TranslatorRun(args.model, device=device_of(args))
+    device = device_of(args)
+    check_precision(args.precision, device, what="--precision")
+    run = TranslatorRun(args.model, precision=args.precision, device=device)
     if args.dataset:
         pairs = _read_pairs(eval_file(args), None, None, "data")
     else:
@@ -220,6 +237,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--batch-size", type=positive_int, default=32, help="sentences decoded together (default 32)")
     add_decoding_args(p)
+    add_precision_arg(p, PRECISION_HELP)
     add_device_arg(p)
     p.set_defaults(func=cmd_translate_run)
 
@@ -241,5 +259,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "(pip install 'attnkit[ko]'), Japanese ja-mecab, Chinese zh. chrF needs none",
     )
     add_decoding_args(p)
+    add_precision_arg(p, PRECISION_HELP)
     add_device_arg(p)
     p.set_defaults(func=cmd_translate_eval)

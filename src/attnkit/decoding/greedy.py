@@ -82,7 +82,9 @@ def _greedy(
         logits, _, extended = model.decode(last, memory, src_mask, cache=cache, offset=t)  # (A, 1, V)
         assert extended is not None  # a cache passed in comes back holding position t
         cache = extended
-        logits = logits[:, -1].clone()  # (A, V), a copy: the model's output is not written to
+        # (A, V) in float32 (also from a bfloat16 model: ties in argmax stay rare), a copy: the model's output is not
+        # written to.
+        logits = logits[:, -1].to(torch.float32, copy=True)
         # Indexed assignment touches only the A x len(banned) entries; index_fill's kernel took ~130 us per step
         # even at A = 1 (benchmarks/profile_decode.py --batch 1), where a step's matmuls take ~4 ms.
         logits[:, banned] = float("-inf")

@@ -153,10 +153,10 @@ class EmbedderModel(_EncoderModel):
 class TranslatorModel(ServedModel):
     task = "translator"
 
-    def __init__(self, run_dir: str | Path, device: torch.device | str = "cpu"):
+    def __init__(self, run_dir: str | Path, precision: str = "fp32", device: torch.device | str = "cpu"):
         from attnkit.tasks.translate import TranslatorRun
 
-        self.run = TranslatorRun(run_dir, device=device)
+        self.run = TranslatorRun(run_dir, precision=precision, device=device)
         self.model, self.tokenizer = self.run.model, self.run.tokenizer
         cfg = self.run.model_cfg
         self.name, self.max_len = Path(run_dir).name, cfg.max_len
@@ -273,7 +273,7 @@ def load_model(spec: str | Path, precision: str = "fp32", device: torch.device |
     if task == "classify":
         return ClassifierModel(path, precision, device)
     if task == "translate":
-        return TranslatorModel(path, device)
+        return TranslatorModel(path, precision, device)
     if (path / "config.json").is_file() and task is None:
         return EmbedderModel(path, device)
     raise InputError(f"{path}: not a classifier or translator run directory, nor a BERT folder")

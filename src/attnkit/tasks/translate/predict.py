@@ -13,13 +13,18 @@ from attnkit.evaluation.bleu import bleu_metric, corpus_scores
 from attnkit.model.transformer import Transformer
 from attnkit.runs import load_run
 from attnkit.tasks.translate.data import encode_sources
+from attnkit.training.precision import DTYPES, check_precision
 
 
 class TranslatorRun:
     """Model and shared tokenizer of one translation run directory (or an averaged one)."""
 
-    def __init__(self, run_dir: str | Path, device: torch.device | str = "cpu"):
-        """The run's model on ``device``."""
+    def __init__(self, run_dir: str | Path, precision: str = "fp32", device: torch.device | str = "cpu"):
+        """The run's model on ``device``. ``precision="bf16"`` (GPUs, CPUs with AMX / AVX512-BF16) or ``"fp16"``
+        (CUDA only): the weights and activations are cast to that type for decoding, which halves the bytes a
+        decoding step reads; the search still ranks float32 log-probabilities."""
+        check_precision(precision, torch.device(device), what="precision")
+        self.precision = precision
         loaded = load_run(run_dir, task="translate", device=device)
         self.max_len_policy = loaded.max_len_policy
         self.tokenizer = loaded.tokenizer
@@ -27,6 +32,8 @@ class TranslatorRun:
             raise TypeError(f"load_run(task='translate') returned a {type(loaded.model).__name__}")
         self.model_cfg: TranslatorConfig = loaded.model_cfg
         self.model: Transformer = loaded.model
+        if precision in DTYPES:
+            self.model.to(DTYPES[precision])  # the fused W^Q W^K W^V and transposed output copies follow
         self.run_dir = loaded.run_dir
 
     def encode_sources(self, texts: list[str]) -> tuple[list[list[int]], int]:
