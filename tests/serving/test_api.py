@@ -20,6 +20,7 @@ def test_health_ready_info(classifier_client):
     assert info["task"] == "classifier" and info["labels"] == ["negative", "positive"]
     assert (info["n_layers"], info["n_heads"], info["max_len"]) == (2, 2, 32)
     assert info["limits"]["max_inputs"] == 64 and info["limits"]["attention_max_tokens"] == 32
+    assert info["inference"] == {"precision": "fp32", "device": "cpu", "worker": "thread"}
 
 
 def test_ready_is_503_until_the_model_has_loaded(classifier_dir):

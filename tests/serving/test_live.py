@@ -136,6 +136,7 @@ def test_playground_in_chromium_shows_the_apis_numbers_and_every_map(classifier_
         driver.get(classifier_server.url + "/")
         wait = WebDriverWait(driver, 30)
         wait.until(ec.text_to_be_present_in_element((By.ID, "model-info"), "classifier"))
+        assert "(fp32 on cpu)" in driver.find_element(By.ID, "model-info").text  # from /info's "inference"
         driver.find_element(By.ID, "text").send_keys(sentence)
         driver.find_element(By.ID, "run").click()
         wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state") == "done")

@@ -66,3 +66,21 @@ def test_a_clients_mistake_found_in_the_worker_stays_an_input_error():
     assert isinstance(_rebuild("input_error", "too long"), InputError)
     assert isinstance(_rebuild("value_error", "bad"), ValueError)
     assert not isinstance(_rebuild("error", "bug"), ValueError)
+
+
+def test_info_reports_the_precision_and_device_the_worker_runs_in(translator_dir):
+    """The server keeps a float32 CPU copy for tokenization; /info names what the child computes in."""
+    from fastapi.testclient import TestClient
+
+    from attnkit.serving.app import create_app
+
+    runner = ProcessRunner(str(translator_dir), precision="bf16", threads=1)
+    with TestClient(create_app(load_model(translator_dir), runner=runner)) as client:
+        for _ in range(600):  # bounded: 60 s
+            if client.get("/ready").status_code == 200:
+                break
+            import time
+
+            time.sleep(0.1)
+        info = client.get("/info").json()
+    assert info["inference"] == {"precision": "bf16", "device": "cpu", "worker": "process"}

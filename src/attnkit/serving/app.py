@@ -303,11 +303,13 @@ def create_app(
 
     @app.get("/info")
     async def info():
-        """The model's task and configuration, and every limit of the server."""
+        """The model's task and configuration, where and in what precision it runs, and every limit of the server."""
         m = served(("classifier", "embedder", "translator"))
+        where = runner.inference if runner is not None else m.inference()
         return {
             "model": m.name,
             "task": m.task,
+            "inference": {**where, "worker": "process" if runner is not None else "thread"},
             "labels": m.labels,
             "max_len": m.max_len,
             "n_layers": m.n_layers,

@@ -55,6 +55,11 @@ class ServedModel:
     n_heads: int
     labels: list[str] | None = None
     keep_last: int = 0  # special tokens kept at the end when an input is truncated (EOS, [SEP])
+    precision: str = "fp32"  # what inference runs in: fp32, bf16 or fp16 (an embedder always runs in fp32)
+
+    def inference(self) -> dict:
+        """Where and in what this copy of the model runs, as ``/info`` reports it."""
+        return {"precision": self.precision, "device": str(model_device(self.model))}
 
     def token_ids(self, text: str) -> list[int]:
         raise NotImplementedError
@@ -78,8 +83,6 @@ class ServedModel:
 
 class _EncoderModel(ServedModel):
     """A classifier run or a BERT encoder: encoder self-attention, pooled sentence vectors."""
-
-    precision: str = "fp32"
 
     def token_ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
@@ -157,7 +160,7 @@ class TranslatorModel(ServedModel):
         from attnkit.tasks.translate import TranslatorRun
 
         self.run = TranslatorRun(run_dir, precision=precision, device=device)
-        self.model, self.tokenizer = self.run.model, self.run.tokenizer
+        self.model, self.tokenizer, self.precision = self.run.model, self.run.tokenizer, precision
         cfg = self.run.model_cfg
         self.name, self.max_len = Path(run_dir).name, cfg.max_len
         self.n_layers, self.n_heads, self.keep_last = cfg.n_layers, cfg.n_heads, 1  # the source's EOS

@@ -36,6 +36,7 @@ class ProcessRunner:
 
     def __init__(self, spec: str, precision: str = "fp32", device: str = "cpu", threads: int | None = None):
         self.spec, self.precision, self.device, self.threads = spec, precision, device, threads
+        self.inference: dict = {}  # the child's ``ServedModel.inference()``, once started
         self._conn: multiprocessing.connection.Connection | None = None
         self._process: multiprocessing.process.BaseProcess | None = None
         self._lock = threading.Lock()
@@ -59,6 +60,7 @@ class ProcessRunner:
         if kind != "ready":
             self.close()
             raise _rebuild(kind, message)
+        self.inference = message
 
     def __call__(self, group: tuple, jobs: list[list[list[int]]]) -> list[Any]:
         with self._lock:
@@ -132,7 +134,7 @@ def _serve_batches(conn, spec: str, precision: str, device: str, threads: int | 
     except Exception as err:
         conn.send(("input_error" if isinstance(err, InputError) else "error", str(err)))
         return
-    conn.send(("ready", None))
+    conn.send(("ready", served.inference()))
     while True:  # bounded by the parent: None, or its end of the pipe closing, ends it
         try:
             message = conn.recv()

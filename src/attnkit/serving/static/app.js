@@ -37,7 +37,8 @@ async function loadInfo() {
   if (!info) return;
   const c = info.config;
   $("model-info").textContent = `${info.task} ${info.model}: ${info.n_layers} layers x ${info.n_heads} heads, ` +
-    `d_model ${c.d_model}, max ${info.max_len} tokens` + (info.labels ? `, labels ${info.labels.join(", ")}` : "");
+    `d_model ${c.d_model}, max ${info.max_len} tokens` + (info.labels ? `, labels ${info.labels.join(", ")}` : "") +
+    ` (${info.inference.precision} on ${info.inference.device})`;
   $("decoding").hidden = info.task !== "translator";
 }
 

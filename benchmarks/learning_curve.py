@@ -1,0 +1,110 @@
+"""A learning curve on RT polarity: test accuracy against the size of the training split, for any `classify train`
+recipe. It tells whether a model is limited by its data (accuracy still rising as the split grows) or by itself
+(flat), which is what the README's "what limits it" paragraphs ask of the from-scratch model and of MiniLM.
+
+    attnkit data fetch rt-polarity && attnkit data fetch minilm
+    python benchmarks/learning_curve.py --fractions 0.25 0.5 1 --seeds 0 1 2 --json curve.json -- --init-from minilm
+    python benchmarks/learning_curve.py --json scratch.json -- --set dropout=0.3 label_smoothing=0.1 weight_decay=0.1
+
+Everything after `--` goes to `attnkit classify train` unchanged. The subsets are nested: the first n sentences of one
+fixed shuffle of the training split (shuffle seed 0, independent of the training seeds), so a larger subset holds
+every sentence of a smaller one. Each run validates (and so chooses its epoch) on the canonical validation split and
+is scored on the canonical test split with `attnkit classify eval`, both in processes of their own, exactly as a user
+runs them. Prints one line per run and a table of means; `--json FILE` writes every run and the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from attnkit.data.recipes import default_cache_dir
+
+
+def attnkit(*args: str) -> dict:
+    """Run one `attnkit` command; its stdout's last line is a JSON object (train's summary, eval's metrics)."""
+    done = subprocess.run([sys.executable, "-m", "attnkit", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"attnkit {' '.join(args)} failed ({done.returncode}):\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def write_subset(header: str, rows: list[str], path: Path) -> None:
+    path.write_text(header + "".join(rows), encoding="utf-8")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fractions", type=float, nargs="+", default=[0.125, 0.25, 0.5, 1.0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--json", metavar="FILE", help="write every run and the table of means here")
+    parser.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: arguments for `classify train`")
+    args = parser.parse_args()
+    train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
+
+    splits = default_cache_dir() / "rt-polarity"
+    lines = (splits / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    header, rows = lines[0], lines[1:]  # header: text<TAB>label
+    random.Random(0).shuffle(rows)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="attnkit-curve-") as tmp:
+        for fraction in args.fractions:
+            n = round(fraction * len(rows))
+            subset = Path(tmp) / f"train-{n}.tsv"
+            write_subset(header, rows[:n], subset)
+            for seed in args.seeds:
+                out = Path(tmp) / f"run-{n}-{seed}"
+                summary = attnkit(
+                    "classify", "train", "--train", str(subset), "--valid", str(splits / "valid.tsv"),
+                    "--out", str(out), "--seed", str(seed), "--quiet", *train_args,
+                )  # fmt: skip
+                evaluate = ("classify", "eval", "--model", str(out), "--dataset", "rt-polarity")
+                scores = {split: attnkit(*evaluate, "--split", split) for split in ("valid", "test")}
+                run = {
+                    "fraction": fraction,
+                    "sentences": n,
+                    "seed": seed,
+                    "valid": scores["valid"]["accuracy"],
+                    "test": scores["test"]["accuracy"],
+                    "best_epoch": summary["best_epoch"],
+                    "seconds": summary["seconds"],
+                }
+                runs.append(run)
+                print(json.dumps(run), flush=True)
+
+    table = []
+    for fraction in args.fractions:
+        these = [run for run in runs if run["fraction"] == fraction]
+        tests = [run["test"] for run in these]
+        table.append(
+            {
+                "fraction": fraction,
+                "sentences": these[0]["sentences"],
+                "valid_mean": statistics.fmean(run["valid"] for run in these),
+                "test_mean": statistics.fmean(tests),
+                "test_min": min(tests),
+                "test_max": max(tests),
+                "seconds_mean": statistics.fmean(run["seconds"] for run in these),
+            }
+        )
+    print(f"classify train {' '.join(train_args)}")
+    print(f"{'sentences':>9}  {'valid':>6}  {'test (min-max)':>20}  {'seconds':>7}")
+    for row in table:
+        print(
+            f"{row['sentences']:>9,}  {row['valid_mean']:.3f}  {row['test_mean']:.3f} ({row['test_min']:.3f}-"
+            f"{row['test_max']:.3f})  {row['seconds_mean']:>7.0f}"
+        )
+    if args.json:
+        document = {"command": sys.argv, "train_args": train_args, "runs": runs, "table": table}
+        Path(args.json).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
