@@ -6,6 +6,8 @@ recipe. It tells whether a model is limited by its data (accuracy still rising a
     python benchmarks/learning_curve.py --fractions 0.25 0.5 1 --seeds 0 1 2 --json curve.json -- --init-from minilm
     python benchmarks/learning_curve.py --json scratch.json -- --set dropout=0.3 label_smoothing=0.1 weight_decay=0.1
 
+    python benchmarks/learning_curve.py --tfidf --json tfidf.json      # the TF-IDF baseline instead (scikit-learn)
+
 Everything after `--` goes to `attnkit classify train` unchanged. The subsets are nested: the first n sentences of one
 fixed shuffle of the training split (shuffle seed 0, independent of the training seeds), so a larger subset holds
 every sentence of a smaller one. Each run validates (and so chooses its epoch) on the canonical validation split and
@@ -35,6 +37,32 @@ def attnkit(*args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def read_split(path: Path) -> tuple[list[str], list[str]]:
+    rows = [line.rstrip("\n").rsplit("\t", 1) for line in path.read_text(encoding="utf-8").splitlines()[1:]]
+    return [text for text, _ in rows], [label for _, label in rows]
+
+
+def tfidf_run(rows: list[str], splits: Path) -> dict:
+    """The brief's baseline on ``rows``: TF-IDF of word 1-2 grams + logistic regression, C chosen on validation."""
+    try:
+        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.linear_model import LogisticRegression
+    except ImportError:
+        sys.exit("error: --tfidf needs scikit-learn (pip install scikit-learn)")
+    texts, labels = zip(*(line.rstrip("\n").rsplit("\t", 1) for line in rows))
+    (valid_x, valid_y), (test_x, test_y) = read_split(splits / "valid.tsv"), read_split(splits / "test.tsv")
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)
+    features = vectorizer.fit_transform(texts)
+    best = None
+    for c in (1.0, 3.0, 10.0, 30.0, 100.0, 300.0):
+        model = LogisticRegression(C=c, max_iter=2000).fit(features, labels)
+        valid = model.score(vectorizer.transform(valid_x), valid_y)
+        if best is None or valid > best[0]:
+            best = (valid, c, model.score(vectorizer.transform(test_x), test_y))
+    assert best is not None
+    return {"valid": best[0], "test": best[2], "C": best[1]}
+
+
 def write_subset(header: str, rows: list[str], path: Path) -> None:
     path.write_text(header + "".join(rows), encoding="utf-8")
 
@@ -44,6 +72,7 @@ def main() -> int:
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.125, 0.25, 0.5, 1.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--json", metavar="FILE", help="write every run and the table of means here")
+    parser.add_argument("--tfidf", action="store_true", help="the TF-IDF + logistic regression baseline instead")
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: arguments for `classify train`")
     args = parser.parse_args()
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
@@ -58,6 +87,11 @@ def main() -> int:
             n = round(fraction * len(rows))
             subset = Path(tmp) / f"train-{n}.tsv"
             write_subset(header, rows[:n], subset)
+            if args.tfidf:  # deterministic: one run per size
+                run = {"fraction": fraction, "sentences": n, "seed": 0, **tfidf_run(rows[:n], splits), "seconds": 0.0}
+                runs.append(run)
+                print(json.dumps(run), flush=True)
+                continue
             for seed in args.seeds:
                 out = Path(tmp) / f"run-{n}-{seed}"
                 summary = attnkit(
@@ -93,7 +127,7 @@ def main() -> int:
                 "seconds_mean": statistics.fmean(run["seconds"] for run in these),
             }
         )
-    print(f"classify train {' '.join(train_args)}")
+    print("TF-IDF + logistic regression" if args.tfidf else f"classify train {' '.join(train_args)}")
     print(f"{'sentences':>9}  {'valid':>6}  {'test (min-max)':>20}  {'seconds':>7}")
     for row in table:
         print(

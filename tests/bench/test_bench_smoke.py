@@ -201,6 +201,14 @@ def test_classify_suite_smoke():
     _check(results, "classify", {"attnkit", "torch.nn"} | _installed("transformers"), ("sentences_per_s", "ms"))
     rows = {(r.impl, r.mode, r.variant) for r in results}
     assert ("torch.nn", "infer", "padded, fastpath-off") in rows and ("attnkit", "train", "full") in rows
+    # inference under bfloat16 autocast for every implementation (bfloat16 against bfloat16) where it is native
+    bf16 = {(r.impl, r.variant) for r in results if r.mode == "infer" and r.dtype == "bfloat16"}
+    impls = {"attnkit"} | _installed("transformers")
+    expected = {(i, v) for i in impls for v in ("full", "padded")} | {
+        ("torch.nn", "full, fastpath-off"),
+        ("torch.nn", "padded, fastpath-off"),
+    }
+    assert bf16 == (expected if native_bf16() else set())
 
 
 @pytest.mark.slow

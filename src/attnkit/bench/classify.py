@@ -133,7 +133,8 @@ def iter_results(
 ) -> Iterator[Result]:
     """Yield the matmul ceilings, then per (padding, implementation) a training and an inference result.
     ``quick``: 1 warm-up and 2 timed calls (3 for inference). Batches of 32 sentences on the CPU, 256 on a GPU
-    (``device``), where attnkit also runs inference under bfloat16 autocast."""
+    (``device``). Where the device has native bfloat16, every implementation also runs inference under bfloat16
+    autocast."""
     device = device or torch.device("cpu")
     on_gpu = device.type == "cuda"
     batch = batch or (256 if on_gpu else 32)
@@ -189,8 +190,10 @@ def iter_results(
                         reps=len(timing.times_s),
                     )
                 # Inference: every implementation with its default settings; also torch.nn with its fast path off,
-                # and attnkit under bfloat16 autocast (`classify predict/eval --precision bf16`) where the device has
-                # native bfloat16.
+                # and, where the device has native bfloat16, every implementation under bfloat16 autocast (attnkit's
+                # `classify predict/eval --precision bf16`), so that bfloat16 is compared with bfloat16. torch.nn's
+                # fast path fails under CPU autocast ("expected scalar type Float but found BFloat16", torch 2.13), so
+                # its bfloat16 row runs with the fast path off, and says so.
                 calls = [(impl, variant, "float32", inference_call(*models[impl], ids)) for impl in chosen]
                 if "torch.nn" in models:
                     calls.append(
@@ -201,8 +204,11 @@ def iter_results(
                             inference_call(*models["torch.nn"], ids, fastpath=False),
                         )
                     )
-                if "attnkit" in models and with_bf16:
-                    calls.append(("attnkit", variant, "bfloat16", inference_call(*models["attnkit"], ids, "bf16")))
+                if with_bf16:
+                    for impl in chosen:
+                        off = impl == "torch.nn" and device.type == "cpu"
+                        call = inference_call(*models[impl], ids, "bf16", fastpath=not off)
+                        calls.append((impl, f"{variant}, fastpath-off" if off else variant, "bfloat16", call))
                 timings = measure_interleaved(
                     [c[3] for c in calls], warmup=warmup, reps=reps + 1, budget_s=20.0, sync=sync
                 )
