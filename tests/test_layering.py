@@ -17,6 +17,7 @@ LAYERS = {
     "atomic": 0,
     "compat": 0,
     "devices": 0,
+    "allocator": 0,
     "config": 0,
     "": 0,  # "" is attnkit/__init__ (the version)
     # 1: the paper's model, tokenizers and data reading / batching: built from configs, unaware of training.

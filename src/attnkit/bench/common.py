@@ -407,7 +407,8 @@ def describe_machine(info: dict) -> str:
         on_gpu = f"{gpu['name']} (compute {gpu['capability']}, {gpu['memory_gib']} GiB, CUDA {gpu['cuda']}); "
     return (
         f"{on_gpu}{info['cpu']} ({info['cores']} cores; {' '.join(info['features']) or 'no AVX2'}); "
-        f"{info['threads']} threads per engine; {versions}; load average {load}"
+        f"{info['threads']} threads per engine; {versions}; {info.get('malloc', 'malloc not recorded')}; "
+        f"load average {load}"
     )
 
 

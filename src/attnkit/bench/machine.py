@@ -12,6 +12,8 @@ import platform
 from importlib import metadata
 from pathlib import Path
 
+from attnkit import allocator
+
 # The CPU flags (as /proc/cpuinfo spells them) that decide which kernels PyTorch's oneDNN/MKL and CTranslate2 run:
 # vector width (avx2, avx512f), fused multiply-add, bfloat16 dot products, int8 dot products (VNNI) and the AMX tiles.
 FEATURES = (
@@ -82,4 +84,5 @@ def machine_info(*, threads: int) -> dict:
         "python": platform.python_version(),
         "versions": library_versions(),
         "load_average": load_average(),
+        "malloc": allocator.setting(),  # glibc's thresholds change encoder speed by up to 1.4x (attnkit.allocator)
     }

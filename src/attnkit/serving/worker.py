@@ -124,8 +124,10 @@ def _serve_batches(conn, spec: str, precision: str, device: str, threads: int | 
     # or the pipe closing when the server is gone).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    from attnkit.allocator import tune_malloc
     from attnkit.serving.models import load_model, run_batch, warm_up
 
+    tune_malloc()  # a spawned process: the server's settings do not carry over
     if threads is not None:
         torch.set_num_threads(threads)
     try:
