@@ -21,6 +21,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from attnkit.allocator import setting, tune_malloc
 from attnkit.bench.classify import CONFIGS, forward_fn, inference_call, make_batch
 from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
 from attnkit.model.build import build_classifier
@@ -67,6 +68,7 @@ def main() -> int:
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     args = parser.parse_args()
+    tune_malloc()  # as the command line does (ATTNKIT_MALLOC=system leaves glibc's defaults)
     cfg = CONFIGS["seed000"]
     dtype = DTYPES.get(args.precision, torch.float32)
     with fixed_threads(args.threads):
@@ -85,7 +87,8 @@ def main() -> int:
     attention = 4 * args.batch * args.length**2 * cfg.d_model * cfg.n_layers  # Q K^T and A V
     floor_gflop = (per_token * args.batch * args.length + attention) / 1e9
     square_gflops = 2 * 1024**3 / ms["1,024^2 square product"] / 1e6
-    print(f"batch {args.batch} x {args.length}, {args.precision}, {args.threads} threads, {args.reps} rounds in turns:")
+    print(f"batch {args.batch} x {args.length}, {args.precision}, {args.threads} threads, {args.reps} rounds in turns;")
+    print(f"  malloc: {setting()}")
     for name in list(calls)[:3]:
         rate = floor_gflop / ms[name] * 1e3
         print(f"  {name:36s} {ms[name]:7.2f} ms  {args.batch / ms[name] * 1e3:7.0f} sentences/s  {rate:6.1f} GFLOP/s")

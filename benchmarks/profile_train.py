@@ -21,6 +21,7 @@ import time
 import torch
 from torch.profiler import profile
 
+from attnkit.allocator import setting, tune_malloc
 from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
 from attnkit.bench.train import CONFIGS, forward_fn, make_batch, training_step
 from attnkit.model.build import build_translator
@@ -51,6 +52,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     args = parser.parse_args()
+    tune_malloc()  # as the command line does (ATTNKIT_MALLOC=system leaves glibc's defaults)
     cfg = CONFIGS[args.config]
     impls = ("attnkit", "transformers")
     with fixed_threads(args.threads):
@@ -76,6 +78,7 @@ def main() -> int:
             shares[impl] = totals
     plain = {impl: t.median_s * 1e3 for impl, t in zip(steps, timings)}
     print(f"train step, {args.config}, length {args.length}, {args.precision}, {args.threads} threads")
+    print(f"  malloc: {setting()}")
     print("  without the profiler (median of 5, in turns): " + ", ".join(f"{i} {ms:.1f} ms" for i, ms in plain.items()))
     print(f"  {'category (profiled step)':48s}" + "".join(f"{impl:>22s}" for impl in impls))
     labels = sorted(
