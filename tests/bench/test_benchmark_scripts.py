@@ -1,0 +1,65 @@
+"""The measurement scripts in benchmarks/ run end to end, at their smallest, and print what the README quotes from
+them (each in a process of its own, as a user runs it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnkit.data.recipes import default_cache_dir
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+RT = default_cache_dir() / "rt-polarity"
+
+
+def run_script(name: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, str(BENCHMARKS / name), *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_profile_classify_prints_the_floor_and_the_ratio_to_bert():
+    pytest.importorskip("transformers")
+    out = run_script("profile_classify.py", "--reps", "2", "--threads", "1", "--batch", "4", "--length", "16")
+    assert "floor: products + attention alone" in out and "BERT / floor = " in out and "malloc: " in out
+
+
+@pytest.mark.slow
+def test_profile_train_splits_both_steps_by_category():
+    pytest.importorskip("transformers")
+    out = run_script("profile_train.py", "--threads", "1")
+    assert "matrix multiplication" in out and "wall (profiled)" in out
+    assert "attnkit" in out and "transformers" in out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (RT / "train.tsv").is_file(), reason="RT polarity is not cached (`attnkit data fetch rt-polarity`)"
+)
+def test_learning_curve_trains_on_nested_subsets_and_writes_every_run(tmp_path):
+    out_json = tmp_path / "curve.json"
+    out = run_script(
+        "learning_curve.py", "--fractions", "0.02", "0.04", "--seeds", "0", "--json", str(out_json),
+        "--", "--epochs", "1", "--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=1",
+    )  # fmt: skip
+    document = json.loads(out_json.read_text())
+    assert [run["sentences"] for run in document["runs"]] == [169, 338]
+    assert all(0.0 <= run["test"] <= 1.0 and 0.0 <= run["valid"] <= 1.0 for run in document["runs"])
+    assert [row["sentences"] for row in document["table"]] == [169, 338] and "338" in out
+
+
+@pytest.mark.skipif(
+    not (RT / "train.tsv").is_file(), reason="RT polarity is not cached (`attnkit data fetch rt-polarity`)"
+)
+def test_learning_curve_reports_a_failed_training_with_its_error():
+    script = str(BENCHMARKS / "learning_curve.py")
+    done = subprocess.run(
+        [sys.executable, script, "--fractions", "0.02", "--seeds", "0", "--", "--set", "nosuch=1"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode != 0 and "unknown config key 'nosuch'" in done.stderr
