@@ -28,7 +28,8 @@ cfg = ClassifierConfig(vocab_size=100, d_model=128, n_heads=4, d_ff=512, n_layer
 model = prepare_for_inference(build_classifier(cfg, pad_id=0))
 ids = torch.randint(1, 100, (32, 128))
 with torch.inference_mode():
-    model(ids)  # the first call's faults are the working set's; the later ones are the allocator's
+    for _ in range(3):  # the first passes fault the working set in (and glibc's adaptive threshold settles)
+        model(ids)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(10):
         model(ids)
@@ -44,9 +45,10 @@ def faults(mode: str) -> int:
 @glibc
 def test_tuned_malloc_reuses_freed_buffers_instead_of_faulting_them_in_again():
     default, tuned = faults("default"), faults("tuned")
-    # measured: ~70,000 with glibc's defaults (each pass faults ~27 MiB of activations in again), ~1,500 tuned
-    assert default > 10 * 2000, default
-    assert tuned < default / 10, (default, tuned)
+    # measured, ten passes after three: 37,000-62,000 with glibc's defaults (each pass faults up to ~27 MiB of
+    # activations in again), 0-1,538 tuned
+    assert default > 10 * 1000, default
+    assert tuned < default / 8, (default, tuned)
 
 
 @glibc

@@ -84,5 +84,5 @@ def machine_info(*, threads: int) -> dict:
         "python": platform.python_version(),
         "versions": library_versions(),
         "load_average": load_average(),
-        "malloc": allocator.setting(),  # glibc's thresholds change encoder speed by up to 1.4x (attnkit.allocator)
+        "malloc": allocator.setting(),  # glibc's thresholds move encoder timings (attnkit.allocator)
     }

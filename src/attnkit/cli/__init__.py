@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         from attnkit.allocator import tune_malloc
 
-        tune_malloc()  # keep freed tensor buffers in the process (glibc): up to 1.4x on encoder batches
+        tune_malloc()  # keep freed tensor buffers in the process (glibc; attnkit.allocator)
         if getattr(args, "needs_torch", True):  # `data prepare` never loads a model: it runs without torch
             from attnkit.compat import check_torch
 
