@@ -26,6 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from attnkit.data.readers import read_labeled
 from attnkit.data.recipes import default_cache_dir
 
 
@@ -37,34 +38,28 @@ def attnkit(*args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def read_split(path: Path) -> tuple[list[str], list[str]]:
-    rows = [line.rstrip("\n").rsplit("\t", 1) for line in path.read_text(encoding="utf-8").splitlines()[1:]]
-    return [text for text, _ in rows], [label for _, label in rows]
-
-
-def tfidf_run(rows: list[str], splits: Path) -> dict:
-    """The brief's baseline on ``rows``: TF-IDF of word 1-2 grams + logistic regression, C chosen on validation."""
+def tfidf_run(train: Path, splits: Path) -> dict:
+    """The brief's baseline trained on the file ``train``: TF-IDF of word 1-2 grams + logistic regression, C chosen
+    on the validation split; the files read as ``classify train`` reads them."""
     try:
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
     except ImportError:
         sys.exit("error: --tfidf needs scikit-learn (pip install scikit-learn)")
-    texts, labels = zip(*(line.rstrip("\n").rsplit("\t", 1) for line in rows))
-    (valid_x, valid_y), (test_x, test_y) = read_split(splits / "valid.tsv"), read_split(splits / "test.tsv")
+    (train_x, train_y), (valid_x, valid_y), (test_x, test_y) = (
+        ([e.text for e in examples], [e.label for e in examples])
+        for examples in map(read_labeled, (train, splits / "valid.tsv", splits / "test.tsv"))
+    )
     vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)
-    features = vectorizer.fit_transform(texts)
+    features = vectorizer.fit_transform(train_x)
     best = None
     for c in (1.0, 3.0, 10.0, 30.0, 100.0, 300.0):
-        model = LogisticRegression(C=c, max_iter=2000).fit(features, labels)
+        model = LogisticRegression(C=c, max_iter=2000).fit(features, train_y)
         valid = model.score(vectorizer.transform(valid_x), valid_y)
         if best is None or valid > best[0]:
             best = (valid, c, model.score(vectorizer.transform(test_x), test_y))
     assert best is not None
     return {"valid": best[0], "test": best[2], "C": best[1]}
-
-
-def write_subset(header: str, rows: list[str], path: Path) -> None:
-    path.write_text(header + "".join(rows), encoding="utf-8")
 
 
 def main() -> int:
@@ -86,9 +81,9 @@ def main() -> int:
         for fraction in args.fractions:
             n = round(fraction * len(rows))
             subset = Path(tmp) / f"train-{n}.tsv"
-            write_subset(header, rows[:n], subset)
+            subset.write_text(header + "".join(rows[:n]), encoding="utf-8")
             if args.tfidf:  # deterministic: one run per size
-                run = {"fraction": fraction, "sentences": n, "seed": 0, **tfidf_run(rows[:n], splits), "seconds": 0.0}
+                run = {"fraction": fraction, "sentences": n, "seed": 0, **tfidf_run(subset, splits), "seconds": 0.0}
                 runs.append(run)
                 print(json.dumps(run), flush=True)
                 continue

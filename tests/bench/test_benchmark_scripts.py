@@ -63,3 +63,15 @@ def test_learning_curve_reports_a_failed_training_with_its_error():
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode != 0 and "unknown config key 'nosuch'" in done.stderr
+
+
+@pytest.mark.skipif(
+    not (RT / "train.tsv").is_file(), reason="RT polarity is not cached (`attnkit data fetch rt-polarity`)"
+)
+def test_learning_curve_tfidf_baseline_scores_every_size(tmp_path):
+    pytest.importorskip("sklearn")
+    out_json = tmp_path / "tfidf.json"
+    run_script("learning_curve.py", "--tfidf", "--fractions", "0.05", "0.1", "--json", str(out_json))
+    runs = json.loads(out_json.read_text())["runs"]
+    assert [run["sentences"] for run in runs] == [423, 846]
+    assert all(0.55 < run["test"] < 1.0 and run["C"] > 0 for run in runs)  # above chance (0.5) at 423 sentences
