@@ -302,6 +302,16 @@ def test_predict_in_bf16_agrees_and_notes_a_cpu_without_native_bfloat16(seed_run
     assert ("note: precision=bf16: your CPU has no native bfloat16" in err) == (not native)
 
 
+def test_int8_is_refused_for_a_classifier(seed_run, capsys):
+    """int8 weights are a translator's (decoding one sentence at a time); a classifier's commands and a served
+    classifier say so in one error line, exit 2, before anything binds."""
+    code, _, err = cli(capsys, "classify", "predict", "--model", seed_run, "--precision", "int8", "good")
+    assert code == 2 and "--precision" in err and "int8" in err
+    code, _, err = cli(capsys, "serve", seed_run, "--precision", "int8", "--port", "0")
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith("error: --precision int8 is for translators")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Small data with the defaults; keys of the other task; loop keys that used to be ignored
 

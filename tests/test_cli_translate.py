@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from attnkit.cli import main
+from attnkit.errors import InputError
+from attnkit.model.quantize import Int8Linear
 
 SYMBOLS = "a b c d e f g h i j k l m n o p".split()
 
@@ -297,24 +299,30 @@ def test_patience_stops_the_translator_and_the_best_evaluation_is_the_model(tmp_
 
 
 @pytest.mark.slow
-def test_bfloat16_decoding_keeps_the_learned_outputs(reverse_run, capsys, monkeypatch):
-    """``--precision bf16`` casts the model (half the bytes a step reads) and ranks float32 log-probabilities: a
-    trained model's outputs stay what float32 decodes, greedy and beam (here the reverse task's, 99% exact)."""
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_reduced_precision_decoding_keeps_the_learned_outputs(reverse_run, capsys, monkeypatch, precision):
+    """``--precision bf16`` casts the model (half the bytes a step reads), ``int8`` also rounds its weight matrices
+    to int8; both rank float32 log-probabilities: a trained model's outputs stay what float32 decodes, greedy and
+    beam (here the reverse task's, 99% exact). int8 decodes one sentence per call (``--batch-size 1``: the int8
+    kernel) as in batches of 32 (the bfloat16 copy of the same rounded weights)."""
     from attnkit.training.precision import native_bf16
 
     run = str(reverse_run / "run")
     lines = [line.split("\t")[0] for line in (reverse_run / "test.tsv").read_text().splitlines()[1:41]]
     for beam in ("1", "4"):
         outputs = {}
-        for precision in ("fp32", "bf16"):
-            monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
-            code, out, err = run_cli(
-                capsys, "translate", "run", "--model", run, "--beam", beam, "--precision", precision
-            )
-            assert code == 0, err
-            outputs[precision] = out.splitlines()
-        same = sum(a == b for a, b in zip(outputs["fp32"], outputs["bf16"], strict=True))
+        for name, flags in (("fp32", []), (precision, ["--precision", precision])):
+            for batch in ("32", "1") if name == "int8" else ("32",):
+                monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
+                code, out, err = run_cli(
+                    capsys, "translate", "run", "--model", run, "--beam", beam, "--batch-size", batch, *flags
+                )
+                assert code == 0, err
+                outputs[name if batch == "32" else "int8, one per call"] = out.splitlines()
+        same = sum(a == b for a, b in zip(outputs["fp32"], outputs[precision], strict=True))
         assert same >= 39, (beam, same)  # 40 sources; one may flip where two continuations nearly tie
+        if precision == "int8":
+            assert outputs["int8, one per call"] == outputs["int8"], beam
         assert ("no native bfloat16" in err) == (not native_bf16())
 
 
@@ -331,6 +339,11 @@ def test_translator_precision_casts_the_model_and_refuses_what_the_device_cannot
     code, _, err = run_cli(capsys, "translate", "eval", "--model", str(tiny_translator), "--precision", "fp16")
     assert code == 2
     assert_one_error_line(err, "--precision=fp16 runs on CUDA devices only")
+    int8 = TranslatorRun(tiny_translator, precision="int8").model  # bfloat16, every projection rounded to int8
+    assert all(isinstance(m, Int8Linear) for m in int8.modules() if isinstance(m, torch.nn.Linear))
+    assert {p.dtype for p in int8.parameters()} == {torch.bfloat16}
+    with pytest.raises(InputError, match="precision=int8 runs on CPUs"):
+        TranslatorRun(tiny_translator, precision="int8", device="meta")
     code, _, err = run_cli(
         capsys, "translate", "run", "--model", str(tiny_translator), "--engine", "ct2", "--precision", "bf16"
     )

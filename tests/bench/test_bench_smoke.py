@@ -299,7 +299,8 @@ def test_ctranslate2_is_timed_in_a_child_process_in_turns_with_attnkit():
         reps=2,
     )
     rows = {(r.impl, r.dtype, r.variant): r for r in results}
-    attnkit_types = ("float32", "bfloat16") if native_bf16() else ("float32",)  # bfloat16 only where it is native
+    # bfloat16, and int8 weights (bfloat16 activations), only where bfloat16 is native
+    attnkit_types = ("float32", "bfloat16", "int8") if native_bf16() else ("float32",)
     assert set(rows) == {
         (impl, dtype, variant)
         for impl, types in (("attnkit", attnkit_types), ("ctranslate2", ("float32", "int8")))

@@ -7,7 +7,8 @@ implementation returned a different number.
 
     attnkit        ``greedy_decode`` / ``beam_search(beam_size=4)`` with ``fixed_len``, on the key/value cache;
                    float32, and bfloat16 (the model cast, as ``translate run --precision bf16`` decodes) where the
-                   device has native bfloat16 (a GPU that has it; a CPU with AMX or AVX512-BF16)
+                   device has native bfloat16 (a GPU that has it; a CPU with AMX or AVX512-BF16); on such a CPU
+                   also int8 (``--precision int8``: bfloat16 with every weight matrix rounded to int8)
     torch.nn       no decoding API: ``TorchNNTranslator.greedy_no_cache`` re-runs the decoder on the whole prefix
                    at every step (the loop a user writes); greedy only, labelled "torch.nn (no cache)"
     transformers   ``MarianMTModel.generate(num_beams=1 | 4, min_new_tokens=steps, max_new_tokens=steps)``
@@ -52,7 +53,7 @@ from attnkit.bench.gpu import synchronizer
 from attnkit.bench.isolated import ChildEngine, CT2Translator, Elapsed, describe_settings
 from attnkit.config import TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
-from attnkit.model.build import build_translator, prepare_for_inference
+from attnkit.model.build import build_translator, prepare_for_inference, quantize_for_inference
 from attnkit.training.precision import native_bf16
 
 CONFIGS: dict[str, TranslatorConfig] = {"small": TranslatorConfig()}
@@ -218,10 +219,14 @@ def iter_results(
 
 
 def _attnkit_models(ours, device: torch.device) -> dict:
-    """dtype -> attnkit's model in it: float32 (``ours``), and a bfloat16 copy where ``device`` has native
-    bfloat16."""
-    with_bf16 = torch.cuda.is_bf16_supported() if device.type == "cuda" else native_bf16()
-    return {"float32": ours, **({"bfloat16": copy.deepcopy(ours).to(torch.bfloat16)} if with_bf16 else {})}
+    """dtype -> attnkit's model in it: float32 (``ours``), and where ``device`` has native bfloat16 a bfloat16 copy
+    and, on a CPU, an int8 one (``translate run --precision int8``: bfloat16 with int8 weights)."""
+    models = {"float32": ours}
+    if torch.cuda.is_bf16_supported() if device.type == "cuda" else native_bf16():
+        models["bfloat16"] = copy.deepcopy(ours).to(torch.bfloat16)
+    if device.type == "cpu" and native_bf16():
+        models["int8"] = quantize_for_inference(copy.deepcopy(ours))
+    return models
 
 
 def _calls(

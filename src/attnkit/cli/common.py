@@ -142,9 +142,11 @@ def dataset_splits(name: str) -> tuple[Path, Path]:
     return directory / "train.tsv", directory / "valid.tsv"
 
 
-def add_precision_arg(p: argparse.ArgumentParser, help: str) -> None:
-    """--precision fp32 | bf16 | fp16 of an inference command; ``help`` says what bf16 and fp16 do there."""
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32", help=help)
+def add_precision_arg(p: argparse.ArgumentParser, help: str, *, int8: bool = False) -> None:
+    """--precision fp32 | bf16 | fp16 (| int8 where a translator decodes) of an inference command; ``help`` says
+    what each does there."""
+    choices = ("fp32", "bf16", "fp16", "int8") if int8 else ("fp32", "bf16", "fp16")
+    p.add_argument("--precision", choices=choices, default="fp32", help=help)
 
 
 def check_precision(precision: str, device, *, what: str) -> None:
@@ -152,9 +154,9 @@ def check_precision(precision: str, device, *, what: str) -> None:
     AVX512-BF16 runs, much slower than fp32: say so, once."""
     from attnkit.training import precision as precisions
 
-    precisions.check_precision(precision, device, what=what)
+    precisions.check_precision(precision, device, what=what, allowed=precisions.DECODING_PRECISIONS)
     if precisions.slow_bf16(precision, device):
-        print(f"note: precision=bf16: {precisions.SLOW_BF16_NOTE}", file=sys.stderr)
+        print(f"note: precision={precision}: {precisions.SLOW_BF16_NOTE}", file=sys.stderr)
 
 
 def eval_file(args: argparse.Namespace) -> Path:

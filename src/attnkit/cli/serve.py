@@ -57,6 +57,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
         # The child process runs the model on the device; this process keeps a CPU copy for tokenization and
         # metadata only (loading it here first makes a bad run an error line, exit 2, before anything binds).
         model = load_model(args.model, "fp32", "cpu")
+        if args.precision == "int8" and model.task == "classifier":  # an embedder runs in float32 whatever
+            raise InputError(f"--precision int8 is for translators; {args.model} is a classifier")
         runner = ProcessRunner(str(args.model), args.precision, str(device), args.threads)
     else:
         model = load_model(args.model, args.precision, device)
@@ -95,7 +97,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     add_precision_arg(
         p,
         "bf16: a classifier under bfloat16 autocast, a translator decoding in bfloat16 (GPUs, and CPUs with AMX or "
-        "AVX512-BF16); fp16: the same in float16 (CUDA only). Embedders run in float32",
+        "AVX512-BF16); fp16: the same in float16 (CUDA only); int8: a translator in bf16 with its weights rounded "
+        "to int8 (CPUs; ~2x faster than bf16 for one sentence per request). Embedders run in float32",
+        int8=True,
     )
     add_device_arg(p)
     p.add_argument(

@@ -106,7 +106,8 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
 
 PRECISION_HELP = (
     "bf16: decode in bfloat16 (GPUs, and CPUs with AMX or AVX512-BF16), fp16: in float16 (CUDA only); weights and "
-    "activations in that type, the search on float32 log-probabilities. Default fp32"
+    "activations in that type, the search on float32 log-probabilities. int8 (CPUs): bf16 with the weights rounded "
+    "to int8, ~2x faster than bf16 one sentence at a time (--batch-size 1). Default fp32"
 )
 
 
@@ -237,7 +238,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--batch-size", type=positive_int, default=32, help="sentences decoded together (default 32)")
     add_decoding_args(p)
-    add_precision_arg(p, PRECISION_HELP)
+    add_precision_arg(p, PRECISION_HELP, int8=True)
     add_device_arg(p)
     p.set_defaults(func=cmd_translate_run)
 
@@ -259,6 +260,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "(pip install 'attnkit[ko]'), Japanese ja-mecab, Chinese zh. chrF needs none",
     )
     add_decoding_args(p)
-    add_precision_arg(p, PRECISION_HELP)
+    add_precision_arg(p, PRECISION_HELP, int8=True)
     add_device_arg(p)
     p.set_defaults(func=cmd_translate_eval)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.model.masking import Unpadded
+from attnkit.model.quantize import Int8Linear, Int8Weight, linear
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -160,7 +161,7 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, inner, bias=bias)
         self.v_proj = nn.Linear(d_model, inner, bias=bias)
         self.out_proj = nn.Linear(inner, d_model, bias=bias)
-        self._fused: tuple[Tensor, Tensor | None] | None = None  # stacked W^Q, W^K, W^V for inference (fuse_qkv)
+        self._fused: tuple[Tensor | Int8Weight, Tensor | None] | None = None  # stacked W^Q, W^K, W^V (fuse_qkv)
 
     def _split_heads(self, x: Tensor) -> Tensor:
         B, L, _ = x.shape
@@ -172,7 +173,7 @@ class MultiHeadAttention(nn.Module):
         if self._fused is not None and torch.is_grad_enabled():
             self.unfuse_qkv()  # autograd on: the weights may be trained from here, so the snapshot would go stale
         weight, bias = self._fused if self._fused is not None else self._concat_qkv()  # (3 H Dh, D), (3 H Dh,)
-        return F.linear(x, weight, bias)  # (..., 3 H Dh)
+        return linear(x, weight, bias)  # (..., 3 H Dh)
 
     def _project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q_proj(x), k_proj(x), v_proj(x) in one matrix multiplication: (B, L, D) -> 3 x (B, H, L, Dh)."""
@@ -194,10 +195,15 @@ class MultiHeadAttention(nn.Module):
 
     def fuse_qkv(self) -> None:
         """Stack W^Q, W^K, W^V once for inference: later self-attention calls under ``torch.no_grad`` or
-        ``torch.inference_mode`` use the stacked copy instead of concatenating the weights again."""
+        ``torch.inference_mode`` use the stacked copy instead of concatenating the weights again. Projections
+        rounded to int8 (``attnkit.model.quantize``) are stacked as int8."""
         with torch.no_grad():
             weight, bias = self._concat_qkv()
-        self._fused = (weight, bias)
+        int8 = [p for p in (self.q_proj, self.k_proj, self.v_proj) if isinstance(p, Int8Linear)]
+        if len(int8) == 3:
+            self._fused = (Int8Weight.cat([p.int8 for p in int8]), bias)
+        else:
+            self._fused = (weight, bias)
 
     def unfuse_qkv(self) -> None:
         """Drop the stacked copy (after changing the weights in place by hand, for example)."""
@@ -220,7 +226,8 @@ class MultiHeadAttention(nn.Module):
         super()._apply(fn, recurse)
         if self._fused is not None:  # .to(device / dtype), .half(), ...: the copy follows the parameters
             weight, bias = self._fused
-            self._fused = (fn(weight), None if bias is None else fn(bias))
+            weight = weight.apply(fn) if isinstance(weight, Int8Weight) else fn(weight)
+            self._fused = (weight, None if bias is None else fn(bias))
         return self
 
     def forward_unpadded(self, x: Tensor, unpadded: Unpadded) -> Tensor:

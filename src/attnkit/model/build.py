@@ -4,11 +4,13 @@ The containers (``Encoder``, ``Decoder``, ``Transformer``, ``TransformerClassifi
 sub-modules built; only the functions below know every dimension. Modules are created in the order the
 containers register them, so a fixed seed gives the same initial weights as long as this order is kept.
 
-After loading weights, inference code calls ``prepare_for_inference(model)`` once.
+After loading weights, inference code calls ``prepare_for_inference(model)`` once (``quantize_for_inference`` for
+int8 weights).
 """
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from attnkit.config import ClassifierConfig, MaskedLMConfig, TransformerConfig, TranslatorConfig
@@ -16,6 +18,7 @@ from attnkit.model.attention import MultiHeadAttention
 from attnkit.model.classifier import TransformerClassifier
 from attnkit.model.layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward, Residual
 from attnkit.model.masked_lm import MaskedLanguageModel, MaskedLMHead
+from attnkit.model.quantize import quantize_int8_
 from attnkit.model.transformer import Decoder, Embeddings, Encoder, Transformer
 
 
@@ -143,3 +146,14 @@ def prepare_for_inference(model: nn.Module) -> nn.Module:
         elif isinstance(module, Transformer):
             module.transpose_output()
     return model
+
+
+def quantize_for_inference(model: nn.Module) -> nn.Module:
+    """``prepare_for_inference`` with every weight matrix rounded to int8 (``attnkit.model.quantize``): the model is
+    cast to bfloat16, each ``nn.Linear`` and ``nn.Embedding`` whose input size is a multiple of 16 is replaced by
+    its int8 counterpart, and the stacked W^Q, W^K, W^V and the output projection are kept in int8 too. Products of
+    one to four rows (decoding a sentence at a time) then read one byte per weight. For inference on a CPU only:
+    the state dict of the result holds the rounded weights in bfloat16. Returns ``model``."""
+    model.to(torch.bfloat16)
+    quantize_int8_(model)
+    return prepare_for_inference(model)

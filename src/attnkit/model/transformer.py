@@ -10,6 +10,7 @@ from attnkit.model.attention import AttentionMaps, KVCache
 from attnkit.model.layers import DecoderLayer, DecoderLayerCache, EncoderLayer
 from attnkit.model.masking import Unpadded, causal_mask, decoder_self_mask, padding_mask
 from attnkit.model.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, scale_for
+from attnkit.model.quantize import Int8Embedding, Int8Linear, Int8Weight
 
 
 class Embeddings(nn.Module):
@@ -157,7 +158,7 @@ class Transformer(nn.Module):
         self.encoder = encoder
         self.decoder = decoder
         self.output_proj = output_proj
-        self._output_t: Tensor | None = None  # (D, V) copy of the output weight for inference (transpose_output)
+        self._output_t: Tensor | Int8Weight | None = None  # output weight for inference (transpose_output)
 
     def encode(self, src: Tensor, attn_layers: tuple[int, ...] = ()) -> tuple[Tensor, Tensor, AttentionMaps]:
         """src (B, S) ids -> memory (B, S, D), source mask (B, 1, 1, S) True = real token, requested maps."""
@@ -169,6 +170,8 @@ class Transformer(nn.Module):
         """Pre-softmax projection: (B, T, D) -> (B, T, V)."""
         if self._output_t is not None:
             if not torch.is_grad_enabled():
+                if isinstance(self._output_t, Int8Weight):
+                    return self._output_t.linear(x)  # (B, T, V)
                 return x @ self._output_t  # (B, T, V)
             self._output_t = None  # autograd on: the weights may be trained from here, so the copy would go stale
         weight = self.embeddings.token.weight if self.output_proj is None else self.output_proj.weight
@@ -179,13 +182,18 @@ class Transformer(nn.Module):
     # product ran 1.2x faster for 32 rows, 1.6x for 128 (beam 4) and 1.9x for one row (benchmarks/profile_decode.py;
     # one thread, AMD EPYC). ``transpose_output`` makes that copy once for inference, kept under the same rules as
     # the stacked W^Q, W^K, W^V of ``MultiHeadAttention.fuse_qkv``: dropped by ``train()``, ``load_state_dict`` and
-    # any forward pass with autograd on, moved and cast by ``.to()``, never saved.
+    # any forward pass with autograd on, moved and cast by ``.to()``, never saved. A weight rounded to int8
+    # (``attnkit.model.quantize``) is kept as its ``Int8Weight`` instead, whose one-row kernel reads (V, D).
 
     def transpose_output(self) -> None:
-        """Keep a (D, V) contiguous copy of the output weight; later ``logits`` calls without autograd use it."""
-        weight = self.embeddings.token.weight if self.output_proj is None else self.output_proj.weight
+        """Keep a (D, V) contiguous copy of the output weight (or its int8 form); later ``logits`` calls without
+        autograd use it."""
+        source = self.embeddings.token if self.output_proj is None else self.output_proj
+        if isinstance(source, (Int8Embedding, Int8Linear)):
+            self._output_t = source.int8  # (V, D) int8, and the same values in the floating-point type
+            return
         with torch.no_grad():
-            self._output_t = weight.t().contiguous()  # (D, V)
+            self._output_t = source.weight.t().contiguous()  # (D, V)
 
     def train(self, mode: bool = True) -> Transformer:
         if mode:
@@ -198,7 +206,9 @@ class Transformer(nn.Module):
 
     def _apply(self, fn, recurse: bool = True):
         super()._apply(fn, recurse)
-        if self._output_t is not None:  # .to(device / dtype), .half(), ...: the copy follows the parameters
+        if isinstance(self._output_t, Int8Weight):  # .to(device / dtype), .half(), ...: the copy follows them
+            self._output_t = self._output_t.apply(fn)
+        elif self._output_t is not None:
             self._output_t = fn(self._output_t)
         return self
 

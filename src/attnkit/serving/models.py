@@ -55,7 +55,7 @@ class ServedModel:
     n_heads: int
     labels: list[str] | None = None
     keep_last: int = 0  # special tokens kept at the end when an input is truncated (EOS, [SEP])
-    precision: str = "fp32"  # what inference runs in: fp32, bf16 or fp16 (an embedder always runs in fp32)
+    precision: str = "fp32"  # what inference runs in: fp32, bf16, fp16, int8 (an embedder always runs in fp32)
 
     def inference(self) -> dict:
         """Where and in what this copy of the model runs, as ``/info`` reports it."""

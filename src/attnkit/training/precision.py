@@ -12,6 +12,8 @@ diverging. bfloat16 has float32's exponent range and needs no scaler.
     bf16        CUDA (compute capability 8.0+ for speed), CPUs     on a CPU, AMX or AVX512-BF16 (``native_bf16``);
                 with native bfloat16                              elsewhere it runs, ~100x slower (``SLOW_BF16_NOTE``)
     fp16        CUDA only                                         a gradient scaler (training)
+    int8        decoding a translator on a CPU (inference only)   as bf16: its activations run in bfloat16
+                                                                  (``attnkit.model.quantize``)
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from attnkit.errors import InputError
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+DECODING_PRECISIONS = (*PRECISIONS, "int8")  # a translator's inference adds int8 weights
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 SLOW_BF16_NOTE = (
@@ -31,11 +34,19 @@ SLOW_BF16_NOTE = (
 )
 
 
-def check_precision(precision: str, device: torch.device, *, what: str = "config key precision") -> None:
-    """An ``InputError`` naming ``what`` when ``precision`` cannot run on ``device`` (fp16 off CUDA, bf16 on a GPU
-    without bfloat16), saying what to use instead."""
-    if precision not in PRECISIONS:
-        raise InputError(f"{what}={precision!r}; expected one of {', '.join(PRECISIONS)}")
+def check_precision(
+    precision: str, device: torch.device, *, what: str = "config key precision", allowed: tuple[str, ...] = PRECISIONS
+) -> None:
+    """An ``InputError`` naming ``what`` when ``precision`` is not one of ``allowed`` or cannot run on ``device``
+    (fp16 off CUDA, bf16 on a GPU without bfloat16, int8 off a CPU), saying what to use instead."""
+    if precision not in allowed:
+        only = " (int8 is for decoding with a translator)" if precision == "int8" else ""
+        raise InputError(f"{what}={precision!r}; expected one of {', '.join(allowed)}{only}")
+    if precision == "int8" and device.type != "cpu":
+        raise InputError(
+            f"{what}=int8 runs on CPUs (int8 weights for decoding a few sentences at a time); on {device.type} use "
+            "bf16 or fp16"
+        )
     if precision == "fp16" and device.type != "cuda":
         raise InputError(
             f"{what}=fp16 runs on CUDA devices only; on {device.type} use bf16 (native on CPUs with AMX or "
@@ -84,5 +95,6 @@ def native_bf16() -> bool:
 
 
 def slow_bf16(precision: str, device: torch.device) -> bool:
-    """Whether ``precision`` is bf16 emulated on a CPU without native bfloat16 (worth a note to the user)."""
-    return precision == "bf16" and device.type == "cpu" and not native_bf16()
+    """Whether ``precision`` computes in bfloat16 (bf16, and int8's activations) emulated on a CPU without native
+    bfloat16 (worth a note to the user)."""
+    return precision in ("bf16", "int8") and device.type == "cpu" and not native_bf16()

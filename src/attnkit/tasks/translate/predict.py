@@ -10,10 +10,11 @@ from attnkit.config import TranslatorConfig
 from attnkit.data.readers import Pair
 from attnkit.decoding.corpus import translate_ids
 from attnkit.evaluation.bleu import bleu_metric, corpus_scores
+from attnkit.model.build import quantize_for_inference
 from attnkit.model.transformer import Transformer
 from attnkit.runs import load_run
 from attnkit.tasks.translate.data import encode_sources
-from attnkit.training.precision import DTYPES, check_precision
+from attnkit.training.precision import DECODING_PRECISIONS, DTYPES, check_precision
 
 
 class TranslatorRun:
@@ -22,8 +23,10 @@ class TranslatorRun:
     def __init__(self, run_dir: str | Path, precision: str = "fp32", device: torch.device | str = "cpu"):
         """The run's model on ``device``. ``precision="bf16"`` (GPUs, CPUs with AMX / AVX512-BF16) or ``"fp16"``
         (CUDA only): the weights and activations are cast to that type for decoding, which halves the bytes a
-        decoding step reads; the search still ranks float32 log-probabilities."""
-        check_precision(precision, torch.device(device), what="precision")
+        decoding step reads; the search still ranks float32 log-probabilities. ``"int8"`` (CPUs): bf16 with every
+        weight matrix rounded to int8, one scale per row, which halves them again where a product has one to four
+        rows (one sentence at a time: ``attnkit.model.quantize``)."""
+        check_precision(precision, torch.device(device), what="precision", allowed=DECODING_PRECISIONS)
         self.precision = precision
         loaded = load_run(run_dir, task="translate", device=device)
         self.max_len_policy = loaded.max_len_policy
@@ -32,7 +35,9 @@ class TranslatorRun:
             raise TypeError(f"load_run(task='translate') returned a {type(loaded.model).__name__}")
         self.model_cfg: TranslatorConfig = loaded.model_cfg
         self.model: Transformer = loaded.model
-        if precision in DTYPES:
+        if precision == "int8":
+            quantize_for_inference(self.model)
+        elif precision in DTYPES:
             self.model.to(DTYPES[precision])  # the fused W^Q W^K W^V and transposed output copies follow
         self.run_dir = loaded.run_dir
 
