@@ -84,27 +84,34 @@ def linear(x: Tensor, weight: Tensor | Int8Weight, bias: Tensor | None = None) -
     return F.linear(x, weight, bias)
 
 
-class Int8Linear(nn.Linear):
-    """An ``nn.Linear`` whose weight is rounded to int8 (``Int8Weight``): ``weight`` holds the rounded values in
-    the floating-point type (what the state dict saves), the non-persistent buffers ``q`` and ``scale`` the int8
-    copy. For inference: with autograd on, the forward pass multiplies by ``weight`` alone."""
+class _Int8Rows(nn.Module):
+    """What ``Int8Linear`` and ``Int8Embedding`` share: ``weight`` holds the rounded values in the floating-point
+    type (what the state dict saves), the non-persistent buffers ``q`` and ``scale`` the int8 copy."""
 
+    weight: Tensor
     q: Tensor
     scale: Tensor
 
-    @classmethod
-    def of(cls, linear: nn.Linear) -> Int8Linear:
-        int8 = Int8Weight.quantize(linear.weight)
-        module = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
-        module.weight = nn.Parameter(int8.dense, requires_grad=False)
-        module.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
-        module.register_buffer("q", int8.q, persistent=False)
-        module.register_buffer("scale", int8.scale, persistent=False)
-        return module
+    def _hold(self, int8: Int8Weight) -> None:
+        self.weight = nn.Parameter(int8.dense, requires_grad=False)
+        self.register_buffer("q", int8.q, persistent=False)
+        self.register_buffer("scale", int8.scale, persistent=False)
 
     @property
     def int8(self) -> Int8Weight:
         return Int8Weight(self.q, self.scale, self.weight)
+
+
+class Int8Linear(nn.Linear, _Int8Rows):
+    """An ``nn.Linear`` whose weight is rounded to int8 (``Int8Weight``). For inference: with autograd on, the
+    forward pass multiplies by ``weight``, the rounded values, alone."""
+
+    @classmethod
+    def of(cls, linear: nn.Linear) -> Int8Linear:
+        module = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
+        module._hold(Int8Weight.quantize(linear.weight))
+        module.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+        return module
 
     def forward(self, x: Tensor) -> Tensor:
         if torch.is_grad_enabled():
@@ -112,26 +119,16 @@ class Int8Linear(nn.Linear):
         return self.int8.linear(x, self.bias)  # (..., out_features)
 
 
-class Int8Embedding(nn.Embedding):
+class Int8Embedding(nn.Embedding, _Int8Rows):
     """An ``nn.Embedding`` whose table is rounded to int8 row by row: lookups read the rounded values (``weight``),
     and a tied output projection multiplies by the int8 copy (``int8``) when it has few rows."""
 
-    q: Tensor
-    scale: Tensor
-
     @classmethod
     def of(cls, embedding: nn.Embedding) -> Int8Embedding:
-        int8 = Int8Weight.quantize(embedding.weight)
         V, D = embedding.weight.shape
         module = cls(V, D, padding_idx=embedding.padding_idx, device="meta")
-        module.weight = nn.Parameter(int8.dense, requires_grad=False)
-        module.register_buffer("q", int8.q, persistent=False)
-        module.register_buffer("scale", int8.scale, persistent=False)
+        module._hold(Int8Weight.quantize(embedding.weight))
         return module
-
-    @property
-    def int8(self) -> Int8Weight:
-        return Int8Weight(self.q, self.scale, self.weight)
 
 
 def quantize_int8_(module: nn.Module) -> int:
