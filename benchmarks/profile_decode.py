@@ -1,21 +1,25 @@
 """Where decoding time goes: a PyTorch profile of the decode suite's attnkit call, greedy or beam 4, by category.
 
     python benchmarks/profile_decode.py [--search greedy|beam4] [--batch 32] [--threads 2] [--rows 12]
+        [--precision fp32|bf16|int8]
     python benchmarks/profile_decode.py --floor [--search greedy|beam4] [--batch 1] [--threads 1]
 
 The decode suite's setting (the ``small`` translator, ``--batch`` sources of 32 tokens, exactly 32 output tokens),
-one warm-up call, then one profiled call. Prints the operators sorted by their own CPU time, then the call's time
-by category: matrix multiplication, attention, cache writes and beam reordering, scoring (log-softmax, top-k,
-arg max, banning tokens), LayerNorm and elementwise, other operators, and what no operator accounts for (Python,
-dispatch, allocation: wall time of the call minus the operators' self time; the profiler's own overhead falls
-there too, so the last figure is an upper bound). docs/performance.md quotes it.
+one warm-up call, then one profiled call, with the model in ``--precision`` (as ``translate run --precision``
+makes it: float32, cast to bfloat16, or bfloat16 with int8 weights). Prints the operators sorted by their own CPU
+time, then the call's time by category: matrix multiplication, attention, cache writes and beam reordering,
+scoring (log-softmax, top-k, arg max, banning tokens), LayerNorm and elementwise, other operators, and what no
+operator accounts for (Python, dispatch, allocation: wall time of the call minus the operators' self time; the
+profiler's own overhead falls there too, so the last figure is an upper bound). docs/performance.md quotes it.
 
 ``--floor`` times what no PyTorch decoder of this model can skip: the weight matrices of one decoding step (per
 decoder layer the stacked W^Q W^K W^V, W^O, cross-attention W^Q and W^O, the FFN's two matrices; then the output
 projection onto the vocabulary, 19 MB in float32) applied back to back to ``--batch`` rows (x beam width for beam
 4), with nothing else in between: as ``F.linear`` runs them ((out, in) weights) and with (in, out) copies
 (``torch.addmm`` without a transpose, the faster kernel at one row) and, where PyTorch has MKL, with MKL's packed
-weights (``torch.ops.mkl._mkl_linear``). Times 32 such steps, one sentence's worth.
+weights (``torch.ops.mkl._mkl_linear``), and with the weights rounded to int8 (``attnkit.model.quantize``: bfloat16
+rows, PyTorch's int8 weight kernel) where the rows are few enough for it. Times 32 such steps, one sentence's
+worth.
 """
 
 from __future__ import annotations
@@ -29,12 +33,13 @@ from torch.profiler import profile
 
 from attnkit.bench.common import PAD_ID, fixed_threads, measure
 from attnkit.bench.decode import CONFIGS, SEARCHES, _attnkit, make_sources
-from attnkit.model.build import build_translator, prepare_for_inference
+from attnkit.model.build import build_translator, prepare_for_inference, quantize_for_inference
+from attnkit.model.quantize import INT8_MAX_ROWS, Int8Weight
 from attnkit.model.transformer import Transformer
 
 # operator name -> category; the first category whose fragment occurs in the name wins
 CATEGORIES = (
-    ("matmul", ("addmm", "aten::mm", "bmm", "matmul", "linear")),
+    ("matmul", ("addmm", "aten::mm", "bmm", "matmul", "linear", "int8pack_mm")),
     ("attention", ("scaled_dot_product", "flash_attention", "_efficient_attention")),
     ("cache write / reorder", ("copy_", "index_select", "index_copy", "cat", "slice_scatter")),
     ("scoring", ("log_softmax", "topk", "argmax", "index_fill", "gather", "argsort", "sort", "max")),
@@ -87,6 +92,15 @@ def linear_floor(model: Transformer, rows: int, steps: int = 32, reps: int = 20)
                 mkl._mkl_linear(inputs[w.size(1)], p, w, b, rows)  # (rows, out)
 
         variants.append(("MKL packed weights", as_packed))
+    if rows <= INT8_MAX_ROWS:  # ``--precision int8``'s kernel: bfloat16 rows, int8 weights
+        rounded = [(Int8Weight.quantize(w.bfloat16()), None if b is None else b.bfloat16()) for w, b in weights]
+        bf16_inputs = {k: x.bfloat16() for k, x in inputs.items()}
+
+        def as_int8() -> None:
+            for int8, b in rounded:
+                int8.linear(bf16_inputs[int8.q.size(1)], b)  # (rows, out)
+
+        variants.append(("int8 weights, bfloat16 rows", as_int8))
     result = {}
     for name, fn in variants:
         result[name] = measure(lambda fn=fn: [fn() for _ in range(steps)], warmup=1, reps=reps).median_s * 1e3
@@ -102,6 +116,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rows", type=int, default=12)
     parser.add_argument("--floor", action="store_true", help="time the step's matrix products alone (see above)")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32", help="the profiled model's")
     args = parser.parse_args()
     cfg = CONFIGS["small"]
     if args.floor:
@@ -120,6 +135,10 @@ def main() -> int:
     with fixed_threads(args.threads):
         torch.manual_seed(0)
         model = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))
+        if args.precision == "bf16":
+            model.to(torch.bfloat16)
+        elif args.precision == "int8":
+            quantize_for_inference(model)
         call = _attnkit(model, make_sources(cfg, args.batch, 32, seed=0), SEARCHES[args.search], 32, cfg.max_len)
         call()
         start = time.perf_counter()
@@ -135,7 +154,8 @@ def main() -> int:
     for event in events:
         shares[category(event.key)] = shares.get(category(event.key), 0.0) + event.self_cpu_time_total / 1e3
     shares["Python, dispatch, allocation (wall - operators)"] = wall_ms - sum(shares.values())
-    print(f"{args.search}, batch {args.batch}: {plain_ms:.1f} ms without the profiler, {wall_ms:.1f} ms with it")
+    what = f"{args.search}, batch {args.batch}, {args.precision}"
+    print(f"{what}: {plain_ms:.1f} ms without the profiler, {wall_ms:.1f} ms with it")
     for label, ms in sorted(shares.items(), key=lambda kv: -kv[1]):
         print(f"  {label:50s} {ms:8.1f} ms  {ms / wall_ms:6.1%}")
     return 0

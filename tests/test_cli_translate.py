@@ -344,6 +344,9 @@ def test_translator_precision_casts_the_model_and_refuses_what_the_device_cannot
     assert {p.dtype for p in int8.parameters()} == {torch.bfloat16}
     with pytest.raises(InputError, match="precision=int8 runs on CPUs"):
         TranslatorRun(tiny_translator, precision="int8", device="meta")
+    served = load_model(tiny_translator, "int8")  # serve --precision int8 (thread worker), as /info reports it
+    assert served.inference() == {"precision": "int8", "device": "cpu"}
+    assert isinstance(served.model.decoder.layers[0].ffn.linear1, Int8Linear)
     code, _, err = run_cli(
         capsys, "translate", "run", "--model", str(tiny_translator), "--engine", "ct2", "--precision", "bf16"
     )

@@ -123,3 +123,19 @@ def test_autograd_multiplies_by_the_rounded_weights():
     x = torch.randn(2, 16, requires_grad=True)
     layer(x).sum().backward()
     assert_close(x.grad, layer.weight.sum(dim=0).expand(2, 16))
+
+
+def test_the_int8_copy_follows_the_weights():
+    """``.to()`` moves and casts it with the parameters; loading a state dict rounds the new weights again (a stale
+    int8 copy would decode with the old ones)."""
+    torch.manual_seed(0)
+    layer = Int8Linear.of(nn.Linear(32, 8).bfloat16())
+    assert layer.to(torch.float32).int8.scale.dtype == torch.float32 and layer.int8.q.dtype == torch.int8
+    layer.to(torch.bfloat16)
+    x = torch.randn(1, 32).bfloat16()
+    other = nn.Linear(32, 8).bfloat16()
+    layer.load_state_dict(other.state_dict())
+    assert torch.equal(layer.q, Int8Weight.quantize(other.weight).q)
+    with torch.inference_mode():
+        assert_close(layer(x), F.linear(x, layer.weight, layer.bias), atol=0.05, rtol=0.02)  # the int8 kernel
+        assert_close(layer(x), other(x), atol=0.1, rtol=0.05)  # the new weights, rounded

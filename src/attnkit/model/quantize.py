@@ -59,7 +59,7 @@ class Int8Weight:
         """x (..., K) -> (..., N), as ``F.linear(x, dense, bias)``; on the int8 weights when x has few rows."""
         K = self.q.size(1)
         rows = x.numel() // K
-        if rows > INT8_MAX_ROWS or x.dtype != self.scale.dtype or x.device.type != "cpu":
+        if rows > INT8_MAX_ROWS or x.dtype != self.scale.dtype or not x.is_cpu:
             return F.linear(x, self.dense, bias)  # (..., N)
         y = torch.ops.aten._weight_int8pack_mm(x.reshape(rows, K), self.q, self.scale)  # (rows, N)
         y = y.view(*x.shape[:-1], y.size(-1))  # (..., N)
@@ -86,20 +86,35 @@ def linear(x: Tensor, weight: Tensor | Int8Weight, bias: Tensor | None = None) -
 
 class _Int8Rows(nn.Module):
     """What ``Int8Linear`` and ``Int8Embedding`` share: ``weight`` holds the rounded values in the floating-point
-    type (what the state dict saves), the non-persistent buffers ``q`` and ``scale`` the int8 copy."""
+    type (what the state dict saves), the non-persistent buffers ``q`` and ``scale`` the int8 copy. ``int8`` hands
+    the three out as one ``Int8Weight``, made once (a decoding step asks ~20 times) and again after ``.to()``;
+    loading a state dict rounds the loaded weights again, so the int8 copy never goes stale."""
 
     weight: Tensor
     q: Tensor
     scale: Tensor
+    _int8: Int8Weight | None = None
 
     def _hold(self, int8: Int8Weight) -> None:
         self.weight = nn.Parameter(int8.dense, requires_grad=False)
         self.register_buffer("q", int8.q, persistent=False)
         self.register_buffer("scale", int8.scale, persistent=False)
+        self._int8 = None
 
     @property
     def int8(self) -> Int8Weight:
-        return Int8Weight(self.q, self.scale, self.weight)
+        if self._int8 is None:
+            self._int8 = Int8Weight(self.q, self.scale, self.weight)
+        return self._int8
+
+    def _apply(self, fn, recurse: bool = True):
+        self._int8 = None  # the tensors are replaced
+        return super()._apply(fn, recurse)
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        with torch.no_grad():
+            self._hold(Int8Weight.quantize(self.weight))
 
 
 class Int8Linear(nn.Linear, _Int8Rows):
