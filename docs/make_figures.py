@@ -304,10 +304,7 @@ def translator_attention(
         if output.rstrip(".,;") == reference
         else "differs from the reference: a wrong translation"
     )
-    caption = (
-        f"model output (greedy): {output}\nreference ({reference_name}): {reference}\n"
-        f"the output {verdict}"
-    )
+    caption = f"model output (greedy): {output}\nreference ({reference_name}): {reference}\nthe output {verdict}"
     plot_attention_grid(
         captured.maps,
         captured.query_tokens,
