@@ -6,8 +6,9 @@ each weight matrix to int8 with one scale per output row (symmetric, w ~= q * sc
 and PyTorch has a kernel that reads the int8 weights directly (``torch.ops.aten._weight_int8pack_mm``: bfloat16
 activations, float32 sums, the row scales applied to the sums).
 
-That kernel wins only where the weights dominate: at one to four rows it took 0.3-0.7x the time of bfloat16's
-product at the small translator's shapes, at 32 rows 1.5-2.5x (2 threads, AMD EPYC with AVX512-BF16). So an
+That kernel wins only where the weights dominate: at the small translator's shapes it took 0.26-0.46x the time of
+bfloat16's product at one row, 0.35-0.85x at four, 0.54-1.34x at six and 1.5-2.5x at 32 (2 threads, AMD EPYC with
+AVX512-BF16, the two timed in turns). So an
 ``Int8Weight`` keeps two copies of the same rounded weights: the int8 one for products of at most
 ``INT8_MAX_ROWS`` rows, and a bfloat16 one, ``q * scale``, for larger products. Both multiply by the same values;
 they differ by bfloat16 rounding only, so a sentence decoded alone and in a batch of 32 is decoded by one model.
