@@ -222,3 +222,26 @@ def test_fused_attention_trains_in_float32_under_cpu_half_autocast():
     torch.testing.assert_close(inference.float(), exact, atol=2e-2, rtol=2e-2)
     out.float().sum().backward()
     assert q.grad is not None and q.grad.dtype == torch.bfloat16 and q.grad.abs().sum() > 0
+
+
+def test_a_bfloat16_decoding_step_of_many_rows_attends_in_float32(monkeypatch):
+    """One query per row (a decoding step) over 8 rows or more: eq. 1 in float32 from the bfloat16 q, k, v, the
+    result rounded once; a whole sequence, or a step of few rows, keeps the bfloat16 kernel."""
+    real, seen = F.scaled_dot_product_attention, []
+
+    def recording(q, *args, **kwargs):
+        seen.append(q.dtype)
+        return real(q, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(8, 2, n, 16, generator=gen).bfloat16() for n in (1, 6, 6))  # (B, H, T, Dh), T = 1
+    mask = torch.ones(8, 1, 1, 6, dtype=torch.bool)
+    mask[3, ..., 4:] = False
+    with torch.inference_mode():
+        out = fused_attention(q, k, v, mask, 0.0)
+        assert seen == [torch.float32] and out.dtype == torch.bfloat16
+        assert torch.equal(out, real(q.float(), k.float(), v.float(), attn_mask=mask).bfloat16())
+        fused_attention(q[:4], k[:4], v[:4], mask[:4], 0.0)  # four rows
+        fused_attention(k, k, v, None, 0.0)  # a whole sequence of 6 queries
+    assert seen[1:] == [torch.bfloat16, torch.bfloat16]

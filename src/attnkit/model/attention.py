@@ -45,12 +45,19 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropou
     """Eq. 1 through PyTorch's fused kernel: q (B, H, T, Dh), k and v (B, H, S, Dh), mask True = may attend.
     Returns (B, H, T, Dh).
 
-    In training under bfloat16 or float16 autocast on a CPU, eq. 1 runs in float32: there the half-precision kernel's
-    backward pass is 1.5 to 2.5 times slower than float32's including the casts (forward + backward, 4 and 8 heads of
-    64, lengths 32 and 128), and float32 is the more accurate of the two. Inference keeps the half-precision kernel.
+    On a CPU, half-precision inputs run eq. 1 in float32 in two cases where PyTorch's half-precision kernel is the
+    slower one, and float32 is the more accurate of the two anyway:
+    - training under bfloat16 or float16 autocast: the half-precision backward pass is 1.5 to 2.5 times slower than
+      float32's including the casts (forward + backward, 4 and 8 heads of 64, lengths 32 and 128);
+    - a decoding step of eight or more rows (one query per sentence or beam, T = 1, B >= 8): the bfloat16 kernel
+      took 1.9-2.4x float32's time including the casts (4 heads of 64, 32 keys: 32 rows 290 against 119 us, 8 rows
+      80 against 42; 2 threads, AMD EPYC with AVX512-BF16); at four rows or fewer the casts and their operator
+      calls cost about what they save (4 rows: 44 against 39 us, one: 17 against 19). Whole sequences (the
+      encoder, teacher forcing) keep the half-precision kernel, as fast as float32 there.
     """
     half = q.dtype in (torch.bfloat16, torch.float16)
-    if half and q.device.type == "cpu" and torch.is_grad_enabled() and q.requires_grad:
+    decoding_step = q.size(2) == 1 and q.size(0) >= 8
+    if half and q.device.type == "cpu" and (decoding_step or (torch.is_grad_enabled() and q.requires_grad)):
         with torch.autocast("cpu", enabled=False):
             out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p)
         return out.to(q.dtype)  # (B, H, T, Dh)
