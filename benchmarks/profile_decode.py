@@ -31,6 +31,7 @@ import time
 import torch
 from torch.profiler import profile
 
+from attnkit.allocator import setting, tune_malloc
 from attnkit.bench.common import PAD_ID, fixed_threads, measure
 from attnkit.bench.decode import CONFIGS, SEARCHES, _attnkit, make_sources
 from attnkit.model.build import build_translator, prepare_for_inference, quantize_for_inference
@@ -118,6 +119,8 @@ def main() -> int:
     parser.add_argument("--floor", action="store_true", help="time the step's matrix products alone (see above)")
     parser.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32", help="the profiled model's")
     args = parser.parse_args()
+    tune_malloc()  # as the command line does (ATTNKIT_MALLOC=system leaves glibc's defaults)
+    print(f"malloc: {setting()}")
     cfg = CONFIGS["small"]
     if args.floor:
         with fixed_threads(args.threads):
