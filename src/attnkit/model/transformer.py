@@ -206,9 +206,9 @@ class Transformer(nn.Module):
 
     def _apply(self, fn, recurse: bool = True):
         super()._apply(fn, recurse)
-        if isinstance(self._output_t, Int8Weight):  # .to(device / dtype), .half(), ...: the copy follows them
-            self._output_t = self._output_t.apply(fn)
-        elif self._output_t is not None:
+        if isinstance(self._output_t, Int8Weight):  # the int8 module's own tensors, moved with it: no second copy
+            self.transpose_output()
+        elif self._output_t is not None:  # .to(device / dtype), .half(), ...: the copy follows the parameters
             self._output_t = fn(self._output_t)
         return self
 
