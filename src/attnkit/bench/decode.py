@@ -221,10 +221,11 @@ def iter_results(
 def _attnkit_models(ours, device: torch.device) -> dict:
     """dtype -> attnkit's model in it: float32 (``ours``), and where ``device`` has native bfloat16 a bfloat16 copy
     and, on a CPU, an int8 one (``translate run --precision int8``: bfloat16 with int8 weights)."""
+    with_bf16 = torch.cuda.is_bf16_supported() if device.type == "cuda" else native_bf16()
     models = {"float32": ours}
-    if torch.cuda.is_bf16_supported() if device.type == "cuda" else native_bf16():
+    if with_bf16:
         models["bfloat16"] = copy.deepcopy(ours).to(torch.bfloat16)
-    if device.type == "cpu" and native_bf16():
+    if with_bf16 and device.type == "cpu":
         models["int8"] = quantize_for_inference(copy.deepcopy(ours))
     return models
 

@@ -56,7 +56,7 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropou
       encoder, teacher forcing) keep the half-precision kernel, as fast as float32 there.
     """
     half = q.dtype in (torch.bfloat16, torch.float16)
-    decoding_step = q.size(2) == 1 and q.size(0) >= 8
+    decoding_step = half and q.size(2) == 1 and q.size(0) >= 8  # one query for each of 8 rows or more
     if half and q.device.type == "cpu" and (decoding_step or (torch.is_grad_enabled() and q.requires_grad)):
         with torch.autocast("cpu", enabled=False):
             out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p)
