@@ -25,18 +25,23 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from attnkit.serving.auth import ApiKey
 from attnkit.serving.batcher import Batcher, Draining, QueueFull
-from attnkit.serving.http import ApiError, Gate, error_response, install_error_handlers
+from attnkit.serving.gate import Gate, Route
+from attnkit.serving.http import ApiError, error_response, install_error_handlers
 from attnkit.serving.limits import Limits, check_beam, encode_inputs
 from attnkit.serving.metrics import Metrics
 from attnkit.serving.models import ServedModel, finite, run_batch, warm_up
 from attnkit.serving.schemas import (
+    FORM,
     AttentionRequest,
     ClassifyRequest,
     EmbeddingsRequest,
     EmbedRequest,
+    LibreTranslateForm,
     LibreTranslateRequest,
     TranslateRequest,
+    libretranslate_form,
 )
 from attnkit.serving.worker import ProcessRunner, WorkerDied
 
@@ -45,14 +50,19 @@ STATIC = files("attnkit.serving") / "static"
 
 
 def create_app(
-    model: ServedModel | Callable[[], ServedModel], limits: Limits | None = None, runner: ProcessRunner | None = None
+    model: ServedModel | Callable[[], ServedModel],
+    limits: Limits | None = None,
+    runner: ProcessRunner | None = None,
+    api_key: str | None = None,
 ) -> FastAPI:
     """The app for ``model`` (or a loader, run in a thread at startup: /ready answers 503 until it has loaded and
     warmed up). The inference worker starts and stops with the app's lifespan.
 
     ``runner``: where batches run. None: on the batcher's thread, with ``model`` itself (in-process tests). A
     ``ProcessRunner`` (what ``attnkit serve`` uses): in a child process with its own copy of the model, so that the
-    model and the event loop do not share a GIL; ``model`` then serves tokenization and metadata only."""
+    model and the event loop do not share a GIL; ``model`` then serves tokenization and metadata only.
+
+    ``api_key``: requests need it (``auth.py`` says which and how), or None: no key."""
     limits = limits or Limits()
     metrics = Metrics()
     state: dict = {"model": None, "ready": False, "load_error": None}
@@ -113,16 +123,18 @@ def create_app(
     )
     app.state.batcher, app.state.metrics, app.state.limits, app.state.serving = batcher, metrics, limits, state
     app.state.runner = runner
-    direct: dict = {}  # path -> (request schema, handler): the inference endpoints, for Gate's direct path
-    app.add_middleware(Gate, limit=limits.max_body_bytes, metrics=metrics, batcher=batcher, direct=direct)
+    direct: dict[str, Route] = {}  # the inference endpoints, for Gate's direct path
+    key = ApiKey(api_key) if api_key is not None else None
+    app.add_middleware(Gate, limits=limits, metrics=metrics, batcher=batcher, direct=direct, api_key=key)
     install_error_handlers(app)
 
-    def post(path: str):
-        """``@app.post(path)``, and the handler is also answered directly by Gate (see there)."""
+    def post(path: str, form: Callable[[bytes, bytes], Any] | None = None, **route_options: Any):
+        """``@app.post(path)``, and the handler is also answered directly by Gate (see there), with ``form``
+        reading the form shape of its request where it has one."""
 
         def register(handler: Callable) -> Callable:
-            direct[path] = (get_type_hints(handler)["body"], handler)
-            return app.post(path)(handler)
+            direct[path] = Route(get_type_hints(handler)["body"], handler, form)
+            return app.post(path, **route_options)(handler)
 
         return register
 
@@ -248,9 +260,14 @@ def create_app(
             )
         return JSONResponse({"model": m.name, "results": results})
 
-    @post("/translate")
+    # Gate reads the form; FastAPI's schema only describes it (the form shape carries one text).
+    form_body = {"content": {FORM: {"schema": LibreTranslateForm.model_json_schema()}}}
+
+    @post("/translate", form=libretranslate_form, openapi_extra={"requestBody": form_body})
     async def libretranslate(body: LibreTranslateRequest):
-        """LibreTranslate's shape: ``{"q": ..., "source": ..., "target": ...}`` -> ``{"translatedText": ...}``."""
+        """LibreTranslate's shape: ``{"q": ..., "source": ..., "target": ...}`` -> ``{"translatedText": ...}``, as
+        JSON, or as a form (``application/x-www-form-urlencoded`` or the query string) as its client libraries
+        send it."""
         m = served("translator")
         beam = max(4, body.alternatives + 1)
         check_beam(beam, body.alternatives + 1, limits)
