@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnkit.serving.schemas import FORM
+FORM = "application/x-www-form-urlencoded"
 
 
 class Form(str):
@@ -112,6 +112,16 @@ TRANSLATOR_CASES = [
     ("POST", "/translate", Form("q="), 422, "empty_input", "q is empty"),
     ("POST", "/translate", Form('{"q": "a"}'), 422, "invalid_request", "q: Field required"),  # curl -d '{...}'
     ("POST", "/translate?q=a&q=b", None, 422, "invalid_request", "q: given more than once"),
+    (
+        "POST",
+        "/translate",
+        b'--x\r\nContent-Disposition: form-data; name="q"\r\n\r\na\r\n--x--\r\n',  # what LibreTranslate's page sends
+        422,
+        "invalid_request",
+        "must be JSON sent with Content-Type: application/json or a form (application/x-www-form-urlencoded) (got "
+        "multipart/form-data; boundary=x)",
+        {"content-type": "multipart/form-data; boundary=x"},
+    ),
     ("POST", "/translate?source=en", Form("q=a&source=de"), 422, "invalid_request", "source: given more than once"),
     ("POST", "/v1/classify", {"inputs": "a"}, 400, "wrong_model", "needs a classifier"),
     ("POST", "/v1/embed", {"inputs": "a"}, 400, "wrong_model", "needs a classifier or embedder"),

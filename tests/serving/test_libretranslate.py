@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from attnkit.serving.schemas import FORM
+FORM = "application/x-www-form-urlencoded"
 
 FIELDS = {"q": "a b c", "source": "en", "target": "de", "format": "text", "api_key": ""}
 

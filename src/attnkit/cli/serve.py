@@ -160,14 +160,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="a request's line and headers must arrive within this, from connect or the previous answer (408)",
+        help="a request's line and headers must arrive within this, from connect or the previous answer (408; "
+        "default 10)",
     )
     slow.add_argument(
         "--body-timeout",
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="a request's body must arrive within this once its headers are in (408)",
+        help="a request's body must arrive within this once its headers are in (408; default 30)",
     )
     slow.add_argument(
         "--max-connections",

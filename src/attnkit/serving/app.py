@@ -126,7 +126,7 @@ def create_app(
     direct: dict[str, Route] = {}  # the inference endpoints, for Gate's direct path
     key = ApiKey(api_key) if api_key is not None else None
     app.add_middleware(Gate, limits=limits, metrics=metrics, batcher=batcher, direct=direct, api_key=key)
-    install_error_handlers(app)
+    install_error_handlers(app, form_paths=("/translate",))
 
     def post(path: str, form: Callable[[bytes, bytes], Any] | None = None, **route_options: Any):
         """``@app.post(path)``, and the handler is also answered directly by Gate (see there), with ``form``

@@ -11,6 +11,8 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from attnkit.serving.schemas import FORM
+
 log = logging.getLogger(__name__)
 
 
@@ -65,9 +67,9 @@ def unparsable_body(cause: BaseException) -> str:
     return f"malformed JSON ({cause})"
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, form_paths: tuple[str, ...] = ()) -> None:
     """Make every failure answer ``error_response``'s JSON: ``ApiError``s, request validation (422), unknown routes
-    and methods (404, 405), and anything unexpected (500, logged: a bug)."""
+    and methods (404, 405), and anything unexpected (500, logged: a bug). ``form_paths`` also take a form."""
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, err: ApiError):
@@ -80,8 +82,9 @@ def install_error_handlers(app: FastAPI) -> None:
             # curl -d sends application/x-www-form-urlencoded: FastAPI then reads no JSON at all, and its message
             # ("Input should be a valid dictionary") would not say why.
             sent = content_type or "no Content-Type"
-            message = f"the body must be JSON sent with Content-Type: application/json (got {sent})"
-            return error_response(422, "invalid_request", message)
+            json = "JSON sent with Content-Type: application/json"
+            wanted = f"{json} or a form ({FORM})" if request.url.path in form_paths else json
+            return error_response(422, "invalid_request", f"the body must be {wanted} (got {sent})")
         return error_response(422, "invalid_request", validation_message(err))
 
     @app.exception_handler(StarletteHTTPException)

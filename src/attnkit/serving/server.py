@@ -39,8 +39,9 @@ from attnkit.serving.limits import Limits
 # h11 and checked here for httptools, which has no limit of its own.
 MAX_HEAD_BYTES = 16 * 1024
 # File descriptors the server needs besides its connections (the listening socket, the inference process's pipes,
-# libraries' files): 40 to 50 measured on a running `attnkit serve` on Linux, rounded up.
-RESERVED_DESCRIPTORS = 100
+# the event loop's, the logs): 13 on a running `attnkit serve` on Linux (9 with --worker thread); a CUDA runtime in
+# the process (--worker thread on a GPU) opens a few more.
+RESERVED_DESCRIPTORS = 64
 
 
 class _Guarded:
