@@ -3,13 +3,14 @@
 uvicorn (checked on 0.29 to 0.54) times a connection out only while it is idle between requests
 (``timeout_keep_alive``), and any byte received cancels that timer. A client that connects and then sends its
 request's head a byte at a time, or nothing at all, holds a connection and a file descriptor for as long as it
-likes: 236 of them exhausted a 256-descriptor limit and the server refused everyone else. uvicorn's
+likes: 236 of them exhausted a 256-descriptor limit and the server refused everyone else (issue 27). uvicorn's
 ``limit_concurrency`` does not help: it counts such connections, then answers every other request with a
 text/plain 503 and closes none of them. So this module adds, in a subclass of uvicorn's own HTTP/1.1 protocol:
 
 - a deadline for each request's head (``Limits.header_timeout_s``), from the connection's start or the previous
   answer to the end of the headers, however slowly the bytes come: then 408 (or, when not one byte came, the
   connection just closes, as an idle keep-alive connection does);
+- a deadline for its body (``Limits.body_timeout_s``), from the end of the headers: then 408;
 - a cap on open connections (``Limits.max_connections``): past it the connection that has waited longest for a
   head is closed (as nginx reuses idle connections when it runs out), and only when every connection has a
   request in hand does the new one get 503;
@@ -17,7 +18,7 @@ text/plain 503 and closes none of them. So this module adds, in a subclass of uv
   parses a longer head that arrives whole, in one read of at most 256 KiB) and malformed requests get the API's
   JSON error, not uvicorn's text/plain 400.
 
-The body is the app's to read and time: ``gate.Gate`` does it (``Limits.body_timeout_s``).
+The deadlines are checked on the server's tick (``Server.on_tick``, every 0.1 s), not with a timer per request.
 """
 
 from __future__ import annotations
@@ -45,18 +46,24 @@ RESERVED_DESCRIPTORS = 64
 
 
 class _Guarded:
-    """The deadline and the cap, mixed in before uvicorn's h11 or httptools protocol class (whose connection
+    """The deadlines and the cap, mixed in before uvicorn's h11 or httptools protocol class (whose connection
     callbacks it extends, each calling uvicorn's own first). ``config`` is a ``GuardedConfig``.
 
-    A head has arrived when uvicorn has made a new request cycle (``self.cycle``), which both implementations do as
-    soon as the headers are parsed."""
+    A connection is waiting for a request's head (``phase`` "head": from its start, or from the previous answer
+    once that request's body is in), for its body ("body": from its head), or for neither (the app has the
+    request). A head has come when uvicorn has made a new request cycle (``self.cycle``), and a body when the cycle
+    has no ``more_body``: both implementations keep those. Nothing is timed per request: ``Server.on_tick`` looks
+    at every connection ten times a second (``check_deadline``), so a deadline holds to within 0.1 s."""
 
     config: Any
     connections: set[Any]
     cycle: Any
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
-    _head_timer: asyncio.TimerHandle | None = None
+    phase: str | None = None
+    since = 0.0  # when the phase began (the event loop's clock)
+    _head_bytes = 0
+    _last_cycle: Any = None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)  # type: ignore[misc]
@@ -65,23 +72,19 @@ class _Guarded:
             self._shed()
 
     def data_received(self, data: bytes) -> None:
-        if self._head_timer is not None:
+        in_head = self.phase == "head"
+        if in_head:
             self._head_bytes += len(data)
         super().data_received(data)  # type: ignore[misc]
-        if self._head_timer is None:
-            return
-        if self.cycle is not self._last_cycle:
-            self._stop_head_timer()
-        elif self._head_bytes > MAX_HEAD_BYTES:
+        self._follow_cycle()
+        if in_head and self.phase == "head" and self._head_bytes > MAX_HEAD_BYTES:
             self._answer_and_close(400, "invalid_http", f"the request's head is over {MAX_HEAD_BYTES} bytes")
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
-        self._expect_head()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_head_timer()
-        super().connection_lost(exc)  # type: ignore[misc]
+        self._follow_cycle()  # a pipelined request may have started
+        if self.phase is None and self.cycle.response_complete:
+            self._expect_head()
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request its parser refuses (malformed, or a head over ``MAX_HEAD_BYTES``)."""
@@ -89,40 +92,50 @@ class _Guarded:
             400, "invalid_http", f"not a valid HTTP/1.1 request (or its head is over {MAX_HEAD_BYTES} bytes)"
         )
 
+    def check_deadline(self, now: float) -> None:
+        limits = self.config.limits
+        if self.phase == "head" and now - self.since > limits.header_timeout_s:
+            self._give_up_on_head()
+        elif self.phase == "body" and now - self.since > limits.body_timeout_s:
+            message = f"the request body did not arrive within {limits.body_timeout_s:g} s"
+            self._answer_and_close(408, "request_timeout", message)
+
     def _expect_head(self) -> None:
-        """Start the head's deadline, unless the connection is closing or a (pipelined) request is already in."""
-        if self.transport.is_closing() or (self.cycle is not None and not self.cycle.response_complete):
-            return
-        self._stop_head_timer()
-        self._last_cycle, self._head_bytes, self._waiting_since = self.cycle, 0, self.loop.time()
-        self._head_timer = self.loop.call_later(self.config.limits.header_timeout_s, self._give_up_on_head)
+        if not self.transport.is_closing():
+            self.phase, self.since, self._head_bytes = "head", self.loop.time(), 0
 
-    def _stop_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+    def _follow_cycle(self) -> None:
+        """The phase after uvicorn has read what came: a new cycle is a new request, whose body may follow."""
+        if self.cycle is not self._last_cycle:
+            self._last_cycle = self.cycle
+            self.phase, self.since = ("body" if self.cycle.more_body else None), self.loop.time()
+        elif self.phase == "body" and not self.cycle.more_body:
+            self.phase = None
 
-    def _give_up_on_head(self) -> None:
-        self._stop_head_timer()
-        if self._head_bytes:
-            seconds = f"{self.config.limits.header_timeout_s:g}"
-            self._answer_and_close(408, "request_timeout", f"the request's headers did not arrive within {seconds} s")
-        else:
+    def _give_up_on_head(self, why: str = "") -> None:
+        """408 (or, when not one byte of a head came, just the end of the connection), and close."""
+        if not self._head_bytes:
+            self.phase = None
             self.transport.close()
+            return
+        why = why or f"did not arrive within {self.config.limits.header_timeout_s:g} s"
+        self._answer_and_close(408, "request_timeout", f"the request's headers {why}")
 
     def _shed(self) -> None:
         """One connection too many: close the one that has waited longest for a head, else refuse this one."""
-        waiting = [c for c in self.connections if c is not self and getattr(c, "_head_timer", None) is not None]
+        waiting = [c for c in self.connections if c is not self and getattr(c, "phase", None) == "head"]
+        limit = self.config.limits.max_connections
         if waiting:
-            min(waiting, key=lambda c: c._waiting_since)._give_up_on_head()
+            why = f"had not arrived when the server, at its limit of {limit} connections, needed room"
+            min(waiting, key=lambda c: c.since)._give_up_on_head(why)
         else:
-            limit = self.config.limits.max_connections
             message = f"the server has {limit} connections with requests in hand; retry shortly"
             self._answer_and_close(503, "too_many_connections", message, b"retry-after: 1\r\n")
 
     def _answer_and_close(self, status: int, error_type: str, message: str, extra: bytes = b"") -> None:
-        """Write a whole JSON error response and close: the connection is in no state to carry another request."""
-        self._stop_head_timer()
+        """Write a whole JSON error response and close: the connection is in no state to carry another request (an
+        app reading the body sees the client disconnect)."""
+        self.phase = None
         if self.transport.is_closing():
             return
         body = json.dumps({"error": message, "error_type": error_type}).encode()
@@ -164,12 +177,20 @@ class GuardedConfig(uvicorn.Config):
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server, which on SIGTERM or SIGINT first has the batcher refuse new work (503) at once; the work in
-    flight finishes within uvicorn's graceful shutdown."""
+    """uvicorn's server, which checks its connections' deadlines on each of its ticks (every 0.1 s), and on SIGTERM
+    or SIGINT first has the batcher refuse new work (503) at once; the work in flight finishes within uvicorn's
+    graceful shutdown."""
 
     def __init__(self, config: GuardedConfig, batcher: Batcher):
         super().__init__(config)
         self.batcher = batcher
+
+    async def on_tick(self, counter: int) -> bool:
+        now = asyncio.get_running_loop().time()
+        for connection in list(self.server_state.connections):
+            if isinstance(connection, _Guarded):
+                connection.check_deadline(now)
+        return await super().on_tick(counter)
 
     def handle_exit(self, sig, frame):
         self.batcher.drain()
