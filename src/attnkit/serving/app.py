@@ -4,8 +4,10 @@ Handlers validate and tokenize in the event loop, then await the inference worke
 the model themselves, so the loop keeps answering (health, metrics, 429s) while a batch runs. Every error a client
 can cause is a 4xx with JSON ``{"error": message, "error_type": kind}``; a 500 would be a bug.
 
-This file is the app's wiring and its route handlers only (~300 lines, one short handler per endpoint); the limits
-and input checks are ``limits.py``, the error handlers and middleware ``http.py``, running a batch ``models.py``.
+This file is the app's wiring and its route handlers only (one short handler per endpoint); the limits and input
+checks are ``limits.py``, the error handlers ``http.py``, the middleware in front (API key, early 429, body limit,
+headers) ``gate.py``, running a batch ``models.py``, the HTTP server and its defences against slow clients
+``server.py``.
 """
 
 from __future__ import annotations
