@@ -26,6 +26,7 @@ def serve(monkeypatch, classifier_dir):
     monkeypatch.delenv("ATTNKIT_API_KEY", raising=False)
 
     def run(*args: str) -> tuple[int, str, Server | None]:
+        started.clear()
         err = io.StringIO()
         with redirect_stdout(io.StringIO()), redirect_stderr(err):
             code = main(["serve", str(classifier_dir), "--worker", "thread", *args])
@@ -72,6 +73,7 @@ def test_the_server_gets_the_deadlines_and_the_connection_limit(serve):
     limits = server.config.limits
     assert code == 0 and (limits.header_timeout_s, limits.body_timeout_s, limits.max_connections) == (2.5, 7, 100)
     assert server.config.ws == "none" and server.config.h11_max_incomplete_event_size == 16 * 1024
+    assert server.config.backlog == 100
 
 
 @pytest.mark.parametrize(
@@ -98,7 +100,18 @@ def test_more_connections_than_the_process_may_open_files_is_refused(serve):
         pytest.skip("no hard limit on open files here")
     code, err, server = serve("--max-connections", str(hard))
     assert code == 2 and server is None
-    assert err.strip().splitlines()[-1].startswith(f"error: --max-connections {hard}: needs about {hard + 64} open")
+    assert err.strip().splitlines()[-1].startswith(f"error: --max-connections {hard}: needs about {3 * hard + 64} open")
+
+
+def test_the_default_connection_limit_fits_the_open_file_limit(serve, monkeypatch):
+    import attnkit.serving.server
+
+    monkeypatch.setattr(attnkit.serving.server, "open_file_limit", lambda wanted: 400)
+    code, err, server = serve()
+    assert code == 0 and server.config.limits.max_connections == (400 - 64) // 3 == server.config.backlog
+    assert "note: --max-connections 112: the most that 400 open files allow (ulimit -n)" in err
+    code, err, server = serve("--max-connections", "512")  # asked for: not lowered behind the user's back
+    assert (code, server) == (2, None) and "needs about 1600 open files, and this process may open 400" in err
 
 
 def test_loopback_only():

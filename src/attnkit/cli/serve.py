@@ -12,13 +12,14 @@ from attnkit.cli.common import add_device_arg, add_precision_arg, check_precisio
 from attnkit.errors import InputError
 
 API_KEY_VARIABLE = "ATTNKIT_API_KEY"  # TEI reads its --api-key from API_KEY
+DEFAULT_MAX_CONNECTIONS = 512
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
     try:
         from attnkit.serving.app import Limits, create_app
         from attnkit.serving.models import load_model
-        from attnkit.serving.server import RESERVED_DESCRIPTORS, make_server, open_file_limit
+        from attnkit.serving.server import make_server
         from attnkit.serving.worker import ProcessRunner
     except ImportError as err:
         raise InputError(
@@ -46,7 +47,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         batching=not args.no_batching,
         header_timeout_s=args.header_timeout,
         body_timeout_s=args.body_timeout,
-        max_connections=args.max_connections,
+        max_connections=DEFAULT_MAX_CONNECTIONS if args.max_connections is None else args.max_connections,
     )
     flags = {"timeout_s": "timeout", "header_timeout_s": "header_timeout", "body_timeout_s": "body_timeout"}
     for name, value in vars(limits).items():
@@ -57,13 +58,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_VARIABLE) or None
     if api_key is not None and not api_key.strip():
         raise InputError("--api-key: must not be empty or blank")
-    needed = limits.max_connections + RESERVED_DESCRIPTORS
-    allowed = open_file_limit(needed)
-    if allowed is not None and allowed < needed:
-        raise InputError(
-            f"--max-connections {limits.max_connections}: needs about {needed} open files, and this process may "
-            f"open {allowed} (ulimit -n): lower --max-connections or raise the limit"
-        )
+    limits = fit_connections(limits, explicit=args.max_connections is not None)
     # The inference worker holds the GIL between torch calls; by default Python hands it over every 5 ms, which
     # would put up to 5 ms on every step of the event loop (a 429 must take microseconds). 0.5 ms keeps the loop
     # responsive at a small cost to the worker.
@@ -93,6 +88,28 @@ def cmd_serve(args: argparse.Namespace) -> None:
         f"attnkit serve: {model.task} {model.name} on http://{args.host}:{args.port}/ (Ctrl-C stops)", file=sys.stderr
     )
     server.run()
+
+
+def fit_connections(limits, *, explicit: bool):
+    """``limits`` with as many connections as the process may open files for (``server.descriptors_needed``), its
+    soft limit raised where it has to be: the default number is lowered to fit (said in a note), a number given on
+    the command line that does not fit is an error."""
+    from dataclasses import replace
+
+    from attnkit.serving.server import RESERVED_DESCRIPTORS, descriptors_needed, open_file_limit
+
+    needed = descriptors_needed(limits)
+    allowed = open_file_limit(needed)
+    if allowed is None or allowed >= needed:
+        return limits
+    fitted = (allowed - RESERVED_DESCRIPTORS) // 3
+    if explicit or fitted < 1:
+        raise InputError(
+            f"--max-connections {limits.max_connections}: needs about {needed} open files, and this process may "
+            f"open {allowed} (ulimit -n): lower --max-connections or raise the limit"
+        )
+    print(f"note: --max-connections {fitted}: the most that {allowed} open files allow (ulimit -n)", file=sys.stderr)
+    return replace(limits, max_connections=fitted)
 
 
 def loopback_only(host: str) -> bool:
@@ -173,8 +190,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     slow.add_argument(
         "--max-connections",
         type=int,
-        default=512,
-        help="open connections; past it the one waiting longest for its headers is closed, or 503 (default 512; "
-        "the process's open-file limit is raised to fit it where it can be)",
+        help=f"open connections; past it the one waiting longest for its headers is closed, or 503 (default "
+        f"{DEFAULT_MAX_CONNECTIONS}, or fewer where the open-file limit is lower; the process's soft limit is raised "
+        "to 3x this + 64 where it can be)",
     )
     p.set_defaults(func=cmd_serve)

@@ -45,6 +45,14 @@ MAX_HEAD_BYTES = 16 * 1024
 RESERVED_DESCRIPTORS = 64
 
 
+def descriptors_needed(limits: Limits) -> int:
+    """File descriptors the server may hold at once: its connections, and as many again twice over for
+    connections accepted and not yet shed (asyncio accepts up to the listen backlog, here ``max_connections``, in
+    one go, before the first of them is shed; a flood of 700 stalled clients against 512 connections and a limit
+    of 576 files made accept() fail, and asyncio then stops accepting for a second at a time)."""
+    return 3 * limits.max_connections + RESERVED_DESCRIPTORS
+
+
 class _Guarded:
     """The deadlines and the cap, mixed in before uvicorn's h11 or httptools protocol class (whose connection
     callbacks it extends, each calling uvicorn's own first). ``config`` is a ``GuardedConfig``.
@@ -167,11 +175,17 @@ def protocol_class() -> type:
 
 class GuardedConfig(uvicorn.Config):
     """uvicorn's configuration with ``limits`` for the protocol to read, an HTTP/1.1 protocol class of
-    ``protocol_class()`` (or the one given) and no WebSocket protocol (the API has no WebSocket route)."""
+    ``protocol_class()`` (or the one given), no WebSocket protocol (the API has no WebSocket route), and a listen
+    backlog of ``max_connections``."""
 
     def __init__(self, app, *, limits: Limits, http: type | None = None, **options: Any):
         super().__init__(
-            app, http=http or protocol_class(), ws="none", h11_max_incomplete_event_size=MAX_HEAD_BYTES, **options
+            app,
+            http=http or protocol_class(),
+            ws="none",
+            h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+            backlog=limits.max_connections,  # see descriptors_needed
+            **options,
         )
         self.limits = limits
 
