@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -109,7 +110,7 @@ def lock_the_output_parent(cwd: Path, monkeypatch) -> None:
     make_read_only(cwd / "locked", monkeypatch)
 
 
-def edit_the_run(name: str, file: str, edit: Callable[[object], object]) -> Callable[[Path, pytest.MonkeyPatch], None]:
+def edit_the_run(name: str, file: str, edit: Callable[[Any], Any]) -> Callable[[Path, pytest.MonkeyPatch], None]:
     """A setup that rewrites ``file`` of the copied run ``name`` with ``edit`` and renews the manifest to match, as
     someone who meant harm would: only the checks of what the files say can tell."""
 
@@ -123,7 +124,7 @@ def edit_the_run(name: str, file: str, edit: Callable[[object], object]) -> Call
     return setup
 
 
-def set_model_key(key: str, value: object) -> Callable[[object], object]:
+def set_model_key(key: str, value: object) -> Callable[[Any], Any]:
     def edit(config):
         config["model"][key] = value
         return config
