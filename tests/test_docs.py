@@ -1,4 +1,5 @@
-"""The documentation is checked like code: README.md and docs/*.md.
+"""The documentation is checked like code: README.md, README.ko.md, CHANGELOG.md and every page under docs/ (the
+Korean ones included).
 
 - every ``attnkit ...`` command in a code block parses with the CLI's own parser (parsed, never executed), and its
   ``--set`` keys are config keys; an ``attnkit ...`` span in running text is often a fragment (`attnkit average`,
@@ -23,9 +24,11 @@ from attnkit.cli import build_parser
 from attnkit.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "README.ko.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# Generated from the parser itself (tests/test_reference.py): its usage lines are argparse's templates, not commands.
+USAGE_DOCS = {ROOT / "docs" / "reference" / "cli.md"}
 # Top-level folders of the repository: a backticked path that starts with one of these must exist.
-REPO_DIRS = ("src/", "tests/", "docs/", "benchmarks/", "examples/", ".ci/")
+REPO_DIRS = ("src/", "tests/", "docs/", "benchmarks/", "examples/", "configs/", ".ci/")
 
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"(?<!`)`([^`\n]+(?:\n[^`\n]+)*)`(?!`)")  # an inline span may run over a line break
@@ -107,6 +110,8 @@ def documented_commands() -> list[tuple[str, list[str], bool]]:
     """(where, argv, complete): complete for code blocks, False for fragments in running text."""
     commands = []
     for path in DOCS:
+        if path in USAGE_DOCS:
+            continue
         text = path.read_text(encoding="utf-8")
         for block in FENCE.findall(text):
             for line in join_continuations(block):
@@ -128,6 +133,7 @@ def relaxed(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 relaxed(sub)
+            action.required = False  # `attnkit export` names the group, in running text
             continue
         action.required = False
         action.type = None

@@ -327,7 +327,7 @@ def _embeddings(cfg: TransformerConfig) -> int:
 
 
 def classifier_param_formula(cfg: ClassifierConfig) -> int:
-    """V*d [+ max_len*d] [+ types*d + 2d] + N(4(d^2 + d) + 2*d*d_ff + d_ff + d + 4d) [+ 2d pre-LN] + d*C + C."""
+    """``V*d [+ max_len*d] [+ types*d + 2d] + N(4(d^2 + d) + 2*d*d_ff + d_ff + d + 4d) [+ 2d pre-LN] + d*C + C``."""
     d = cfg.d_model
     n_classes = cfg.n_classes or 2  # 0 = "from the training labels"; the builder makes a 2-class head for inspection
     total = _embeddings(cfg) + cfg.n_layers * _encoder_layer(cfg) + d * n_classes + n_classes
@@ -336,7 +336,7 @@ def classifier_param_formula(cfg: ClassifierConfig) -> int:
 
 
 def translator_param_formula(cfg: TranslatorConfig) -> int:
-    """V*d [+ max_len*d] + N(encoder layer) + N(decoder layer) [+ 2 * 2d pre-LN] [+ V*d untied projection].
+    """``V*d [+ max_len*d] + N(encoder layer) + N(decoder layer) [+ 2 * 2d pre-LN] [+ V*d untied projection]``.
 
     With the shared vocabulary and tied embeddings of §3.4: base (V = 37,000) 63,082,496; big 214,245,376.
     """
