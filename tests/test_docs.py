@@ -293,3 +293,34 @@ def test_code_reference_resolves(where, file, name):
 def test_code_reference_check_can_fail():
     source = "class A:\n    def f(self):\n        pass\nX = 1\ndef g():\n    pass\n"
     assert defined_names(source) == {"A", "A.f", "X", "g"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The Korean guide is the English guide, whole
+
+
+def guide_outline(path: Path) -> dict[str, object]:
+    text = path.read_text(encoding="utf-8")
+    headings = re.findall(r"^## (.*)$", text, re.MULTILINE)
+    commands = sorted(
+        " ".join(argv)
+        for block in FENCE.findall(text)
+        for line in join_continuations(block)
+        for argv in attnkit_argvs(line)
+    )
+    return {
+        "sections": len(headings),
+        "section numbers": [re.findall(r"§[\d.]+", h) for h in headings],
+        "figures": sorted(Path(target).name for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", text)),
+        "code references": sorted(set(CODE_REF.findall(text))),
+        "excerpts": re.findall(r"<!-- (?:excerpt|output): .+? -->", text),
+        "commands": commands,
+    }
+
+
+def test_the_korean_guide_has_every_section_of_the_english_guide():
+    # Same sections in the same order (the § numbers of their headings), the same figures, code references, excerpts
+    # and commands: a section added to one guide and not the other fails here.
+    english, korean = guide_outline(ROOT / "docs" / "guide.md"), guide_outline(ROOT / "docs" / "ko" / "guide.md")
+    for key, value in english.items():
+        assert korean[key] == value, f"docs/ko/guide.md differs from docs/guide.md in its {key}"
