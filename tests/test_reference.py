@@ -18,6 +18,8 @@ import sys
 import tokenize
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 CLI_DOC = ROOT / "docs" / "reference" / "cli.md"
 CONFIG_DOC = ROOT / "docs" / "reference" / "config.md"
@@ -258,3 +260,30 @@ if __name__ == "__main__":
     CONFIG_DOC.write_text(render_config(), encoding="utf-8")
     API_DOC.write_text(render_api(), encoding="utf-8")
     print(f"wrote {', '.join(str(d.relative_to(ROOT)) for d in (CLI_DOC, CONFIG_DOC, API_DOC))}")
+
+
+def test_every_public_module_has_an_api_page_in_the_site():
+    # The site's API pages are generated at build time by docs/hooks.py: one page per layer, a section per module.
+    pytest.importorskip("mkdocs")
+    import importlib.util
+
+    import yaml
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    pages = hooks.api_pages()
+    documented = {line[4:] for text in pages.values() for line in text.splitlines() if line.startswith("::: ")}
+    package = ROOT / "src" / "attnkit"
+    modules = set()
+    for path in package.rglob("*.py"):
+        parts = ["attnkit", *path.relative_to(package).with_suffix("").parts]
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        if parts[-1] != "__main__" and parts[1:2] != ["cli"]:
+            modules.add(".".join(parts))
+    assert documented == modules
+    assert "attnkit.model.attention" in documented and "attnkit.cli" not in documented
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+    assert set(pages) <= set(re.findall(r"reference/api/[\w]+\.md", str(nav))), "an API page missing from the nav"
