@@ -324,3 +324,13 @@ def test_the_korean_guide_has_every_section_of_the_english_guide():
     english, korean = guide_outline(ROOT / "docs" / "guide.md"), guide_outline(ROOT / "docs" / "ko" / "guide.md")
     for key, value in english.items():
         assert korean[key] == value, f"docs/ko/guide.md differs from docs/guide.md in its {key}"
+
+
+def test_the_readme_is_a_front_door():
+    # Issue 30: a newcomer reads it in five minutes; the rest lives in docs/ (the site). The two commands, the Python
+    # API and the quickstart come first, and the Korean README is linked from the first lines.
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 300
+    headings = [line for line in lines if line.startswith("## ")]
+    assert headings[:3] == ["## Two commands", "## Python", "## Quickstart: the 20 sentences of the reference note"]
+    assert "README.ko.md" in "\n".join(lines[:5])
