@@ -46,7 +46,8 @@ def test_import_attnkit_is_lazy():
 
 def test_the_version_is_the_same_everywhere():
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    assert re.search(r'^version = "(.*)"$', pyproject, re.MULTILINE)[1] == attnkit.__version__  # type: ignore[index]
+    version = re.search(r'^version = "(.*)"$', pyproject, re.MULTILINE)
+    assert version is not None and version[1] == attnkit.__version__
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     released = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", changelog, re.MULTILINE)
     assert released and released[0] == attnkit.__version__, "the newest CHANGELOG.md entry is not this version"

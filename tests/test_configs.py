@@ -58,7 +58,7 @@ def test_a_recipe_file_is_the_command_it_replaces(config):
     task = task_of(config)
     preset_name, pairs = COMMANDS[config.stem]
     from_file = task_configs(task, None, load_config_file(config, task))
-    from_command = task_configs(task, preset_name, parse_overrides(pairs))
+    from_command = task_configs(task, preset_name, dict(parse_overrides(pairs)))
     assert from_file == from_command
 
 

@@ -125,7 +125,8 @@ def field_comments(source: str) -> dict[tuple[str, str], str]:
                 if line in comments and not lines[line - 1].lstrip().startswith("#"):
                     text = comments[line]
                 else:
-                    above, k = [], line - 1
+                    above: list[str] = []
+                    k = line - 1
                     while k in comments and lines[k - 1].lstrip().startswith("#"):
                         above.insert(0, comments[k])
                         k -= 1

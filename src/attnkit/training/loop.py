@@ -42,7 +42,7 @@ from attnkit.training.optim import set_learning_rate
 from attnkit.training.precision import autocast, check_precision, grad_scaler, set_tf32
 from attnkit.training.schedules import Plan, plan
 from attnkit.training.state import STATE, FitState, load_fit_state, save_fit_state
-from attnkit.training.task import Batch, Task, TrainContext
+from attnkit.training.task import Batch, StepTask, Task, TrainContext
 
 TIME_PROBE_STEPS = 20  # steps timed before judging whether a warmup fits inside max_minutes
 
@@ -296,7 +296,7 @@ class _StepOutcome:
 def _train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    task: Task,
+    task: StepTask,
     group: Sequence[list[int]],
     cfg: TrainConfig,
     context: TrainContext,
