@@ -16,7 +16,7 @@ from attnkit.config import (
     ClassifierTrainConfig,
     TranslatorConfig,
     build_configs,
-    load_yaml,
+    load_config_file,
 )
 from attnkit.errors import InputError
 
@@ -67,9 +67,9 @@ def test_values_from_set_and_from_yaml_are_checked_alike(overrides, message):
 def test_a_yaml_nan_is_refused_and_a_yaml_exponent_is_a_number(tmp_path):
     (tmp_path / "nan.yaml").write_text("lr: .nan\n")
     with pytest.raises(InputError, match="lr=nan must be a finite number"):
-        build_configs(ClassifierConfig, {}, {}, load_yaml(tmp_path / "nan.yaml"))
+        build_configs(ClassifierConfig, {}, {}, load_config_file(tmp_path / "nan.yaml", "classify"))
     (tmp_path / "exp.yaml").write_text("lr: 1e-3\n")  # PyYAML reads this as a string
-    _, train = build_configs(ClassifierConfig, {}, {}, load_yaml(tmp_path / "exp.yaml"))
+    _, train = build_configs(ClassifierConfig, {}, {}, load_config_file(tmp_path / "exp.yaml", "classify"))
     assert train.lr == 1e-3
 
 

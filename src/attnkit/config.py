@@ -423,20 +423,85 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def load_yaml(path: str | Path) -> dict[str, object]:
-    """A flat YAML mapping of config keys (the same keys as ``--set``)."""
+def load_config_file(path: str | Path, task: str) -> dict[str, object]:
+    """The config keys of a recipe file (``configs/*.yaml``, ``--config FILE``) for ``task``, each value checked.
+
+    A recipe is a flat YAML mapping of the keys ``--set`` takes (model and training keys alike). A key the task does
+    not have, a key given twice, a nested value or a value of the wrong type is an ``InputError`` naming the file,
+    the line and the key, before anything is trained.
+    """
     import yaml
 
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{path}: no such config file") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)  # nodes, for the line of each key
+        data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise InputError(f"{path}: not valid YAML ({err})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping of config keys")
-    return {str(k): v for k, v in data.items()}
+        raise InputError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
+    if root is None:
+        return {}  # an empty file (or comments only): no keys
+    if not isinstance(root, yaml.MappingNode) or not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping of config keys (key: value, one a line)")
+    model_cls, _, _ = TASK_PRESETS[task]
+    train_cls = TASK_TRAIN_CONFIGS[task]
+    model_keys, train_keys = {f.name for f in fields(model_cls)}, {f.name for f in fields(train_cls)}
+    seen: set[str] = set()
+    for key_node, value_node in root.value:
+        key, where = str(key_node.value), f"{path}:{key_node.start_mark.line + 1}"
+        try:
+            if key in seen:
+                raise InputError(f"config key {key!r} is given twice")
+            seen.add(key)
+            if key not in model_keys | train_keys:
+                train_config_class(task, key)  # a key of another task: named as such
+                valid = ", ".join(sorted(model_keys | train_keys))
+                raise InputError(f"unknown config key {key!r}; valid keys: {valid}")
+            if not isinstance(value_node, yaml.ScalarNode):
+                raise InputError(f"config key {key!r} takes one value, not a list or a mapping")
+            data[key] = _check_value(model_cls if key in model_keys else train_cls, key, data[key])
+        except InputError as err:
+            raise InputError(f"{where}: {err}") from None
+    return {str(key): value for key, value in data.items()}
+
+
+def load_config(task: str, path: str | Path | None = None, *, preset: str | None = None, **overrides: object) -> tuple:
+    """(model config, training config) of ``task`` ("classify", "translate" or "pretrain") as a train command builds
+    them: the ``preset`` (default: the task's), the recipe file ``path`` (``configs/*.yaml``, as ``--config``), then
+    ``overrides`` (as ``--set``: ``load_config("classify", "configs/rt-polarity.yaml", epochs=5)``)."""
+    if task not in TASK_PRESETS:
+        raise InputError(f"unknown task {task!r}; expected one of {', '.join(TASK_PRESETS)}")
+    settings = load_config_file(path, task) if path is not None else {}
+    settings.update(overrides)
+    return task_configs(task, preset, settings)
+
+
+def _check_value(cls: type, key: str, value: object) -> object:
+    """A YAML value for field ``key`` of ``cls``: strings are parsed as ``--set`` parses them (YAML reads ``1e-3``
+    as a string), other scalars must have the field's type (an int is a valid float, a bool is not a number)."""
+    if isinstance(value, str):
+        return _parse_value(cls, key, value)
+    hint = typing.get_type_hints(cls)[key]
+    options = (
+        typing.get_args(hint)
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+        else (hint,)
+    )
+    if value is None and type(None) in options:
+        return None
+    target = next(t for t in options if t is not type(None))
+    if target is bool and isinstance(value, bool):
+        return value
+    if target is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if target is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise InputError(f"config key {key}={value!r} is not a valid {target.__name__}")
 
 
 def task_of(model_cls: type) -> str:

@@ -73,7 +73,7 @@ def _train_classifier(
     from attnkit.data.readers import Example, read_labeled
     from attnkit.tasks.classify import train_classifier
 
-    overrides = config_overrides(args)
+    overrides = config_overrides(args, "classify")
     for key in ("epochs", "seed"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)

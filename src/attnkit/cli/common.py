@@ -80,13 +80,20 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="config overrides, e.g. --set d_model=64 n_heads=2 dropout=0.2",
     )
-    p.add_argument("--config", type=Path, help="YAML file of config keys (applied before --set)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="a recipe: a YAML file of config keys (configs/*.yaml); --set overrides its keys",
+    )
 
 
-def config_overrides(args: argparse.Namespace) -> dict[str, object]:
-    from attnkit.config import load_yaml, parse_overrides
+def config_overrides(args: argparse.Namespace, task: str) -> dict[str, object]:
+    """The settings of ``task`` a command was given: the --config file's keys, then --set on top (a key in both
+    takes the --set value). The train commands' own flags (--epochs, --max-steps, ...) are applied after these."""
+    from attnkit.config import load_config_file, parse_overrides
 
-    merged: dict[str, object] = load_yaml(args.config) if getattr(args, "config", None) else {}
+    merged: dict[str, object] = load_config_file(args.config, task) if getattr(args, "config", None) else {}
     merged.update(parse_overrides(args.overrides))
     return merged
 

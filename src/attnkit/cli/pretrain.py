@@ -25,7 +25,7 @@ def cmd_pretrain(args: argparse.Namespace) -> None:
     from attnkit.tasks.pretrain import pretrain_encoder
 
     # Everything is checked before the run is written: a bad key or file leaves nothing behind.
-    overrides = config_overrides(args)
+    overrides = config_overrides(args, "pretrain")
     for key in ("epochs", "seed"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)

@@ -76,7 +76,7 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
                     "translate train: give --train FILE, --train-src A --train-tgt B, --dataset NAME or --prepared DIR"
                 )
             valid = _read_pairs(args.valid, args.valid_src, args.valid_tgt, "valid")
-        overrides = config_overrides(args)
+        overrides = config_overrides(args, "translate")
         for key in ("epochs", "max_steps", "max_tokens", "seed"):
             if getattr(args, key) is not None:
                 overrides[key] = getattr(args, key)

@@ -71,7 +71,7 @@ def _encoder(cfg: ClassifierConfig | MaskedLMConfig) -> int:
 
 
 def classifier_params(cfg: ClassifierConfig) -> int:
-    """V*d [+ max_len*d] [+ types*d + 2d] + N(4(d^2 + d) + 2*d*d_ff + d_ff + d + 4d) [+ 2d pre-LN] + d*C + C."""
+    """``V*d [+ max_len*d] [+ types*d + 2d] + N(4(d^2 + d) + 2*d*d_ff + d_ff + d + 4d) [+ 2d pre-LN] + d*C + C``."""
     n_classes = cfg.n_classes or 2  # 0 = "from the training labels"; the builder makes a 2-class head for inspection
     return _encoder(cfg) + cfg.d_model * n_classes + n_classes
 
@@ -83,7 +83,7 @@ def masked_lm_params(cfg: MaskedLMConfig) -> int:
 
 
 def translator_params(cfg: TranslatorConfig) -> int:
-    """V*d [+ max_len*d] + N(encoder layer) + N(decoder layer) [+ 2 * 2d pre-LN] [+ V*d untied projection].
+    """``V*d [+ max_len*d] + N(encoder layer) + N(decoder layer) [+ 2 * 2d pre-LN] [+ V*d untied projection]``.
 
     With the shared vocabulary and tied embeddings of §3.4: base (V = 37,000) 63,082,496; big 214,245,376.
     """

@@ -42,6 +42,9 @@ def predicted_classes(logits: torch.Tensor) -> list[int]:
 
 @dataclass
 class Prediction:
+    """One classified text: its label (the most probable class), every label's probability, and how many of its
+    tokens the vocabulary lacks."""
+
     text: str
     label: str
     probs: dict[str, float]
