@@ -35,8 +35,9 @@ import torch.nn.functional as F
 
 from attnkit.bench.classify import CONFIGS, make_batch
 from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
+from attnkit.inference import prepare_for_inference
 from attnkit.model.attention import MultiHeadAttention
-from attnkit.model.build import build_classifier, prepare_for_inference
+from attnkit.model.build import build_classifier
 from changes import separate_qkv  # benchmarks/changes.py (this script's directory is on sys.path)
 
 
@@ -78,7 +79,8 @@ def compiled_decoding(threads: int, reps: int) -> None:
     from attnkit.bench.decode import CONFIGS as DECODE_CONFIGS
     from attnkit.bench.decode import SEARCHES, _attnkit, make_sources
     from attnkit.decoding import beam_search, greedy_decode
-    from attnkit.model.build import build_translator, quantize_for_inference
+    from attnkit.inference import quantize_for_inference
+    from attnkit.model.build import build_translator
 
     cfg = DECODE_CONFIGS["small"]
     for precision, batch, per_call in (("fp32", 32, 0), ("int8", 8, 1)):
@@ -89,7 +91,6 @@ def compiled_decoding(threads: int, reps: int) -> None:
             eager = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))
             model = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))
             model.load_state_dict(eager.state_dict())
-            prepare_for_inference(model)  # loading the state dict dropped the fused QKV copies
             if precision == "int8":
                 quantize_for_inference(eager)
                 quantize_for_inference(model)
@@ -218,7 +219,7 @@ def main() -> int:
         model.load_state_dict(eager.state_dict())
         for module in model.modules():
             if isinstance(module, MultiHeadAttention):
-                module._project_qkv = separate_qkv.__get__(module)
+                module.project_qkv = separate_qkv.__get__(module)
         quantize_(model, Int8DynamicActivationInt8WeightConfig())
         with torch.inference_mode():
             diff = (model(ids) - eager(ids)).abs().max().item()

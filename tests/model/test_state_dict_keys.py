@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from attnkit.config import ClassifierConfig, TranslatorConfig
-from attnkit.model.build import build_classifier, build_translator, prepare_for_inference
+from attnkit.inference import prepare_for_inference
+from attnkit.model.build import build_classifier, build_translator
 
 GOLDEN = json.loads((Path(__file__).parent / "golden_state_dict_keys.json").read_text(encoding="utf-8"))
 SMALL = dict(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=32)

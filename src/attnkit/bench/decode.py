@@ -53,7 +53,8 @@ from attnkit.bench.gpu import synchronizer
 from attnkit.bench.isolated import ChildEngine, CT2Translator, Elapsed, describe_settings
 from attnkit.config import TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
-from attnkit.model.build import build_translator, prepare_for_inference, quantize_for_inference
+from attnkit.inference import prepare_for_inference, quantize_for_inference
+from attnkit.model.build import build_translator
 from attnkit.training.precision import native_bf16
 
 CONFIGS: dict[str, TranslatorConfig] = {"small": TranslatorConfig()}
@@ -165,14 +166,15 @@ def iter_results(
     with fixed_threads(threads), tempfile.TemporaryDirectory(prefix="attnkit-bench-") as tmp, ExitStack() as stack:
         for name, cfg in configs.items():
             torch.manual_seed(seed)
-            ours = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID).to(device))  # as TranslatorRun does
+            built = build_translator(cfg, pad_id=PAD_ID).to(device).eval()  # the peers take the paper's modules
+            ours = prepare_for_inference(copy.deepcopy(built))  # as TranslatorRun does
             models = _attnkit_models(ours, device) if "attnkit" in chosen else {}
             src = make_sources(cfg, batch, src_len, seed).to(device)
             translators = {}
             if "ctranslate2" in chosen:
-                translators = _ct2_translators(ours, Path(tmp, name), threads, stack, device)
+                translators = _ct2_translators(built, Path(tmp, name), threads, stack, device)
             # (kind, variant, sentences per call, sentences per timed call, calls)
-            batch_calls = list(_calls(chosen, searches, ours, models, cfg, src, steps, translators, seed))
+            batch_calls = list(_calls(chosen, searches, built, models, cfg, src, steps, translators, seed))
             tables = [("batch", f"{steps} tokens", batch, batch, batch_calls)]
             if latency_sentences and (models or translators):
                 few = src[:latency_sentences]  # (n, S)

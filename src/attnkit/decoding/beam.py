@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnkit.decoding.greedy import select_rows
 from attnkit.decoding.limits import output_limits
 
 # Aliased: ``length_penalty`` is also the name of the public argument that chooses the kind.
@@ -167,10 +168,10 @@ def _beam_search(
     K, B, device = beam_size, src.size(0), src.device
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
     # Cross-attention K/V once per sentence, then repeated per beam; self-attention buffers for the longest output.
-    cache = model.start_cache(memory, capacity=int(limits.max()))
+    cache = model.start_cache(memory, int(limits.max()))
     per_beam = torch.arange(B, device=device).repeat_interleave(K)  # (R,)
-    cache = [layer.select(per_beam) for layer in cache]
-    memory, src_mask = memory[per_beam], src_mask[per_beam]  # (R, S, D), (R, 1, 1, S)
+    cache = [select_rows(layer, per_beam) for layer in cache]
+    src_mask = src_mask[per_beam]  # (R, 1, 1, S)
 
     sentence = list(range(B))
     limit = limits  # (A,)
@@ -190,9 +191,7 @@ def _beam_search(
 
     for t in range(int(limits.max())):
         A = scores.size(0)
-        logits, _, extended = model.decode(last, memory, src_mask, cache=cache, offset=t)  # (R, 1, V)
-        assert extended is not None  # a cache passed in comes back holding position t
-        cache = extended
+        logits, _, _ = model.decode(last, None, src_mask, cache=cache, offset=t)  # (R, 1, V)
         log_probs = logits[:, -1].float().log_softmax(dim=-1)  # (R, V)
         # Banning and adding the beams' scores in place: each out-of-place pass wrote another R x V tensor (4 MiB
         # at R = 128, V = 8,000) at every step; the sums are the same floats.
@@ -235,9 +234,8 @@ def _beam_search(
         if keep.numel() == 0:
             break
         keep_rows = (keep[:, None] * K + beam_index).view(-1)  # (R',)
-        cache = [layer.select(reorder.view(A, K)[keep].view(-1)) for layer in cache]
-        # Beams of one sentence share its memory rows, so only dropping sentences changes them.
-        memory, src_mask, last = memory[keep_rows], src_mask[keep_rows], last[keep_rows]  # (R', S, D), .., (R', 1)
+        cache = [select_rows(layer, reorder.view(A, K)[keep].view(-1)) for layer in cache]
+        src_mask, last = src_mask[keep_rows], last[keep_rows]  # (R', 1, 1, S), (R', 1)
         scores, history, limit, max_lp = scores[keep], history[keep], limit[keep], max_lp[keep]  # (A', ..)
         kept = keep.tolist()
         sentence, nth_best = [sentence[a] for a in kept], [nth_best[a] for a in kept]
@@ -264,5 +262,5 @@ def _reorder_beams(cache: list[DecoderLayerCache], index: Tensor) -> None:
         return
     sources = index[rows]  # (n,)
     for layer in cache:
-        assert layer.self_kv is not None  # the decoder has run at least one step
-        layer.self_kv.move_rows_(rows, sources)
+        for buf in (layer.self_kv.k, layer.self_kv.v):
+            buf.index_copy_(0, rows, buf.index_select(0, sources))  # (n, H, L, Dh) moved

@@ -22,6 +22,8 @@ import torch
 from torch import Tensor
 
 from attnkit.decoding.limits import output_limits
+from attnkit.model.attention import KVCache
+from attnkit.model.layers import DecoderLayerCache
 from attnkit.model.transformer import Transformer
 
 
@@ -67,7 +69,7 @@ def _greedy(
     """The decoding loop; returns the emitted tokens (B, max limit) and the output lengths (B,)."""
     B = src.size(0)
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
-    cache = model.start_cache(memory, capacity=int(limits.max()))
+    cache = model.start_cache(memory, int(limits.max()))
     # Never emit padding (as fairseq): a pad token in the prefix would be masked out by a full decoder pass
     # (``decoder_self_mask``) but not by the cached one. Never emit EOS when the length is fixed.
     banned = torch.tensor([model.pad_id] + ([eos_id] if suppress_eos else []), device=src.device)
@@ -79,9 +81,7 @@ def _greedy(
     lengths = limits.clone()  # (B,)
 
     for t in range(steps):
-        logits, _, extended = model.decode(last, memory, src_mask, cache=cache, offset=t)  # (A, 1, V)
-        assert extended is not None  # a cache passed in comes back holding position t
-        cache = extended
+        logits, _, _ = model.decode(last, None, src_mask, cache=cache, offset=t)  # (A, 1, V)
         # (A, V) in float32 (also from a bfloat16 model: ties in argmax stay rare), a copy: the model's output is not
         # written to.
         logits = logits[:, -1].to(torch.float32, copy=True)
@@ -99,6 +99,12 @@ def _greedy(
         if keep.numel() == 0:
             break
         rows, limit, last = rows[keep], limit[keep], last[keep]  # (A',), (A',), (A', 1)
-        memory, src_mask = memory[keep], src_mask[keep]  # (A', S, D), (A', 1, 1, S)
-        cache = [layer.select(keep) for layer in cache]
+        src_mask = src_mask[keep]  # (A', 1, 1, S)
+        cache = [select_rows(layer, keep) for layer in cache]
     return out, lengths
+
+
+def select_rows(cache: DecoderLayerCache, index: Tensor) -> DecoderLayerCache:
+    """Keep batch rows ``index`` of a layer's cache (copies)."""
+    self_kv, cross_kv = cache.self_kv, cache.cross_kv
+    return DecoderLayerCache(KVCache(self_kv.k[index], self_kv.v[index]), KVCache(cross_kv.k[index], cross_kv.v[index]))

@@ -15,7 +15,7 @@ from torch import nn
 
 from attnkit.config import ClassifierConfig, MaskedLMConfig, TranslatorConfig
 from attnkit.errors import InputError
-from attnkit.model.build import build_classifier, build_masked_lm, build_translator, prepare_for_inference
+from attnkit.model.build import build_classifier, build_masked_lm, build_translator
 from attnkit.runs.files import (
     CONFIG,
     LABELS,
@@ -74,5 +74,5 @@ def load_run(run_dir: str | Path, task: str | None = None, device: torch.device 
     labels = read_labels(run_dir / LABELS) if run_task == "classify" else None
     model = build(model_cfg, pad_id=tokenizer.pad_id).to(device)
     load_weights(model, run_dir / WEIGHTS)  # onto the model's device
-    prepare_for_inference(model)  # eval mode, W^Q W^K W^V fused once; .train() undoes both
+    model.eval()  # inference code swaps in its fused modules itself (attnkit.inference.prepare_for_inference)
     return LoadedRun(run_dir, run_task, config, model_cfg, model, tokenizer, labels, max_len_policy)

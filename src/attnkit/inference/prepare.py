@@ -1,0 +1,49 @@
+"""Making a loaded model ready for inference by replacing modules, never by keeping copies inside the paper's.
+
+``prepare_for_inference`` puts a model in eval mode and swaps every self-attention for a ``FusedSelfAttention``
+(one Q, K, V projection); ``quantize_for_inference`` also rounds every weight matrix to int8 (``quantize``). Both
+keep the state-dict keys, so a prepared model saves and loads as the model it came from.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import torch
+from torch import nn
+
+from attnkit.inference.fused import FusedSelfAttention
+from attnkit.inference.quantize import Int8Embedding, TiedInt8Output, quantize_int8_
+from attnkit.model.attention import MultiHeadAttention
+from attnkit.model.layers import DecoderLayer, EncoderLayer
+from attnkit.model.transformer import Transformer
+
+M = TypeVar("M", bound=nn.Module)
+
+
+def prepare_for_inference(model: M) -> M:
+    """Put ``model`` in eval mode (no dropout, §5.4 applies it in training only) and replace the self-attention of
+    every encoder and decoder layer by a ``FusedSelfAttention`` with the same weights. Idempotent; returns
+    ``model``."""
+    model.eval()
+    for layer in model.modules():
+        attention = getattr(layer, "self_attn", None) if isinstance(layer, EncoderLayer | DecoderLayer) else None
+        if type(attention) is MultiHeadAttention:
+            layer.self_attn = FusedSelfAttention(attention)
+    return model
+
+
+def quantize_for_inference(model: M) -> M:
+    """``prepare_for_inference`` with every weight matrix rounded to int8 (``attnkit.inference.quantize``): the model
+    is cast to bfloat16, each ``nn.Linear`` and ``nn.Embedding`` whose input size is a multiple of 16 (the stacked
+    Q, K, V projections included) is replaced by its int8 counterpart, and a tied output projection reads the
+    embedding's int8 copy (``TiedInt8Output``). Products of one to four rows (decoding a sentence at a time) then
+    read one byte per weight. For inference on a CPU only: the state dict of the result holds the rounded weights
+    in bfloat16, under the same keys. Returns ``model``."""
+    prepare_for_inference(model.to(torch.bfloat16))
+    quantize_int8_(model)
+    if isinstance(model, Transformer) and model.output_proj is None:  # tied (§3.4)
+        token = model.embeddings.token
+        if isinstance(token, Int8Embedding):
+            model.output_proj = TiedInt8Output(token)
+    return model
