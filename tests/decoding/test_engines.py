@@ -16,11 +16,13 @@ from contextlib import contextmanager, nullcontext
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from attnkit.config import TranslatorConfig
 from attnkit.decoding import beam_search, beam_search_nbest, greedy_decode, static
+from attnkit.errors import InputError
 from attnkit.inference import prepare_for_inference, programs, quantize_for_inference
 from attnkit.inference.programs import Engine
 from attnkit.model.build import build_translator
@@ -259,6 +261,38 @@ def test_the_loop_stops_at_the_first_read_after_every_sentence_ended(monkeypatch
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# The compiled engine on a CPU: slow to compile, so one search, the tiny model and two buckets
+
+
+@pytest.fixture
+def fresh_compiler(monkeypatch):
+    """No program compiled before the test, none left after it."""
+    torch._dynamo.reset()
+    monkeypatch.setattr(programs, "_COMPILED", {})
+    monkeypatch.setattr(programs, "_SEEN", {})
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def test_twenty_calls_compile_one_program_per_bucket_and_decode_as_eager(fresh_compiler):
+    """Batches of 1 and 2 sentences of 2 to 12 tokens (buckets of 1 and 2 rows, 16 source positions): two programs,
+    each compiled by the first call of its bucket and found by the later ones (Dynamo is told to fail on any
+    recompilation after the first call of a bucket), with the eager step's tokens."""
+    model, compiled = _model(), Engine("compiled")
+    gen = torch.Generator().manual_seed(5)
+    seen: set[int] = set()
+    for call, size in enumerate([1, 2] * 10):
+        src = _sources(torch.randint(2, 13, (size,), generator=gen).tolist(), seed=call)
+        with torch.compiler.set_stance("fail_on_recompile" if size in seen else "default"):
+            out = SEARCHES["greedy"](model, src, engine=compiled)
+        assert out == SEARCHES["greedy"](model, src), call
+        seen.add(size)
+    assert counters["stats"]["unique_graphs"] == 2  # one program per bucket
+    assert not counters["graph_break"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # On a GPU (skipped elsewhere): the real CUDA graphs, and the compiled step inside them
 
 
@@ -283,3 +317,17 @@ def test_a_gpu_decoding_loop_reads_the_host_once_every_check_every_steps(monkeyp
     mode = _count_steps(monkeypatch)
     decode(model, _sources([9, 3, 6]).cuda(), engine=Engine("cuda-graph", check_every=8), fixed_len=24)
     assert mode.host_reads == [aten.is_nonzero.default] * 2  # after steps 8 and 16; the graph replays read nothing
+
+
+def test_the_default_engine_is_the_devices_unless_attnkit_engine_says(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.delenv(programs.ENV, raising=False)
+    assert programs.default_engine(cpu) == Engine("eager") and programs.default_engine(cuda) == Engine("cuda-graph")
+    monkeypatch.setenv(programs.ENV, "compiled")
+    assert programs.default_engine(cpu) == Engine("compiled")
+    monkeypatch.setenv(programs.ENV, "cuda-graph")
+    with pytest.raises(InputError, match="ATTNKIT_ENGINE=cuda-graph: CUDA graphs need a CUDA device"):
+        programs.default_engine(cpu)
+    monkeypatch.setenv(programs.ENV, "fast")
+    with pytest.raises(InputError, match="ATTNKIT_ENGINE='fast': expected one of eager, compiled, cuda-graph"):
+        programs.default_engine(cuda)

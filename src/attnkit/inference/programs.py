@@ -20,6 +20,7 @@ so that a process meets a handful of shapes, not one per call. A search reads it
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterator
@@ -29,6 +30,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from attnkit.errors import InputError
 
 ENGINES = ("eager", "compiled", "cuda-graph", "compiled-cuda-graph")
 Step = Callable[[Any, Any, Any], None]  # step(model, state, options), in place
@@ -61,11 +64,22 @@ class Engine:
         return self.check_every if self.check_every is not None else default_check_every(device)
 
 
+ENV = "ATTNKIT_ENGINE"  # the default engine, where set (a long-lived server may compile: docs/performance.md)
+
+
 def default_engine(device: torch.device) -> Engine:
-    """What a search runs on by default: CUDA graphs of the eager step on a GPU (a step of ~100 small kernels is
-    launch-bound, and recording a graph takes milliseconds), the eager step elsewhere (compiling costs seconds per
-    shape bucket, which a one-shot command does not earn back; docs/performance.md)."""
-    return Engine("cuda-graph" if device.type == "cuda" else "eager")
+    """What a search runs on unless told: ``ATTNKIT_ENGINE`` where set; else CUDA graphs of the eager step on a GPU
+    (a step of ~100 small kernels is launch-bound, and recording a graph takes a fraction of a second), the eager
+    step elsewhere (compiling costs seconds per shape bucket on a GPU and tens of seconds on a CPU, which a one-shot
+    command does not earn back; docs/performance.md)."""
+    chosen = os.environ.get(ENV, "").strip()
+    if not chosen:
+        return Engine("cuda-graph" if device.type == "cuda" else "eager")
+    if chosen not in ENGINES:
+        raise InputError(f"{ENV}={chosen!r}: expected one of {', '.join(ENGINES)}")
+    if chosen.endswith("cuda-graph") and device.type != "cuda":
+        raise InputError(f"{ENV}={chosen}: CUDA graphs need a CUDA device, and this model is on {device.type}")
+    return Engine(chosen)
 
 
 def default_check_every(device: torch.device) -> int:
@@ -111,14 +125,18 @@ def running(
         return
     compiled = _compiled(step)
     seen = _SEEN.setdefault(step, set())
-    if (key, options) in seen:
-        yield Runner(state, lambda: compiled(model, state, options))
+    program = (key, options, _structure(model))
+    if program in seen:
+        # Compiled before in this process: Dynamo checks only the guards that tell its programs apart (shapes,
+        # types, options), not the ~100 that hold for every call of this one (~0.3 ms a step: docs/performance.md).
+        with torch.compiler.set_stance(torch._dynamo.eval_frame._stance.stance, skip_guard_eval_unsafe=True):
+            yield Runner(state, lambda: compiled(model, state, options))
         return
 
-    def first() -> None:  # a new bucket compiles once; later calls find its program in Dynamo's cache
+    def first() -> None:  # a new bucket compiles once, with every guard; later calls find its program
         with _compiling():
             compiled(model, state, options)
-        seen.add((key, options))
+        seen.add(program)
         runner.step = lambda: compiled(model, state, options)
 
     runner = Runner(state, first)
@@ -128,6 +146,13 @@ def running(
 _MAX_PROGRAMS = 512  # compiled programs one step function may have (Dynamo's default limit, 8, counts per function)
 _COMPILED: dict[Step, Callable] = {}
 _SEEN: dict[Step, set] = {}
+
+
+def _structure(model: nn.Module) -> tuple:
+    """What a compiled step's program depends on in the model besides the shapes of its inputs: its modules' types and
+    its parameters' shapes and types (the values are inputs, so any model of this structure may run the program)."""
+    modules = tuple(type(m).__name__ for m in model.modules())
+    return modules, tuple((tuple(p.shape), p.dtype) for p in model.parameters())
 
 
 def _compiling():
