@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
-from attnkit.analysis.params import (
-    Row,
-    classifier_param_formula,
-    format_table,
-    parameter_table,
-    to_json,
-    translator_param_formula,
-)
+from attnkit.analysis.params import Row, format_table, parameter_table, to_json
 from attnkit.config import (
     CLASSIFIER_PRESETS,
     TRANSLATOR_PRESETS,
@@ -25,6 +19,8 @@ from attnkit.config import (
     preset,
 )
 from attnkit.model.build import build_classifier, build_translator
+from attnkit.model.size import classifier_params as classifier_param_formula
+from attnkit.model.size import translator_params as translator_param_formula
 
 
 def _classifier_cfg(name: str, **overrides) -> ClassifierConfig:
@@ -37,7 +33,7 @@ def _translator_cfg(name: str, **overrides) -> TranslatorConfig:
     return cfg
 
 
-TINY_TRANSLATOR = dict(vocab_size=97, d_model=16, n_heads=2, d_ff=24, n_layers=2, max_len=32)
+TINY_TRANSLATOR: dict[str, Any] = dict(vocab_size=97, d_model=16, n_heads=2, d_ff=24, n_layers=2, max_len=32)
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager, nullcontext
+from typing import Any
 
 import pytest
 import torch
@@ -29,7 +30,7 @@ from attnkit.model.build import build_translator
 
 PAD, BOS, EOS = 0, 3, 4
 TINY = TranslatorConfig(vocab_size=24, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=40, tie_embeddings=False)
-IDS = dict(bos_id=BOS, eos_id=EOS, max_positions=TINY.max_len)
+IDS: dict[str, Any] = dict(bos_id=BOS, eos_id=EOS, max_positions=TINY.max_len)
 aten = torch.ops.aten
 # Calls that make the host wait for the device: a value read (``bool(t)`` dispatches ``is_nonzero`` under inference
 # mode, ``_local_scalar_dense`` outside it; ``.item()``, ``int(t)``), or a shape that depends on data.

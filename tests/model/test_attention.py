@@ -142,7 +142,7 @@ def test_kv_cache_writes_positions_in_place_and_a_step_attends_to_the_written_on
 
 
 def test_stacked_qkv_follows_weight_updates_and_keeps_gradients():
-    """Unfused (no ``fuse_qkv``), W^Q, W^K, W^V are stacked afresh at every call, with or without autograd: an
+    """In the paper's module (no ``FusedSelfAttention``), W^Q, W^K, W^V are stacked afresh at every call: an
     optimizer step or a loaded state must show in the next output, and with autograd every projection gets its
     gradient."""
     torch.manual_seed(0)

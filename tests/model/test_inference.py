@@ -5,6 +5,7 @@ inference machinery."""
 
 import ast
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from attnkit.model.build import build_classifier, build_translator
 from attnkit.model.masking import lengths_to_padding_mask
 
 V, PAD, BOS, EOS = 40, 0, 1, 2
-SMALL = dict(vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=32)
+SMALL: dict[str, Any] = dict(vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=32)
 NORMS = pytest.mark.parametrize("norm", ["post", "pre"])
 
 
@@ -128,7 +129,7 @@ def test_prepared_translator_decodes_as_the_unprepared_one(norm):
             logits, _, cache = fused.decode(tgt_in[:, t : t + 1], None, src_mask, cache=cache, offset=t)
             stepped.append(logits)
         assert_close(torch.cat(stepped, dim=1), plain(src, tgt_in), atol=1e-5, rtol=0)
-    kwargs = dict(bos_id=BOS, eos_id=EOS, max_positions=cfg.max_len)
+    kwargs: dict[str, Any] = dict(bos_id=BOS, eos_id=EOS, max_positions=cfg.max_len)
     assert greedy_decode(fused, src, **kwargs) == greedy_decode(plain, src, **kwargs)
     assert prepare_for_inference(fused) is fused and len(_fused_modules(fused)) == 2 * cfg.n_layers  # idempotent
 

@@ -3,6 +3,7 @@ the int8 kernel computes the same product as the bfloat16 copy of the same value
 state-dict keys, and one sentence decodes alike alone and in a batch."""
 
 import copy
+from typing import Any
 
 import pytest
 import torch
@@ -25,10 +26,11 @@ from attnkit.inference.quantize import (
 )
 from attnkit.model.attention import MultiHeadAttention
 from attnkit.model.build import build_translator
+from attnkit.model.transformer import Transformer
 from attnkit.training.precision import DECODING_PRECISIONS, check_precision
 
 PAD, BOS, EOS = 0, 1, 2
-SMALL = dict(vocab_size=50, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=40)
+SMALL: dict[str, Any] = dict(vocab_size=50, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=40)
 
 
 def test_rounding_is_per_row_symmetric_and_within_half_a_step():
@@ -75,7 +77,7 @@ def test_only_matrices_the_kernel_can_read_are_replaced():
     assert quantize_int8_(model) == 0  # idempotent
 
 
-def _translator() -> nn.Module:
+def _translator() -> Transformer:
     torch.manual_seed(0)
     return build_translator(TranslatorConfig(**SMALL), pad_id=PAD)
 

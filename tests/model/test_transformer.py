@@ -65,7 +65,7 @@ def test_cached_decoding_equals_full_pass(norm, chunks):
         cache = ours.start_cache(memory, tgt_in.size(1) + 2)  # two positions to spare, never written
         ends = list(itertools.accumulate(chunks))
         for start, end in zip([0] + ends[:-1], ends):
-            logits, _, cache = ours.decode(tgt_in[:, start:end], memory, src_mask, cache=cache, offset=start)
+            logits, _, _ = ours.decode(tgt_in[:, start:end], memory, src_mask, cache=cache, offset=start)
             assert_close(logits, full[:, start:end], atol=1e-5, rtol=0)
     assert cache[0].self_kv.k.shape == (3, H, tgt_in.size(1) + 2, D // H)  # preallocated, written in place
     assert not cache[0].self_kv.k[:, :, -2:].any()  # the spare positions were masked, not written
