@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.testing import assert_close
 
 import attnkit
@@ -16,6 +17,7 @@ from attnkit.config import ClassifierConfig, TranslatorConfig
 from attnkit.decoding import greedy_decode
 from attnkit.inference import prepare_for_inference
 from attnkit.inference.fused import FusedSelfAttention
+from attnkit.inference.transposed import TransposedEmbedding
 from attnkit.model.attention import MultiHeadAttention
 from attnkit.model.build import build_classifier, build_translator
 from attnkit.model.masking import lengths_to_padding_mask
@@ -132,6 +134,26 @@ def test_prepared_translator_decodes_as_the_unprepared_one(norm):
     kwargs: dict[str, Any] = dict(bos_id=BOS, eos_id=EOS, max_positions=cfg.max_len)
     assert greedy_decode(fused, src, **kwargs) == greedy_decode(plain, src, **kwargs)
     assert prepare_for_inference(fused) is fused and len(_fused_modules(fused)) == 2 * cfg.n_layers  # idempotent
+
+
+def test_a_prepared_translator_holds_its_tied_matrix_once_and_transposed():
+    """The tied embedding matrix E (V, D) becomes one (D, V) parameter: lookups and the output projection read it,
+    the logits are F.linear's with E, and it saves and loads as E under the embedding's key."""
+    cfg = TranslatorConfig(**SMALL)  # tied (§3.4)
+    prepared, plain = _twins(lambda: build_translator(cfg, pad_id=PAD))
+    prepare_for_inference(prepared)
+    token = prepared.embeddings.token
+    assert isinstance(token, TransposedEmbedding) and token.weight_t.shape == (16, V) and token.weight_t.is_contiguous()
+    assert sum(p.numel() for p in prepared.parameters()) == sum(p.numel() for p in plain.parameters())  # once
+    x, ids = torch.randn(3, 2, 16), _ids(3, 5)
+    with torch.no_grad():
+        assert_close(prepared.logits(x), F.linear(x, plain.embeddings.token.weight), atol=1e-6, rtol=0)
+        assert_close(prepared.embeddings(ids), plain.eval().embeddings(ids), atol=0, rtol=0)
+    saved = prepared.state_dict()["embeddings.token.weight"]
+    assert saved.shape == (V, 16) and torch.equal(saved, plain.embeddings.token.weight)
+    other = build_translator(cfg, pad_id=PAD)
+    prepared.load_state_dict(other.state_dict())
+    assert torch.equal(prepared.embeddings.token.weight, other.embeddings.token.weight)
 
 
 def test_a_prepared_model_follows_a_dtype_change():
