@@ -117,6 +117,7 @@ def recorded_graphs(monkeypatch):
     monkeypatch.setattr(torch.cuda, "graph", _record)
     monkeypatch.setattr(torch.cuda, "Stream", _Stream)
     monkeypatch.setattr(torch.cuda, "stream", lambda stream: nullcontext())
+    monkeypatch.setattr(torch.cuda, "device", lambda device: nullcontext())
     monkeypatch.setattr(torch.cuda, "current_stream", _Stream)
     monkeypatch.setattr(programs, "_GRAPHS", type(programs._GRAPHS)())
     RecordedGraph.recorded = 0

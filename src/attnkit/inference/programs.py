@@ -200,14 +200,15 @@ def _graph(
             return graphs[full_key]
         state = allocate()
         fn = _compiled(step) if engine.kind == "compiled-cuda-graph" else step
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), _compiling():
-            for _ in range(3):
+        with torch.cuda.device(next(model.parameters()).device):  # the model's GPU, whichever is current
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side), _compiling():
+                for _ in range(3):
+                    fn(model, state, options)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
                 fn(model, state, options)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn(model, state, options)
         graphs[full_key] = _Graph(state, graph, threading.Lock())
         return graphs[full_key]
