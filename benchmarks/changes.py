@@ -16,11 +16,6 @@ and beam 4), shipped and with one choice switched off:
 
 - ``cross K/V every step``: cross-attention projecting the encoder output to keys and values again at every step,
   as a decoder without a static cross-attention cache does.
-- ``output weight untransposed``: the output projection multiplies by the (V, D) weight as ``F.linear`` does,
-  instead of the (D, V) copy ``prepare_for_inference`` keeps (``Transformer.transpose_output``).
-- ``beam: every row copied``: beam search's reorder copies every row's self-attention keys and values into a
-  second set of buffers at every step (the two sets in turn), as before ``KVCache.move_rows_`` moved only the rows
-  whose parent is another beam (beam 4 only).
 
 ``--decode`` runs the decoding cases only.
 
@@ -42,13 +37,14 @@ from attnkit.bench import decode
 from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
 from attnkit.bench.train import CONFIGS, batch_loss, make_batch
 from attnkit.config import TransformerConfig
-from attnkit.model.attention import MultiHeadAttention
-from attnkit.model.build import build_translator, encoder_layer, prepare_for_inference
+from attnkit.inference import prepare_for_inference
+from attnkit.model.attention import KVCache, MultiHeadAttention
+from attnkit.model.build import build_translator, encoder_layer
 
 
-def separate_qkv(self: MultiHeadAttention, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Q, K, V by three GEMMs: a drop-in for ``MultiHeadAttention._project_qkv``."""
-    return tuple(self._split_heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
+def separate_qkv(self: MultiHeadAttention, x: Tensor) -> Tensor:
+    """Q, K, V by three GEMMs: a drop-in for ``MultiHeadAttention.project_qkv``."""
+    return torch.cat([proj(x) for proj in (self.q_proj, self.k_proj, self.v_proj)], dim=-1)  # (..., 3 H Dh)
 
 
 def explicit_attention(name: str, module: MultiHeadAttention) -> None:
@@ -59,47 +55,30 @@ def explicit_attention(name: str, module: MultiHeadAttention) -> None:
 
 def three_gemms(name: str, module: MultiHeadAttention) -> None:
     """Project Q, K and V of every attention module by three GEMMs."""
-    module._project_qkv = separate_qkv.__get__(module)
+    module.project_qkv = separate_qkv.__get__(module)
 
 
 def cross_kv_every_step(name: str, module: MultiHeadAttention) -> None:
-    """Make cross-attention ignore its static cache: keys and values of the memory are projected at every step."""
+    """Make cross-attention ignore its static cache: the cache remembers the encoder output, and every step
+    projects it to keys and values again."""
     if not name.endswith("cross_attn"):
         return
-    forward = module.forward
+    project_kv, forward = module.project_kv, module.forward
 
-    def uncached(query, key_value=None, mask=None, *, need_weights=False, cache=None):
-        out, weights, _ = forward(query, key_value, mask, need_weights=need_weights)
-        return out, weights, cache
+    def remembering(memory: Tensor) -> KVCache:
+        kv = project_kv(memory)
+        kv.memory = memory  # type: ignore[attr-defined]
+        return kv
 
-    module.forward = uncached
+    def uncached(query, key_value=None, *args, **kwargs):
+        memory = getattr(key_value, "memory", None)
+        return forward(query, key_value if memory is None else memory, *args, **kwargs)
 
-
-def untransposed_output(model: torch.nn.Module) -> None:
-    """Keep the output projection on F.linear with the (V, D) weight: ``transpose_output`` does nothing."""
-    model._output_t = None
-    model.transpose_output = lambda: None
-
-
-def copy_every_row(cache: list, index: Tensor, spare: dict) -> None:
-    """Beam reorder as before ``move_rows_``: every row's filled keys and values index-selected into the other of
-    two buffer sets (``spare`` holds them by layer), which then becomes the cache's."""
-    for i, layer in enumerate(cache):
-        kv = layer.self_kv
-        old = spare.get(i)
-        k_buf = old[0] if old is not None else torch.empty_like(kv.k_buf)
-        v_buf = old[1] if old is not None else torch.empty_like(kv.v_buf)
-        torch.index_select(kv.k, 0, index, out=k_buf[:, :, : kv.length])
-        torch.index_select(kv.v, 0, index, out=v_buf[:, :, : kv.length])
-        spare[i] = (kv.k_buf, kv.v_buf)
-        kv.k_buf, kv.v_buf = k_buf, v_buf
+    module.project_kv, module.forward = remembering, uncached
 
 
 VARIANTS = {"shipped": None, "explicit attention": explicit_attention, "three QKV GEMMs": three_gemms}
 DECODE_VARIANTS = {"shipped": None, "cross K/V every step": cross_kv_every_step}
-# Switches on the whole model (not per attention module), and on beam search itself, timed beside shipped.
-MODEL_VARIANTS = {"output weight untransposed": untransposed_output}
-SEARCH_VARIANTS = {"beam: every row copied": copy_every_row}
 
 
 def variant_models(build, variants=VARIANTS) -> list[torch.nn.Module]:
@@ -154,37 +133,9 @@ def decode_cases():
         )
 
 
-def with_search_variant(call: Callable[[], int], reorder) -> Callable[[], int]:
-    """``call`` with beam search's reorder replaced by ``reorder`` for its duration."""
-    from attnkit.decoding import beam
-
-    def patched() -> int:
-        shipped, spare = beam._reorder_beams, {}
-        beam._reorder_beams = lambda cache, index: reorder(cache, index, spare)
-        try:
-            return call()
-        finally:
-            beam._reorder_beams = shipped
-
-    return patched
-
-
 def decode_variant_calls(build, make_call, search: str) -> tuple[dict, list]:
-    """The variants of one decoding case and their calls: per-module switches, model switches, search switches."""
-    variants = dict(DECODE_VARIANTS)
-    calls = [make_call(model) for model in variant_models(build, DECODE_VARIANTS)]
-    for name, switch in MODEL_VARIANTS.items():
-        torch.manual_seed(0)
-        model = build()
-        switch(model)
-        variants[name] = switch
-        calls.append(make_call(model))
-    if search != "greedy":
-        for name, reorder in SEARCH_VARIANTS.items():
-            torch.manual_seed(0)
-            variants[name] = reorder
-            calls.append(with_search_variant(make_call(build()), reorder))
-    return variants, calls
+    """The variants of one decoding case and their calls (``search`` names the case; every variant is per module)."""
+    return dict(DECODE_VARIANTS), [make_call(model) for model in variant_models(build, DECODE_VARIANTS)]
 
 
 def emit(case: str, variants: dict, timings: list, threads: int) -> None:

@@ -13,11 +13,12 @@ on stdout. docs/performance.md quotes one run.
   stacks W^Q, W^K, W^V into one matrix, which torchao's int8 tensors cannot be concatenated into, so for this probe
   the three projections run separately (``changes.separate_qkv``).
 
-``--decode`` instead probes ``torch.compile`` of the decoder step (``Transformer.decode``, Inductor,
-``dynamic=True`` so that the growing cache length does not recompile at every step) on the decode suite's greedy
-and beam-4 calls (the ``small`` translator, 32 sources of 32 tokens, exactly 32 output tokens), and on 8 of those
-sources one per call with the weights rounded to int8 (``--precision int8``): the first call (compilation) is
-reported separately, the outputs are compared with eager's. It also probes every linear layer of
+``--decode`` instead times the compiled decoding engine (``attnkit.inference.programs``: the static-shape step
+compiled once per shape bucket) against the eager step on the decode suite's greedy and beam-4 calls (the ``small``
+translator, 32 sources of 32 tokens, exactly 32 output tokens), and on 8 of those sources one per call with the
+weights rounded to int8 (``--precision int8``): the first call (compilation) is reported separately, the outputs
+are compared with eager's. (Before the static-shape step, this probe compiled ``Transformer.decode`` with
+``dynamic=True``; docs/performance.md keeps those figures.) It also probes every linear layer of
 decoding multiplying by an (in, out) copy of its weight (``torch.addmm`` with no transpose, the faster kernel at
 one row: ``profile_decode.py --floor``) instead of ``F.linear``'s (out, in) weight, at batch 32 and one sentence
 per call.
@@ -35,8 +36,9 @@ import torch.nn.functional as F
 
 from attnkit.bench.classify import CONFIGS, make_batch
 from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
+from attnkit.inference import prepare_for_inference
 from attnkit.model.attention import MultiHeadAttention
-from attnkit.model.build import build_classifier, prepare_for_inference
+from attnkit.model.build import build_classifier
 from changes import separate_qkv  # benchmarks/changes.py (this script's directory is on sys.path)
 
 
@@ -71,44 +73,36 @@ def emit(**row) -> None:
 
 
 def compiled_decoding(threads: int, reps: int) -> None:
-    """torch.compile of the decoder step, timed in turns with eager decoding (the ``--decode`` probe): float32 at
-    batch 32, and int8 weights one sentence per call (``--precision int8``'s case, where a step's products take a
-    quarter of its time and the rest is the cost of ~500 operator calls a step)."""
-    from attnkit.bench.common import BOS_ID, EOS_ID
+    """The compiled decoding engine (``Engine("compiled")``: the static-shape step compiled once per bucket), timed in
+    turns with the eager step (the ``--decode`` probe): float32 at batch 32, and int8 weights one sentence per call
+    (``--precision int8``'s case), each with the first call (compilation) and whether the tokens are eager's."""
     from attnkit.bench.decode import CONFIGS as DECODE_CONFIGS
-    from attnkit.bench.decode import SEARCHES, _attnkit, make_sources
-    from attnkit.decoding import beam_search, greedy_decode
-    from attnkit.model.build import build_translator, quantize_for_inference
+    from attnkit.bench.decode import SEARCHES, _attnkit, _search, make_sources
+    from attnkit.inference import quantize_for_inference
+    from attnkit.inference.programs import Engine
+    from attnkit.model.build import build_translator
 
     cfg = DECODE_CONFIGS["small"]
+    eager, compiled = Engine("eager"), Engine("compiled")
     for precision, batch, per_call in (("fp32", 32, 0), ("int8", 8, 1)):
         src = make_sources(cfg, batch, 32, seed=0)
-        torch._dynamo.reset()  # each case compiles afresh: graphs of the case before would count to the recompile limit
         with fixed_threads(threads):
             torch.manual_seed(0)
-            eager = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))
             model = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID))
-            model.load_state_dict(eager.state_dict())
-            prepare_for_inference(model)  # loading the state dict dropped the fused QKV copies
             if precision == "int8":
-                quantize_for_inference(eager)
                 quantize_for_inference(model)
-            model.decode = torch.compile(model.decode, dynamic=True)  # type: ignore[method-assign]
             for search, beam in SEARCHES.items():
-                calls = [_attnkit(m, src, beam, 32, cfg.max_len, per_call=per_call) for m in (eager, model)]
+                calls = [_attnkit(model, src, beam, 32, cfg.max_len, per_call, engine) for engine in (eager, compiled)]
                 first = timed(calls[1])
-                ids = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_positions=cfg.max_len, fixed_len=32)
                 parts = list(src.split(per_call)) if per_call else [src]
-                if beam == 1:
-                    same = all(greedy_decode(eager, p, **ids) == greedy_decode(model, p, **ids) for p in parts)
-                else:
-                    same = all(
-                        beam_search(eager, p, beam_size=beam, **ids) == beam_search(model, p, beam_size=beam, **ids)
-                        for p in parts
-                    )
+                same = all(
+                    _search(model, p, beam, 32, cfg.max_len, eager)
+                    == _search(model, p, beam, 32, cfg.max_len, compiled)
+                    for p in parts
+                )
                 base, option = measure_interleaved(calls, warmup=1, reps=reps)
                 emit(
-                    option="torch.compile(Transformer.decode, dynamic=True)",
+                    option="the compiled decoding engine",
                     mode=f"decode {search}, {precision}, "
                     + ("one sentence per call" if per_call else f"batch {batch}"),
                     eager_ms=base.median_s * 1e3,
@@ -218,7 +212,7 @@ def main() -> int:
         model.load_state_dict(eager.state_dict())
         for module in model.modules():
             if isinstance(module, MultiHeadAttention):
-                module._project_qkv = separate_qkv.__get__(module)
+                module.project_qkv = separate_qkv.__get__(module)
         quantize_(model, Int8DynamicActivationInt8WeightConfig())
         with torch.inference_mode():
             diff = (model(ids) - eager(ids)).abs().max().item()

@@ -37,7 +37,9 @@ def floor_call(model: TransformerClassifier, batch: int, length: int, dtype: tor
     x = torch.randn(tokens, d_model, dtype=dtype)  # (B*L, D): every layer's input
     layers = []
     for layer in model.encoder.layers:
-        w_qkv, b_qkv = layer.self_attn._concat_qkv()  # (3D, D), (3D,)
+        attn = layer.self_attn.state_dict()  # the paper's keys, also for a prepared model's fused attention
+        w_qkv = torch.cat([attn[f"{p}_proj.weight"] for p in "qkv"])  # (3D, D)
+        b_qkv = torch.cat([attn[f"{p}_proj.bias"] for p in "qkv"])  # (3D,)
         out, ffn = layer.self_attn.out_proj, layer.ffn
         layers.append(
             [(w.to(dtype), None if b is None else b.to(dtype)) for w, b in ((w_qkv, b_qkv), (out.weight, out.bias))]

@@ -17,7 +17,7 @@ decoder layer the stacked W^Q W^K W^V, W^O, cross-attention W^Q and W^O, the FFN
 projection onto the vocabulary, 19 MB in float32) applied back to back to ``--batch`` rows (x beam width for beam
 4), with nothing else in between: as ``F.linear`` runs them ((out, in) weights) and with (in, out) copies
 (``torch.addmm`` without a transpose, the faster kernel at one row) and, where PyTorch has MKL, with MKL's packed
-weights (``torch.ops.mkl._mkl_linear``), and with the weights rounded to int8 (``attnkit.model.quantize``: bfloat16
+weights (``torch.ops.mkl._mkl_linear``), and with the weights rounded to int8 (``attnkit.inference.quantize``: bfloat16
 rows, PyTorch's int8 weight kernel) where the rows are few enough for it. Times 32 such steps, one sentence's
 worth.
 """
@@ -34,8 +34,9 @@ from torch.profiler import profile
 from attnkit.allocator import setting, tune_malloc
 from attnkit.bench.common import PAD_ID, fixed_threads, measure
 from attnkit.bench.decode import CONFIGS, SEARCHES, _attnkit, make_sources
-from attnkit.model.build import build_translator, prepare_for_inference, quantize_for_inference
-from attnkit.model.quantize import INT8_MAX_ROWS, Int8Weight
+from attnkit.inference import prepare_for_inference, quantize_for_inference
+from attnkit.inference.quantize import INT8_MAX_ROWS, Int8Weight
+from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
 
 # operator name -> category; the first category whose fragment occurs in the name wins
@@ -60,7 +61,7 @@ def step_weights(model: Transformer) -> list[tuple[torch.Tensor, torch.Tensor | 
     weights = []
     for layer in model.decoder.layers:
         self_attn, cross = layer.self_attn, layer.cross_attn
-        weights.append(self_attn._concat_qkv())  # (3 H Dh, D), as the fused self-attention projection
+        weights.append((self_attn.qkv.weight, self_attn.qkv.bias))  # (3 H Dh, D): the fused self-attention projection
         for linear in (self_attn.out_proj, cross.q_proj, cross.out_proj, layer.ffn.linear1, layer.ffn.linear2):
             weights.append((linear.weight, linear.bias))
     out = model.embeddings.token.weight if model.output_proj is None else model.output_proj.weight  # (V, D)

@@ -38,6 +38,7 @@ API_GROUPS = {
     "model": "The paper's model (§3)",
     "tokenization": "Tokenizers",
     "data": "Reading and batching data",
+    "inference": "The inference engine: fused and int8 modules swapped in, decoding programs",
     "decoding": "Greedy and beam search (§6.1)",
     "evaluation": "Metrics",
     "training": "The training loop and its parts (§5)",

@@ -20,7 +20,8 @@ FAULTS = """
 import resource, sys, torch
 from attnkit import allocator
 from attnkit.config import ClassifierConfig
-from attnkit.model.build import build_classifier, prepare_for_inference
+from attnkit.inference import prepare_for_inference
+from attnkit.model.build import build_classifier
 if sys.argv[1] == "tuned":
     assert allocator.tune_malloc()
 torch.set_num_threads(1)

@@ -13,7 +13,8 @@ import torch
 
 from attnkit.cli import main
 from attnkit.errors import InputError
-from attnkit.model.quantize import Int8Linear
+from attnkit.inference.fused import FusedSelfAttention
+from attnkit.inference.quantize import Int8Linear
 
 SYMBOLS = "a b c d e f g h i j k l m n o p".split()
 
@@ -334,7 +335,7 @@ def test_translator_precision_casts_the_model_and_refuses_what_the_device_cannot
     run = TranslatorRun(tiny_translator, precision="bf16")
     assert {p.dtype for p in run.model.parameters()} == {torch.bfloat16}
     attention = run.model.encoder.layers[0].self_attn
-    assert attention.is_fused and attention._fused[0].dtype == torch.bfloat16  # the inference copies follow
+    assert isinstance(attention, FusedSelfAttention) and attention.qkv.weight.dtype == torch.bfloat16
     assert run.translate(["a b c"], beam=2)[0][0] is not None
     assert {p.dtype for p in load_model(tiny_translator, "bf16").model.parameters()} == {torch.bfloat16}  # serve
     code, _, err = run_cli(capsys, "translate", "eval", "--model", str(tiny_translator), "--precision", "fp16")

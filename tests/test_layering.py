@@ -23,7 +23,9 @@ LAYERS = {
     "model": 1,
     "tokenization": 1,
     "data": 1,
-    # 2: what runs a built model without changing it: searches (§6.1) and metrics.
+    # 2: what runs a built model: the inference engine (modules swapped in for inference, decoding steps run eager,
+    # compiled or as CUDA graphs), the searches built on it (§6.1), and metrics.
+    "inference": 2,
     "decoding": 2,
     "evaluation": 2,
     # 3: training machinery (loop, optimizer, state) and the run-directory format it writes and readers load.

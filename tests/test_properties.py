@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -291,7 +292,7 @@ def _translator(norm: str) -> Transformer:
 
 
 TRANSLATORS = {norm: _translator(norm) for norm in ("post", "pre")}
-DECODE = {"bos_id": BOS, "eos_id": EOS, "max_positions": 64, "max_extra": 8}
+DECODE: dict[str, Any] = {"bos_id": BOS, "eos_id": EOS, "max_positions": 64, "max_extra": 8}
 
 
 def _sources(lengths: list[int], seed: int) -> list[torch.Tensor]:

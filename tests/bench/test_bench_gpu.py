@@ -12,6 +12,7 @@ import torch
 import attnkit.bench
 from attnkit.bench import classify, common, decode, gpu, scaling, train
 from attnkit.config import ClassifierConfig, TranslatorConfig
+from attnkit.inference.programs import Engine
 
 TINY = TranslatorConfig(vocab_size=120, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=48)
 TINY_CLS = ClassifierConfig(vocab_size=120, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=32, n_classes=2)
@@ -107,8 +108,18 @@ def test_classify_suite_on_a_gpu():
 def test_decode_suite_on_a_gpu_returns_every_token():
     # every implementation is checked to return exactly batch x steps tokens before it is timed (decode.iter_results)
     impls = ("attnkit", "torch.nn", "transformers")
-    results = decode.run(quick=True, threads=1, configs={"tiny": TINY}, batch=3, src_len=5, impls=impls, device=_cuda())
-    assert {r.impl for r in results} >= {"attnkit", "torch.nn (no cache)"}
+    engines = (Engine("eager"), Engine("cuda-graph"))  # the compiled graphs too would compile for seconds a bucket
+    results = decode.run(
+        quick=True,
+        threads=1,
+        configs={"tiny": TINY},
+        batch=3,
+        src_len=5,
+        impls=impls,
+        device=_cuda(),
+        attnkit_engines=engines,
+    )
+    assert {r.impl for r in results} >= {"attnkit", "attnkit cuda-graph", "torch.nn (no cache)"}
 
 
 @pytest.mark.cuda

@@ -10,7 +10,7 @@ from torch.testing import assert_close
 
 from attnkit.interop.torch_nn import mha_to_torch, to_torch_key_padding_mask
 from attnkit.model.attention import KVCache, MultiHeadAttention, fused_attention, scaled_dot_product_attention
-from attnkit.model.masking import lengths_to_padding_mask
+from attnkit.model.masking import cached_causal_mask, causal_mask, lengths_to_padding_mask
 
 B, H, T, S, DH = 3, 2, 5, 7, 4
 D = H * DH
@@ -120,47 +120,29 @@ def test_d_model_not_divisible_by_n_heads_raises():
     assert MultiHeadAttention(d_model=10, n_heads=3, d_head=4).q_proj.out_features == 12
 
 
-def test_kv_cache_appends_in_place_grows_and_selects_filled_positions():
+def test_kv_cache_writes_positions_in_place_and_a_step_attends_to_the_written_ones():
+    """The static cache: each step writes its keys and values at its position in buffers of a fixed length, and a
+    self-attention step over the whole buffer under ``cached_causal_mask`` equals attention over the positions
+    written so far."""
     torch.manual_seed(0)
-    B, H, Dh = 3, 2, 4
-    steps = [(torch.randn(B, H, 1, Dh), torch.randn(B, H, 1, Dh)) for _ in range(5)]
-    cache = KVCache.empty(B, H, Dh, capacity=2, like=steps[0][0])
-    for k, v in steps:
-        cache = cache.append(k, v)
-    assert cache.length == 5 and cache.k_buf.size(2) >= 5  # grew past the capacity of 2
-    torch.testing.assert_close(cache.k, torch.cat([k for k, _ in steps], dim=2), rtol=0, atol=0)
-    torch.testing.assert_close(cache.v, torch.cat([v for _, v in steps], dim=2), rtol=0, atol=0)
-
-    index = torch.tensor([2, 0, 0])
-    picked = cache.select(index)
-    assert picked.k_buf.data_ptr() != cache.k_buf.data_ptr()  # a copy: branches do not write into each other
-    torch.testing.assert_close(picked.k, cache.k[index], rtol=0, atol=0)
-    torch.testing.assert_close(picked.v, cache.v[index], rtol=0, atol=0)
-    grown = picked.append(*steps[0])
-    assert grown.length == 6 and torch.equal(cache.k, torch.cat([k for k, _ in steps], dim=2))  # original untouched
-
-
-def test_kv_cache_moves_rows_in_place_as_select_would_reorder_them():
-    """Beam search's reorder: rows 0 and 1 swap, row 3 takes row 2's keys and values, row 2 keeps its own. The result
-    equals ``select`` of the full index, in the same buffers, and positions past ``length`` are left alone."""
-    torch.manual_seed(1)
-    B, H, Dh = 4, 2, 3
-    cache = KVCache.empty(B, H, Dh, capacity=8, like=torch.empty(0))
-    cache.k_buf.fill_(7.0), cache.v_buf.fill_(7.0)
-    for _ in range(3):
-        cache = cache.append(torch.randn(B, H, 1, Dh), torch.randn(B, H, 1, Dh))
-    index = torch.tensor([1, 0, 2, 2])
-    expected = cache.select(index)
-    rows = torch.tensor([0, 1, 3])  # the rows whose source is another row
-    moved = cache.move_rows_(rows, index[rows])
-    assert moved.k_buf.data_ptr() == cache.k_buf.data_ptr() and moved.length == 3
-    torch.testing.assert_close(moved.k, expected.k, rtol=0, atol=0)
-    torch.testing.assert_close(moved.v, expected.v, rtol=0, atol=0)
-    assert bool((cache.k_buf[:, :, 3:] == 7.0).all()) and bool((cache.v_buf[:, :, 3:] == 7.0).all())
+    mha = MultiHeadAttention(d_model=D, n_heads=H).eval()
+    x = torch.randn(B, T, D)  # T positions, fed one at a time
+    cache = KVCache.empty(B, H, DH, T + 3, like=x)  # 3 positions to spare
+    buffers = cache.k.data_ptr(), cache.v.data_ptr()
+    with torch.no_grad():
+        for t in range(T):
+            positions = torch.tensor([t])
+            step, _, _ = mha(
+                x[:, t : t + 1], cache=cache, positions=positions, mask=cached_causal_mask(positions, T + 3)
+            )
+            full, _, _ = mha(x[:, : t + 1], mask=causal_mask(t + 1))
+            assert_close(step[:, 0], full[:, -1], atol=1e-6, rtol=0)
+    assert (cache.k.data_ptr(), cache.v.data_ptr()) == buffers  # written in place, never reallocated
+    assert not cache.k[:, :, T:].any() and not cache.v[:, :, T:].any()  # unwritten positions stay zero
 
 
 def test_stacked_qkv_follows_weight_updates_and_keeps_gradients():
-    """Unfused (no ``fuse_qkv``), W^Q, W^K, W^V are stacked afresh at every call, with or without autograd: an
+    """In the paper's module (no ``FusedSelfAttention``), W^Q, W^K, W^V are stacked afresh at every call: an
     optimizer step or a loaded state must show in the next output, and with autograd every projection gets its
     gradient."""
     torch.manual_seed(0)

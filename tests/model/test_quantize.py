@@ -1,5 +1,5 @@
-"""Weight-only int8 (``attnkit.model.quantize``, ``quantize_for_inference``): the rounding is the one documented, the
-int8 kernel computes the same product as the bfloat16 copy of the same values, the model keeps its structure and
+"""Weight-only int8 (``attnkit.inference.quantize``, ``quantize_for_inference``): the rounding is the one documented,
+the int8 kernel computes the same product as the bfloat16 copy of the same values, the model keeps its structure and
 state-dict keys, and one sentence decodes alike alone and in a batch."""
 
 import copy
@@ -14,8 +14,18 @@ from torch.testing import assert_close
 from attnkit.config import TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
 from attnkit.errors import InputError
-from attnkit.model.build import build_translator, prepare_for_inference, quantize_for_inference
-from attnkit.model.quantize import INT8_MAX_ROWS, Int8Embedding, Int8Linear, Int8Weight, quantize_int8_
+from attnkit.inference import prepare_for_inference, quantize_for_inference
+from attnkit.inference.fused import FusedSelfAttention
+from attnkit.inference.quantize import (
+    INT8_MAX_ROWS,
+    Int8Embedding,
+    Int8Linear,
+    Int8Weight,
+    TiedInt8Output,
+    quantize_int8_,
+)
+from attnkit.model.attention import MultiHeadAttention
+from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
 from attnkit.training.precision import DECODING_PRECISIONS, check_precision
 
@@ -48,11 +58,16 @@ def test_the_int8_kernel_computes_the_dense_product(rows):
         assert torch.equal(int8.linear(x, bias), F.linear(x, int8.dense, bias))
 
 
-def test_stacking_rounds_as_each_alone():
+def test_the_fused_projection_rounds_as_each_projection_alone():
+    """W^Q, W^K, W^V stacked into one ``qkv`` and rounded as one matrix: every row has its own scale, so each part is
+    rounded exactly as it would be alone."""
     torch.manual_seed(0)
-    parts = [torch.randn(16, 32).bfloat16() for _ in range(3)]
-    stacked, separate = Int8Weight.quantize(torch.cat(parts)), Int8Weight.cat([Int8Weight.quantize(p) for p in parts])
-    assert torch.equal(stacked.q, separate.q) and torch.equal(stacked.scale, separate.scale)
+    attention = MultiHeadAttention(d_model=32, n_heads=2).bfloat16()
+    fused = FusedSelfAttention(attention)
+    assert quantize_int8_(fused) == 2 and isinstance(fused.qkv, Int8Linear)
+    alone = [Int8Weight.quantize(p.weight) for p in (attention.q_proj, attention.k_proj, attention.v_proj)]
+    assert torch.equal(fused.qkv.q, torch.cat([w.q for w in alone]))
+    assert torch.equal(fused.qkv.scale, torch.cat([w.scale for w in alone]))
 
 
 def test_only_matrices_the_kernel_can_read_are_replaced():
@@ -76,11 +91,12 @@ def test_a_quantized_translator_keeps_its_keys_and_runs_every_projection_in_int8
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     assert linears and all(isinstance(m, Int8Linear) for m in linears)
     attention = model.decoder.layers[0].self_attn
-    assert isinstance(attention._fused[0], Int8Weight)  # the stacked W^Q W^K W^V
-    assert isinstance(model._output_t, Int8Weight)  # the tied output projection
-    assert torch.equal(model._output_t.dense, model.embeddings.token.weight.data)  # lookups read the same values
-    moved = copy.deepcopy(model).to(torch.float32)  # .to() casts the floating-point copies, int8 stays int8
-    assert moved._output_t.q.dtype == torch.int8 and moved._output_t.dense.dtype == torch.float32
+    assert isinstance(attention, FusedSelfAttention) and isinstance(attention.qkv, Int8Linear)  # W^Q W^K W^V stacked
+    assert isinstance(model.output_proj, TiedInt8Output)  # the tied output projection, on the embedding's int8 copy
+    assert model.output_proj.weight is model.embeddings.token.weight  # lookups read the same values
+    moved = copy.deepcopy(model).to(torch.float32)  # .to() casts the floating-point tensors, int8 stays int8
+    assert moved.embeddings.token.q.dtype == torch.int8 and moved.output_proj.weight.dtype == torch.float32
+    assert moved.output_proj.weight is moved.embeddings.token.weight  # still one matrix after a deep copy
 
 
 def test_a_quantized_translator_decodes_one_sentence_as_in_a_batch():

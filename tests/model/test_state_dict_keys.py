@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from attnkit.config import ClassifierConfig, TranslatorConfig
-from attnkit.model.build import build_classifier, build_translator, prepare_for_inference
+from attnkit.inference import prepare_for_inference
+from attnkit.model.build import build_classifier, build_translator
 
 GOLDEN = json.loads((Path(__file__).parent / "golden_state_dict_keys.json").read_text(encoding="utf-8"))
 SMALL: dict[str, Any] = dict(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=32)
@@ -50,5 +51,5 @@ def test_state_dict_keys_and_shapes_are_the_golden_ones(name):
     model = _build(name)
     got = [[key, list(tensor.shape)] for key, tensor in model.state_dict().items()]
     assert got == GOLDEN[name]
-    # The fused W^Q W^K W^V copies of inference are not state: preparing a model adds no key.
-    assert list(prepare_for_inference(model).state_dict()) == [key for key, _ in GOLDEN[name]]
+    # The modules swapped in for inference (W^Q W^K W^V stacked, the tied matrix transposed) save as the paper's.
+    assert [[key, list(t.shape)] for key, t in prepare_for_inference(model).state_dict().items()] == GOLDEN[name]

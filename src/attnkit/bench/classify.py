@@ -36,7 +36,8 @@ from attnkit.bench.common import (
 )
 from attnkit.bench.gpu import synchronizer
 from attnkit.config import CLASSIFIER_PRESETS, ClassifierConfig
-from attnkit.model.build import build_classifier, prepare_for_inference
+from attnkit.inference import prepare_for_inference
+from attnkit.model.build import build_classifier
 from attnkit.model.classifier import TransformerClassifier
 from attnkit.training.precision import autocast, native_bf16
 

@@ -87,6 +87,7 @@ class Result:
     reps: int | None = None  # timed repetitions behind the median
     pid: int | None = None  # the process that ran the timed calls (a child process for engines with their own pool)
     settings: str | None = None  # a peer's settings where they are not the defaults ("inter_threads=1, ...")
+    first_call_s: float | None = None  # the first call, untimed in the median: compilation or graph recording
 
     def to_json(self) -> str:
         return json.dumps({k: _rounded(v) for k, v in dataclasses.asdict(self).items()})
@@ -359,6 +360,7 @@ _FIGURES = (
     ("peak_mib", "peak MiB", "{:,.1f}"),
     ("gflop_per_s", "GFLOP/s", "{:,.1f}"),
     ("mfu", "MFU", "{:.1%}"),
+    ("first_call_s", "first call s", "{:,.2f}"),
 )
 _KEYS = (
     ("impl", "impl"),

@@ -8,7 +8,10 @@ implementation returned a different number.
     attnkit        ``greedy_decode`` / ``beam_search(beam_size=4)`` with ``fixed_len``, on the key/value cache;
                    float32, and bfloat16 (the model cast, as ``translate run --precision bf16`` decodes) where the
                    device has native bfloat16 (a GPU that has it; a CPU with AMX or AVX512-BF16); on such a CPU
-                   also int8 (``--precision int8``: bfloat16 with every weight matrix rounded to int8)
+                   also int8 (``--precision int8``: bfloat16 with every weight matrix rounded to int8). Each on
+                   every engine of the device (``ENGINES``: the decoding step eager and compiled on a CPU; eager,
+                   replayed as a CUDA graph, and compiled and replayed on a GPU), labelled "attnkit" (eager) or
+                   "attnkit ENGINE"; ``first call s`` is the first call's time, compilation or recording included
     torch.nn       no decoding API: ``TorchNNTranslator.greedy_no_cache`` re-runs the decoder on the whole prefix
                    at every step (the loop a user writes); greedy only, labelled "torch.nn (no cache)"
     transformers   ``MarianMTModel.generate(num_beams=1 | 4, min_new_tokens=steps, max_new_tokens=steps)``
@@ -31,6 +34,7 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -53,7 +57,9 @@ from attnkit.bench.gpu import synchronizer
 from attnkit.bench.isolated import ChildEngine, CT2Translator, Elapsed, describe_settings
 from attnkit.config import TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
-from attnkit.model.build import build_translator, prepare_for_inference, quantize_for_inference
+from attnkit.inference import prepare_for_inference, quantize_for_inference
+from attnkit.inference.programs import Engine
+from attnkit.model.build import build_translator
 from attnkit.training.precision import native_bf16
 
 CONFIGS: dict[str, TranslatorConfig] = {"small": TranslatorConfig()}
@@ -83,22 +89,45 @@ def make_sources(cfg: TranslatorConfig, batch: int, length: int, seed: int) -> T
     return torch.randint(FIRST_ORDINARY_ID, cfg.vocab_size, (batch, length), generator=gen)  # (B, S)
 
 
-def _attnkit(model, src: Tensor, beam: int, steps: int, max_positions: int, per_call: int = 0) -> Callable[[], int]:
+def engines(device: torch.device) -> tuple[Engine, ...]:
+    """The engines attnkit's rows are timed on: the step eager and compiled on a CPU; on a GPU eager, replayed as a
+    CUDA graph, and compiled and replayed."""
+    if device.type == "cuda":
+        return (Engine("eager"), Engine("cuda-graph"), Engine("compiled-cuda-graph"))
+    return (Engine("eager"), Engine("compiled"))
+
+
+def engine_label(engine: Engine) -> str:
+    return "attnkit" if engine.kind == "eager" else f"attnkit {engine.kind}"
+
+
+def _attnkit(
+    model, src: Tensor, beam: int, steps: int, max_positions: int, per_call: int = 0, engine: Engine | None = None
+) -> Callable[[], int]:
     """Decode ``src`` (B, S) in one call, or ``per_call`` sentences at a time (batch 1: latency); tokens produced."""
     parts = [src] if not per_call else list(src.split(per_call))  # each (b, S)
 
     def call() -> int:
-        return sum(len(h) for part in parts for h in _search(model, part, beam, steps, max_positions))
+        return sum(len(h) for part in parts for h in _search(model, part, beam, steps, max_positions, engine))
 
     return call
 
 
-def _search(model, part: Tensor, beam: int, steps: int, max_positions: int) -> list:
+def _search(model, part: Tensor, beam: int, steps: int, max_positions: int, engine: Engine | None = None) -> list:
     """attnkit's greedy search or beam search of ``part`` (b, S), exactly ``steps`` tokens per sentence."""
     if beam == 1:
-        return greedy_decode(model, part, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=max_positions, fixed_len=steps)
+        return greedy_decode(
+            model, part, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=max_positions, fixed_len=steps, engine=engine
+        )
     return beam_search(
-        model, part, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=max_positions, beam_size=beam, fixed_len=steps
+        model,
+        part,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        max_positions=max_positions,
+        beam_size=beam,
+        fixed_len=steps,
+        engine=engine,
     )
 
 
@@ -145,12 +174,14 @@ def iter_results(
     latency_sentences: int | None = None,
     seed: int = 0,
     device: torch.device | None = None,
+    attnkit_engines: tuple[Engine, ...] | None = None,
 ) -> Iterator[Result]:
     """Yield one result per (search, implementation, compute type), then the batch-1 latency rows (the first
     ``latency_sentences`` sources, default all ``batch``; 0: none). ``quick``: 8 tokens, 2 sentences for latency,
     1 warm-up, 2 timed calls. On a GPU (``device``) every implementation decodes there, CTranslate2 (its wheel's
-    CUDA build) in float32 and bfloat16 (``CT2_COMPUTE_TYPES_GPU``)."""
+    CUDA build) in float32 and bfloat16 (``CT2_COMPUTE_TYPES_GPU``). ``attnkit_engines``: default ``engines``."""
     device = device or torch.device("cpu")
+    attnkit_engines = attnkit_engines or engines(device)
     sync = synchronizer(device)
     configs = configs or CONFIGS
     chosen = [i for i in (impls or IMPLS) if i in ("attnkit", "torch.nn") or peers.available(i)]
@@ -165,24 +196,32 @@ def iter_results(
     with fixed_threads(threads), tempfile.TemporaryDirectory(prefix="attnkit-bench-") as tmp, ExitStack() as stack:
         for name, cfg in configs.items():
             torch.manual_seed(seed)
-            ours = prepare_for_inference(build_translator(cfg, pad_id=PAD_ID).to(device))  # as TranslatorRun does
+            built = build_translator(cfg, pad_id=PAD_ID).to(device).eval()  # the peers take the paper's modules
+            ours = prepare_for_inference(copy.deepcopy(built))  # as TranslatorRun does
             models = _attnkit_models(ours, device) if "attnkit" in chosen else {}
             src = make_sources(cfg, batch, src_len, seed).to(device)
             translators = {}
             if "ctranslate2" in chosen:
-                translators = _ct2_translators(ours, Path(tmp, name), threads, stack, device)
+                translators = _ct2_translators(built, Path(tmp, name), threads, stack, device)
             # (kind, variant, sentences per call, sentences per timed call, calls)
-            batch_calls = list(_calls(chosen, searches, ours, models, cfg, src, steps, translators, seed))
+            batch_calls = list(
+                _calls(chosen, searches, built, models, attnkit_engines, cfg, src, steps, translators, seed)
+            )
             tables = [("batch", f"{steps} tokens", batch, batch, batch_calls)]
             if latency_sentences and (models or translators):
                 few = src[:latency_sentences]  # (n, S)
-                latency = list(_latency_calls(searches, models, cfg, few, steps, translators))
+                latency = list(_latency_calls(searches, models, attnkit_engines, cfg, few, steps, translators))
                 tables.append(("latency", "batch 1", 1, latency_sentences, latency))
             for kind, variant, per_call, sentences, calls in tables:
                 for search in searches:  # the implementations of one search are timed in turns
                     group = [c for c in calls if c.search == search]
+                    first_call_s = {}
                     for c in group:
-                        out = c.fn()  # also the first warm-up call
+                        start = time.perf_counter()
+                        out = c.fn()  # also the first warm-up call: compiles or records what it needs
+                        if sync is not None:
+                            sync()
+                        first_call_s[id(c)] = time.perf_counter() - start
                         produced = out.value if isinstance(out, Elapsed) else out
                         if produced != sentences * steps:
                             raise RuntimeError(
@@ -215,6 +254,7 @@ def iter_results(
                             reps=len(timing.times_s),
                             pid=c.pid,
                             settings=c.settings,
+                            first_call_s=first_call_s[id(c)] if c.impl.startswith("attnkit") else None,
                         )
 
 
@@ -231,9 +271,9 @@ def _attnkit_models(ours, device: torch.device) -> dict:
 
 
 def _calls(
-    impls, searches, ours, models: dict, cfg: TranslatorConfig, src: Tensor, steps: int, translators: dict, seed: int
+    impls, searches, ours, models: dict, engines: tuple, cfg: TranslatorConfig, src: Tensor, steps: int, ct2, seed: int
 ) -> Iterator[Call]:
-    """The batch calls of every implementation and search; each peer is built once."""
+    """The batch calls of every implementation and search; each peer is built once. ``ct2``: ``_ct2_translators``."""
     torch_nn = peers.TorchNNTranslator(ours) if "torch.nn" in impls else None
     marian = None
     if "transformers" in impls:
@@ -242,32 +282,38 @@ def _calls(
     here = os.getpid()
     for search in searches:
         beam = SEARCHES[search]
-        for dtype, model in models.items():
-            yield Call("attnkit", search, dtype, _attnkit(model, src, beam, steps, cfg.max_len), here)
+        yield from _attnkit_calls(search, models, engines, cfg, src, steps, per_call=0)
         if torch_nn is not None and beam == 1:
             yield Call("torch.nn (no cache)", search, "float32", _torch_nn(torch_nn, src, steps), here)
         if marian is not None:
             settings = f"generate(num_beams={beam}, do_sample=False), key/value cache on (its default)"
             yield Call("transformers", search, "float32", _transformers(marian, src, beam, steps), here, settings)
-        for dtype, (translator, tokens) in translators.items():
-            fn = _ctranslate2(translator, [tokens(src)], beam, steps)
-            yield Call("ctranslate2", search, dtype, fn, translator.pid, describe_settings(translator.settings))
+        yield from _ct2_calls(search, ct2, src, steps, per_call=0)
 
 
-def _latency_calls(
-    searches, models: dict, cfg: TranslatorConfig, src: Tensor, steps: int, translators: dict
-) -> Iterator[Call]:
-    """One sentence per call (batch 1): attnkit and CTranslate2, each in every type of ``models`` and
-    ``translators``."""
+def _latency_calls(searches, models: dict, engines: tuple, cfg: TranslatorConfig, src: Tensor, steps: int, ct2):
+    """One sentence per call (batch 1): attnkit and CTranslate2, each in every type of ``models`` and ``ct2``."""
     for search in searches:
-        beam = SEARCHES[search]
-        for dtype, model in models.items():
-            yield Call(
-                "attnkit", search, dtype, _attnkit(model, src, beam, steps, cfg.max_len, per_call=1), os.getpid()
-            )
-        for dtype, (translator, tokens) in translators.items():
-            ct2_fn = _ctranslate2(translator, [tokens(row[None]) for row in src], beam, steps)
-            yield Call("ctranslate2", search, dtype, ct2_fn, translator.pid, describe_settings(translator.settings))
+        yield from _attnkit_calls(search, models, engines, cfg, src, steps, per_call=1)
+        yield from _ct2_calls(search, ct2, src, steps, per_call=1)
+
+
+def _attnkit_calls(
+    search: str, models: dict, engines: tuple, cfg: TranslatorConfig, src: Tensor, steps: int, per_call: int
+) -> Iterator[Call]:
+    """attnkit in every type of ``models`` on every engine of ``engines``."""
+    for dtype, model in models.items():
+        for engine in engines:
+            call = _attnkit(model, src, SEARCHES[search], steps, cfg.max_len, per_call=per_call, engine=engine)
+            yield Call(engine_label(engine), search, dtype, call, os.getpid())
+
+
+def _ct2_calls(search: str, ct2: dict, src: Tensor, steps: int, per_call: int) -> Iterator[Call]:
+    """CTranslate2 in every type of ``ct2``: the batch in one call, or one sentence per call (``per_call=1``)."""
+    for dtype, (translator, tokens) in ct2.items():
+        batches = [tokens(src)] if not per_call else [tokens(row[None]) for row in src]
+        fn = _ctranslate2(translator, batches, SEARCHES[search], steps)
+        yield Call("ctranslate2", search, dtype, fn, translator.pid, describe_settings(translator.settings))
 
 
 def _ct2_translators(ours, out_dir: Path, threads: int, stack: ExitStack, device: torch.device) -> dict:

@@ -48,8 +48,9 @@ class TorchNNTranslator(nn.Module):
         self.train(ours.training)
 
     def logits(self, x: Tensor) -> Tensor:
-        weight = self.embeddings.token.weight if self.output_proj is None else self.output_proj.weight
-        return F.linear(x, weight)  # (B, T, V)
+        if self.output_proj is None:
+            return F.linear(x, self.embeddings.token.weight)  # (B, T, V)
+        return self.output_proj(x)  # (B, T, V)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) -> memory (B, S, D) and the key padding mask (B, S), True = pad."""

@@ -150,7 +150,7 @@ def _measure(job: dict) -> dict:
         return out[0] if is_attnkit else out  # attnkit layers return (output, attention weights or None)
 
     if job["mode"] == "infer":
-        from attnkit.model.build import prepare_for_inference
+        from attnkit.inference import prepare_for_inference
 
         prepare_for_inference(module)  # eval mode; attnkit's W^Q, W^K, W^V fused once, as inference runs do
 

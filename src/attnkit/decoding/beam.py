@@ -4,19 +4,21 @@ Each sentence keeps K live hypotheses ("beams"). At each step every beam is exte
 of the K * V extensions by summed log-probability survive; a hypothesis that emits EOS leaves the beam and joins the
 sentence's finished ones, which are ranked by score / lp(|Y|) (``length_penalty``).
 
-Decoding state, for A sentences still being decoded, K beams each, R = A * K rows (row a * K + k is beam k of
-sentence a), before step t:
-    sentence   list of A ints    original batch index of each working sentence
-    limit      (A,)              maximum number of output tokens of each (§6.1: input length + 50)
-    max_lp     (A,)              lp(limit), the largest penalty any of its hypotheses can get
-    scores     (A, K)            summed log-probabilities of the live hypotheses, best first
-    history    (A, K, t)         their tokens so far (BOS not included)
-    last       (R, 1)            token each row feeds at position t (BOS at t = 0)
-    memory     (R, S, D)         encoder output, repeated per beam; src_mask (R, 1, 1, S), True = real token
-    cache      n_layers x DecoderLayerCache with R rows: self-attention K/V of positions 0 .. t - 1, and the
-               cross-attention K/V of the source (computed once, repeated per beam)
-    finished   per original sentence, up to n finished Hypothesis, best first
-    nth_best   list of A floats  normalised score of the n-th best finished hypothesis (-inf while fewer)
+The step (``beam_step``) has the same shapes at every position: a sentence that stopped stays in the batch, inactive,
+and adds nothing to its finished hypotheses (``attnkit.decoding.static``). State, A sentences (B, then copies that
+fill a bucket), K beams each, R = A * K rows (row a * K + k is beam k of sentence a), L steps at most, before step t:
+    t           (1,)              the position being decoded, on the device
+    active      (A,)              False once a sentence stopped; stop: no sentence is active (0-d)
+    limit       (A,)              maximum number of output tokens of each (§6.1: input length + 50)
+    max_lp      (A,)              lp(limit), the largest penalty any of its hypotheses can get
+    lp          (L + 1,) float64  lp(n) for every length n, made on the host as the ranking has always used it
+    scores      (A, K)            summed log-probabilities of the live hypotheses, best first
+    history     (A, K, L)         their tokens so far (BOS not included) in columns 0 .. t - 1
+    last        (R, 1)            token each row feeds at position t (BOS at t = 0)
+    cache       n_layers x DecoderLayerCache with R rows: self-attention K/V of positions 0 .. t - 1, and the
+                cross-attention K/V of the source (computed once, repeated per beam); src_mask (R, 1, 1, S)
+    fin_*       (A, n, ...)       the n best finished hypotheses of each sentence, best first: tokens (A, n, L),
+                length, score (float32, as summed), normalized (float64; -inf where fewer than n), eos
 
 One step: log-probabilities (R, V) are added to ``scores`` and the 2K best of the (A, K * V) candidates are taken
 with one ``topk``. EOS candidates among the best K end (fairseq and Hugging Face do the same; those ranked lower
@@ -29,8 +31,8 @@ Log-probabilities are <= 0, so a live hypothesis's score can only fall as it gro
 (alpha >= 0), so no continuation of any live hypothesis can reach a normalised score above
 scores[a, 0] / lp(limit[a]). Once the n-th best finished normalised score is >= that bound, decoding on to the
 limit would not change the result: stopping is exact, not a heuristic. This is tensor2tensor's bound
-(``lower_bound_alive_scores`` in its ``beam_search.py``, the implementation the paper used). Stopped sentences are
-dropped from the working batch (their rows leave the cache, memory and masks).
+(``lower_bound_alive_scores`` in its ``beam_search.py``, the implementation the paper used). The bound is tested
+on the device at every step; the host reads whether every sentence stopped once every ``check_every`` steps.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from attnkit.decoding.limits import output_limits
 # Aliased: ``length_penalty`` is also the name of the public argument that chooses the kind.
 from attnkit.decoding.penalty import check_length_penalty
 from attnkit.decoding.penalty import length_penalty as penalty
+from attnkit.decoding.static import Plan, banned_tokens, empty_cache, fill_cross, pad_sources, plan, run_steps, zeros
+from attnkit.inference.programs import Engine, running
 from attnkit.model.layers import DecoderLayerCache
 from attnkit.model.transformer import Transformer
 
@@ -57,6 +61,98 @@ class Hypothesis:
     score: float  # log P(tokens, then EOS if emitted | source): the summed log-probabilities
     normalized: float  # score / lp(|Y|), |Y| counting EOS if emitted; hypotheses are ranked by it
     eos: bool  # False if it stopped at the length limit without emitting EOS
+
+
+@dataclass
+class BeamState:
+    """The tensors a beam step reads and writes (shapes in the module docstring)."""
+
+    t: Tensor
+    active: Tensor
+    stop: Tensor
+    limit: Tensor
+    max_lp: Tensor
+    lp: Tensor
+    scores: Tensor
+    history: Tensor
+    last: Tensor
+    cache: list[DecoderLayerCache]
+    src_mask: Tensor
+    banned: Tensor
+    fin_tokens: Tensor
+    fin_length: Tensor
+    fin_score: Tensor
+    fin_normalized: Tensor
+    fin_eos: Tensor
+
+
+@dataclass(frozen=True)
+class BeamOptions:
+    beam_size: int
+    n_best: int
+    eos_id: int
+
+
+def beam_step(model: Transformer, s: BeamState, o: BeamOptions) -> None:
+    """One position for every beam of every sentence, in place (the step and the stopping rule of the module
+    docstring)."""
+    A, K, n, L = s.scores.size(0), o.beam_size, o.n_best, s.history.size(2)
+    logits, _, _ = model.decode(s.last, None, s.src_mask, cache=s.cache, offset=s.t)  # (R, 1, V)
+    log_probs = logits[:, -1].float().log_softmax(dim=-1).masked_fill_(s.banned, float("-inf"))  # (R, V)
+    V = log_probs.size(-1)
+    candidates = (log_probs.view(A, K, V) + s.scores[:, :, None]).view(A, K * V)  # (A, K * V)
+    top_scores, top_index = candidates.topk(2 * K, dim=1)  # (A, 2K), best first
+    top_beam, top_token = top_index // V, top_index % V  # (A, 2K) parent beam and token
+    is_eos = top_token == o.eos_id  # (A, 2K)
+    lp = s.lp[s.t + 1]  # (1,): |Y| = t tokens + EOS, or t + 1 tokens without EOS
+
+    # EOS candidates among the best K end: their tokens are their parent's, t of them.
+    ends = is_eos[:, :K] & top_scores[:, :K].isfinite() & s.active[:, None]  # (A, K)
+    end_normalized = torch.where(ends, top_scores[:, :K].double() / lp, float("-inf"))  # (A, K)
+    end_tokens = s.history.gather(1, top_beam[:, :K, None].expand(-1, -1, L))  # (A, K, L)
+
+    # The K best non-EOS candidates, in rank order (a stable sort moves the EOS ones to the back).
+    live = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[:, :K]  # (A, K) ranks among the 2K
+    scores = top_scores.gather(1, live)  # (A, K)
+    parent = top_beam.gather(1, live)  # (A, K)
+    token = top_token.gather(1, live)  # (A, K)
+    history = s.history.gather(1, parent[:, :, None].expand(-1, -1, L))  # (A, K, L), the parents' tokens
+    history.index_copy_(2, s.t, token[:, :, None])  # column t
+
+    # The stopping rule, with this step's EOS hypotheses counted; at the limit, the live ones finish as they are.
+    nth_best = torch.cat([s.fin_normalized, end_normalized], dim=1).topk(n, dim=1).values[:, -1]  # (A,)
+    at_limit = s.limit <= s.t + 1  # (A,)
+    done = at_limit | (nth_best.float() >= scores[:, 0] / s.max_lp)  # (A,)
+    last_ones = (s.active & at_limit)[:, None] & scores.isfinite()  # (A, K)
+    live_normalized = torch.where(last_ones, scores.double() / lp, float("-inf"))  # (A, K)
+
+    # Merge: the n best of (finished so far, then this step's EOS ones, then the last live ones), a stable sort,
+    # so that among equal normalized scores the hypothesis that finished first stays first.
+    normalized = torch.cat([s.fin_normalized, end_normalized, live_normalized], dim=1)  # (A, n + 2K)
+    best = normalized.sort(dim=1, descending=True, stable=True).indices[:, :n]  # (A, n)
+    t = s.t.expand(A, K)  # (A, K)
+    merged = (
+        (s.fin_normalized, normalized),
+        (s.fin_score, torch.cat([s.fin_score, top_scores[:, :K], scores], dim=1)),
+        (s.fin_length, torch.cat([s.fin_length, t, t + 1], dim=1)),
+        (s.fin_eos, torch.cat([s.fin_eos, torch.ones_like(ends), torch.zeros_like(ends)], dim=1)),
+    )
+    for into, values in merged:
+        into.copy_(values.gather(1, best))  # (A, n)
+    tokens = torch.cat([s.fin_tokens, end_tokens, history], dim=1)  # (A, n + 2K, L)
+    s.fin_tokens.copy_(tokens.gather(1, best[:, :, None].expand(-1, -1, L)))  # (A, n, L)
+    s.active.logical_and_(~done)
+    s.stop.copy_(~s.active.any())
+
+    # The new beams: scores, tokens, and the self-attention keys and values of the beam each one extends.
+    s.scores.copy_(scores)
+    s.history.copy_(history)
+    s.last.copy_(token.view(A * K, 1))
+    reorder = (parent + torch.arange(A, device=parent.device)[:, None] * K).view(A * K)  # (R,)
+    for layer in s.cache:
+        for buf in (layer.self_kv.k, layer.self_kv.v):
+            buf.copy_(buf.index_select(0, reorder))  # (R, H, L, Dh)
+    s.t.add_(1)
 
 
 @torch.inference_mode()
@@ -72,6 +168,7 @@ def beam_search(
     length_penalty: str = "gnmt",
     max_extra: int = 50,
     fixed_len: int | None = None,
+    engine: Engine | None = None,
 ) -> list[list[int]]:
     """The best hypothesis of each source, as token ids without BOS and EOS.
 
@@ -83,6 +180,7 @@ def beam_search(
         length_penalty: "gnmt" ((5 + |Y|) / 6)^alpha, "power" |Y|^alpha, or "none".
         max_extra: maximum output length = input length + ``max_extra`` (§6.1: + 50).
         fixed_len: if given, decode exactly this many tokens per sentence, with EOS masked out (benchmarks).
+        engine: how the steps run (``attnkit.inference.programs``); default: the device's.
     """
     nbest = beam_search_nbest(
         model,
@@ -96,6 +194,7 @@ def beam_search(
         length_penalty=length_penalty,
         max_extra=max_extra,
         fixed_len=fixed_len,
+        engine=engine,
     )
     return [hyps[0].tokens if hyps else [] for hyps in nbest]
 
@@ -114,6 +213,7 @@ def beam_search_nbest(
     length_penalty: str = "gnmt",
     max_extra: int = 50,
     fixed_len: int | None = None,
+    engine: Engine | None = None,
 ) -> list[list[Hypothesis]]:
     """The ``n_best`` (default: ``beam_size``) best finished hypotheses of each source, best first, with scores.
 
@@ -131,6 +231,7 @@ def beam_search_nbest(
     )
     if src.size(0) == 0:
         return []
+    call = plan(model, src, engine, max_positions=max_positions, max_extra=max_extra, fixed_len=fixed_len)
     was_training = model.training
     model.eval()  # no dropout (§5.4 applies it in training only)
     try:
@@ -138,6 +239,7 @@ def beam_search_nbest(
             model,
             src,
             limits,
+            call,
             beam_size=beam_size,
             n_best=n_best,
             kind=length_penalty,
@@ -154,6 +256,7 @@ def _beam_search(
     model: Transformer,
     src: Tensor,
     limits: Tensor,
+    call: Plan,
     *,
     beam_size: int,
     n_best: int,
@@ -163,106 +266,65 @@ def _beam_search(
     eos_id: int,
     suppress_eos: bool,
 ) -> list[list[Hypothesis]]:
-    """The decoding loop (state and stopping rule in the module docstring)."""
-    K, B, device = beam_size, src.size(0), src.device
-    memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
-    # Cross-attention K/V once per sentence, then repeated per beam; self-attention buffers for the longest output.
-    cache = model.start_cache(memory, capacity=int(limits.max()))
-    per_beam = torch.arange(B, device=device).repeat_interleave(K)  # (R,)
-    cache = [layer.select(per_beam) for layer in cache]
-    memory, src_mask = memory[per_beam], src_mask[per_beam]  # (R, S, D), (R, 1, 1, S)
-
-    sentence = list(range(B))
-    limit = limits  # (A,)
-    max_lp = torch.as_tensor(penalty(limit.float(), kind=kind, alpha=alpha))  # (A,)
-    # Only beam 0 is live at first: K copies of BOS would fill the beam with K copies of each extension.
-    scores = torch.full((B, K), float("-inf"), device=device)  # (A, K)
-    scores[:, 0] = 0.0
-    history = src.new_empty((B, K, 0))  # (A, K, 0)
-    last = src.new_full((B * K, 1), bos_id)  # (R, 1)
-    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    nth_best = [float("-inf")] * B
-    beam_index = torch.arange(K, device=device)  # (K,)
+    """The decoding loop of ``call`` (state and stopping rule in the module docstring)."""
+    K, B, device = beam_size, call.sentences, src.device
+    A, S, L = call.rows, call.source, call.cache
+    R, vocab = A * K, model.embeddings.token.num_embeddings
+    memory, src_mask, _ = model.encode(pad_sources(src, A, S, model.pad_id))  # (A, S, D), (A, 1, 1, S)
     # Never emit padding (as fairseq): a pad token in the prefix would be masked out by a full decoder pass
     # (``decoder_self_mask``) but not by the cached one. Never emit EOS when the length is fixed. Banned after the
     # softmax, so that scores stay the model's log-probabilities.
-    banned = torch.tensor([model.pad_id] + ([eos_id] if suppress_eos else []), device=device)
+    banned = [model.pad_id] + ([eos_id] if suppress_eos else [])
 
-    for t in range(int(limits.max())):
-        A = scores.size(0)
-        logits, _, extended = model.decode(last, memory, src_mask, cache=cache, offset=t)  # (R, 1, V)
-        assert extended is not None  # a cache passed in comes back holding position t
-        cache = extended
-        log_probs = logits[:, -1].float().log_softmax(dim=-1)  # (R, V)
-        # Banning and adding the beams' scores in place: each out-of-place pass wrote another R x V tensor (4 MiB
-        # at R = 128, V = 8,000) at every step; the sums are the same floats.
-        log_probs[:, banned] = float("-inf")
-        V = log_probs.size(-1)
-        candidates = log_probs.view(A, K, V).add_(scores[:, :, None]).view(A, K * V)  # (A, K * V)
-        top_scores, top_index = candidates.topk(2 * K, dim=1)  # (A, 2K), best first
-        top_beam, top_token = top_index // V, top_index % V  # (A, 2K) parent beam and token
-        is_eos = top_token == eos_id  # (A, 2K)
+    def allocate() -> BeamState:
+        return BeamState(
+            t=zeros(device, 1),
+            active=zeros(device, A, dtype=torch.bool),
+            stop=zeros(device, dtype=torch.bool),
+            limit=zeros(device, A),
+            max_lp=zeros(device, A, dtype=torch.float32),
+            lp=zeros(device, L + 1, dtype=torch.float64),
+            scores=zeros(device, A, K, dtype=torch.float32),
+            history=zeros(device, A, K, L),
+            last=zeros(device, R, 1),
+            cache=empty_cache(model, R, S, L, like=memory),
+            src_mask=zeros(device, R, 1, 1, S, dtype=torch.bool),
+            banned=zeros(device, vocab, dtype=torch.bool),
+            fin_tokens=zeros(device, A, n_best, L),
+            fin_length=zeros(device, A, n_best),
+            fin_score=zeros(device, A, n_best, dtype=torch.float32),
+            fin_normalized=zeros(device, A, n_best, dtype=torch.float64),
+            fin_eos=zeros(device, A, n_best, dtype=torch.bool),
+        )
 
-        ended = (is_eos[:, :K] & top_scores[:, :K].isfinite()).nonzero()  # (n, 2): (sentence, rank)
-        if ended.numel():
-            a_idx, rank = ended.unbind(1)  # (n,), (n,)
-            tokens = history[a_idx, top_beam[a_idx, rank]].tolist()  # n lists of t tokens, EOS not included
-            lp = penalty(t + 1, kind=kind, alpha=alpha)  # |Y| = t tokens + EOS
-            for a, toks, score in zip(a_idx.tolist(), tokens, top_scores[a_idx, rank].tolist()):
-                nth_best[a] = _add(finished[sentence[a]], Hypothesis(toks, score, score / lp, True), n_best)
-
-        # The K best non-EOS candidates, in rank order (a stable sort moves the EOS ones to the back).
-        live = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[:, :K]  # (A, K) ranks among the 2K
-        scores = top_scores.gather(1, live)  # (A, K)
-        parent = top_beam.gather(1, live)  # (A, K)
-        token = top_token.gather(1, live)  # (A, K)
-        history = history.gather(1, parent[:, :, None].expand(-1, -1, t))  # (A, K, t), the parents' tokens
-        history = torch.cat([history, token[:, :, None]], dim=2)  # (A, K, t + 1)
-        reorder = (parent + torch.arange(A, device=device)[:, None] * K).view(A * K)  # (R,) row each new beam extends
-        last = token.view(A * K, 1)  # (R, 1)
-
-        at_limit = limit <= t + 1  # (A,)
-        done = at_limit | (torch.tensor(nth_best, device=device) >= scores[:, 0] / max_lp)  # (A,)
-        if not done.any():
-            _reorder_beams(cache, reorder)
-            continue
-        lp = penalty(t + 1, kind=kind, alpha=alpha)  # |Y| = t + 1 tokens, no EOS
-        for a in at_limit.nonzero().view(-1).tolist():
-            for toks, score in zip(history[a].tolist(), scores[a].tolist()):
-                if score > float("-inf"):
-                    _add(finished[sentence[a]], Hypothesis(toks, score, score / lp, False), n_best)
-        keep = (~done).nonzero().view(-1)  # (A',)
-        if keep.numel() == 0:
-            break
-        keep_rows = (keep[:, None] * K + beam_index).view(-1)  # (R',)
-        cache = [layer.select(reorder.view(A, K)[keep].view(-1)) for layer in cache]
-        # Beams of one sentence share its memory rows, so only dropping sentences changes them.
-        memory, src_mask, last = memory[keep_rows], src_mask[keep_rows], last[keep_rows]  # (R', S, D), .., (R', 1)
-        scores, history, limit, max_lp = scores[keep], history[keep], limit[keep], max_lp[keep]  # (A', ..)
-        kept = keep.tolist()
-        sentence, nth_best = [sentence[a] for a in kept], [nth_best[a] for a in kept]
-    return finished
-
-
-def _add(hyps: list[Hypothesis], hyp: Hypothesis, n_best: int) -> float:
-    """Insert ``hyp`` into ``hyps`` (best first, at most ``n_best``); return the n-th best normalised score."""
-    hyps.append(hyp)
-    hyps.sort(key=lambda h: h.normalized, reverse=True)
-    del hyps[n_best:]
-    return hyps[-1].normalized if len(hyps) == n_best else float("-inf")
-
-
-def _reorder_beams(cache: list[DecoderLayerCache], index: Tensor) -> None:
-    """Move the self-attention K/V of each row to the beam that extends it, in place; ``index`` (R,) stays within
-    sentences. Only rows whose parent is another row are copied.
-
-    The beams of one sentence share its cross-attention K/V, so a reorder within sentences leaves them as they are;
-    ``DecoderLayerCache.select`` would copy the (R, H, S, Dh) cross-attention tensors of every layer at every step.
-    """
-    rows = (index != torch.arange(index.numel(), device=index.device)).nonzero().view(-1)  # (n,) rows that move
-    if rows.numel() == 0:
-        return
-    sources = index[rows]  # (n,)
-    for layer in cache:
-        assert layer.self_kv is not None  # the decoder has run at least one step
-        layer.self_kv.move_rows_(rows, sources)
+    options = BeamOptions(K, n_best, eos_id)
+    with running(call.engine, beam_step, model, options, (A, S, L, memory.dtype), allocate) as runner:
+        s: BeamState = runner.state
+        s.t.zero_()
+        s.limit.zero_()
+        s.limit[:B] = limits
+        s.active.copy_(s.limit > 0)  # the sentences that fill the bucket never start
+        s.stop.zero_()
+        s.max_lp.copy_(torch.as_tensor(penalty(s.limit.float(), kind=kind, alpha=alpha)))  # (A,) float32
+        # lp(n) as Python floats, the values the ranking has always divided by (a tensor power may differ by an ulp).
+        s.lp.copy_(torch.tensor([float(penalty(n, kind=kind, alpha=alpha)) for n in range(L + 1)]))
+        # Only beam 0 is live at first: K copies of BOS would fill the beam with K copies of each extension.
+        s.scores.fill_(float("-inf"))
+        s.scores[:, 0] = 0.0
+        s.last.fill_(bos_id)
+        s.src_mask.copy_(src_mask.repeat_interleave(K, dim=0))  # (R, 1, 1, S)
+        s.banned.copy_(banned_tokens(vocab, banned, device))
+        s.fin_normalized.fill_(float("-inf"))
+        fill_cross(model, memory, s.cache, repeat=K)
+        run_steps(runner, call.steps, lambda: s.stop, call.engine.every(device))
+        # The call's one read of its result.
+        tokens, length = s.fin_tokens[:B].tolist(), s.fin_length[:B].tolist()
+        score, normalized, eos = s.fin_score[:B].tolist(), s.fin_normalized[:B].tolist(), s.fin_eos[:B].tolist()
+    return [
+        [
+            Hypothesis(tokens[a][i][: length[a][i]], score[a][i], normalized[a][i], eos[a][i])
+            for i in range(n_best)
+            if normalized[a][i] > float("-inf")
+        ]
+        for a in range(B)
+    ]

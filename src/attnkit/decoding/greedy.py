@@ -4,25 +4,67 @@ The decoder is auto-regressive (§3: "consuming the previously generated symbols
 the next"), so each step needs only the newest position: the key/value cache holds the self-attention keys and
 values of the positions before it, and the cross-attention keys and values of the source, computed once.
 
-Decoding state, for A sentences still being decoded (sentences that emitted EOS or reached their limit are dropped,
-so they stop costing compute), before step t:
-    rows      (A,)                  original batch index of each working row
-    limit     (A,)                  maximum number of output tokens of each (§6.1: input length + 50)
-    last      (A, 1)                token fed at position t (BOS at t = 0)
-    memory    (A, S, D)             encoder output; src_mask (A, 1, 1, S), True = real source token
-    cache     n_layers x DecoderLayerCache with A rows: self-attention K/V of positions 0 .. t - 1,
-              cross-attention K/V of the source
-    out       (B, max limit)        tokens emitted so far, written at column t by original row
-    lengths   (B,)                  output length of each sentence (its limit until it emits EOS)
+The step (``greedy_step``) has the same shapes at every position: a sentence that emitted EOS or reached its limit
+stays in the batch, finished, and its later tokens are not read (``attnkit.decoding.static``). State, R rows
+(B sentences, then copies that fill a bucket), L steps at most, before step t:
+    t          (1,)        the position being decoded, on the device
+    last       (R, 1)      token fed at position t (BOS at t = 0)
+    limit      (R,)        maximum number of output tokens of each (§6.1: input length + 50)
+    out        (R, L)      tokens emitted; column t is written at step t
+    lengths    (R,)        output length of each (its limit until it emits EOS)
+    finished   (R,)        True once a row emitted EOS or reached its limit; stop: all of them (0-d)
+    cache      n_layers x DecoderLayerCache: self-attention K/V of positions 0 .. t - 1, cross-attention K/V
+    src_mask   (R, 1, 1, S) True = real source token;  banned (V,) tokens never emitted
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from attnkit.decoding.limits import output_limits
+from attnkit.decoding.static import Plan, banned_tokens, empty_cache, fill_cross, pad_sources, plan, run_steps, zeros
+from attnkit.inference.programs import Engine, running
+from attnkit.model.layers import DecoderLayerCache
 from attnkit.model.transformer import Transformer
+
+
+@dataclass
+class GreedyState:
+    """The tensors a greedy step reads and writes (shapes in the module docstring)."""
+
+    t: Tensor
+    last: Tensor
+    limit: Tensor
+    out: Tensor
+    lengths: Tensor
+    finished: Tensor
+    stop: Tensor
+    cache: list[DecoderLayerCache]
+    src_mask: Tensor
+    banned: Tensor
+
+
+@dataclass(frozen=True)
+class GreedyOptions:
+    eos_id: int
+
+
+def greedy_step(model: Transformer, s: GreedyState, o: GreedyOptions) -> None:
+    """One position for every row, in place: the most probable token that is not banned."""
+    logits, _, _ = model.decode(s.last, None, s.src_mask, cache=s.cache, offset=s.t)  # (R, 1, V)
+    # In float32, also from a bfloat16 model: ties in argmax stay rare.
+    logits = logits[:, -1].float().masked_fill(s.banned, float("-inf"))  # (R, V)
+    token = logits.argmax(dim=-1)  # (R,)
+    s.out.index_copy_(1, s.t, token[:, None])  # (R, L), column t
+    ended = (token == o.eos_id) & ~s.finished  # (R,)
+    s.lengths.copy_(torch.where(ended, s.t, s.lengths))  # EOS was output token t: t tokens before it
+    s.finished.logical_or_(ended | (s.limit <= s.t + 1))
+    s.stop.copy_(s.finished.all())
+    s.last.copy_(token[:, None])
+    s.t.add_(1)
 
 
 @torch.inference_mode()
@@ -35,6 +77,7 @@ def greedy_decode(
     max_positions: int,
     max_extra: int = 50,
     fixed_len: int | None = None,
+    engine: Engine | None = None,
 ) -> list[list[int]]:
     """Greedy decoding of a batch of sources with an encoder-decoder ``attnkit.model.transformer.Transformer``.
 
@@ -44,6 +87,7 @@ def greedy_decode(
         max_positions: the decoder's positional limit (the model's ``max_len``); no output is longer.
         max_extra: maximum output length = input length + ``max_extra`` (§6.1: + 50).
         fixed_len: if given, decode exactly this many tokens per sentence, with EOS masked out (benchmarks).
+        engine: how the steps run (``attnkit.inference.programs``); default: the device's.
     Returns:
         For each source, its output token ids without BOS and EOS (never ``model.pad_id``).
     """
@@ -52,53 +96,62 @@ def greedy_decode(
     )
     if src.size(0) == 0:
         return []
+    call = plan(model, src, engine, max_positions=max_positions, max_extra=max_extra, fixed_len=fixed_len)
     was_training = model.training
     model.eval()  # no dropout (§5.4 applies it in training only)
     try:
-        out, lengths = _greedy(model, src, limits, bos_id=bos_id, eos_id=eos_id, suppress_eos=fixed_len is not None)
+        out, lengths = _greedy(model, src, limits, call, bos_id, eos_id, suppress_eos=fixed_len is not None)
     finally:
         model.train(was_training)
-    return [row[:n] for row, n in zip(out.tolist(), lengths.tolist())]
+    return [row[:n] for row, n in zip(out, lengths)]
 
 
 def _greedy(
-    model: Transformer, src: Tensor, limits: Tensor, *, bos_id: int, eos_id: int, suppress_eos: bool
-) -> tuple[Tensor, Tensor]:
-    """The decoding loop; returns the emitted tokens (B, max limit) and the output lengths (B,)."""
-    B = src.size(0)
-    memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
-    cache = model.start_cache(memory, capacity=int(limits.max()))
+    model: Transformer,
+    src: Tensor,
+    limits: Tensor,
+    call: Plan,
+    bos_id: int,
+    eos_id: int,
+    *,
+    suppress_eos: bool,
+) -> tuple[list[list[int]], list[int]]:
+    """The decoding loop of ``call``; returns the emitted tokens and the output lengths of the B real rows."""
+    B, R, S, L = call.sentences, call.rows, call.source, call.cache
+    vocab, device = model.embeddings.token.num_embeddings, src.device
+    padded = pad_sources(src, R, S, model.pad_id)  # (R, S)
+    memory, src_mask, _ = model.encode(padded)  # (R, S, D), (R, 1, 1, S)
     # Never emit padding (as fairseq): a pad token in the prefix would be masked out by a full decoder pass
     # (``decoder_self_mask``) but not by the cached one. Never emit EOS when the length is fixed.
-    banned = torch.tensor([model.pad_id] + ([eos_id] if suppress_eos else []), device=src.device)
-    rows = torch.arange(B, device=src.device)  # (A,)
-    limit = limits  # (A,)
-    last = src.new_full((B, 1), bos_id)  # (A, 1)
-    steps = int(limits.max())
-    out = src.new_full((B, steps), eos_id)  # (B, steps)
-    lengths = limits.clone()  # (B,)
+    banned = [model.pad_id] + ([eos_id] if suppress_eos else [])
 
-    for t in range(steps):
-        logits, _, extended = model.decode(last, memory, src_mask, cache=cache, offset=t)  # (A, 1, V)
-        assert extended is not None  # a cache passed in comes back holding position t
-        cache = extended
-        # (A, V) in float32 (also from a bfloat16 model: ties in argmax stay rare), a copy: the model's output is not
-        # written to.
-        logits = logits[:, -1].to(torch.float32, copy=True)
-        # Indexed assignment touches only the A x len(banned) entries; index_fill's kernel took ~130 us per step
-        # even at A = 1 (benchmarks/profile_decode.py --batch 1), where a step's matmuls take ~4 ms.
-        logits[:, banned] = float("-inf")
-        last = logits.argmax(dim=-1, keepdim=True)  # (A, 1)
-        out[rows, t] = last[:, 0]
-        ended = last[:, 0] == eos_id  # (A,)
-        finished = ended | (limit <= t + 1)  # (A,)
-        if not finished.any():
-            continue
-        lengths[rows[ended]] = t  # EOS was output token t: t tokens before it
-        keep = (~finished).nonzero().squeeze(1)  # (A',)
-        if keep.numel() == 0:
-            break
-        rows, limit, last = rows[keep], limit[keep], last[keep]  # (A',), (A',), (A', 1)
-        memory, src_mask = memory[keep], src_mask[keep]  # (A', S, D), (A', 1, 1, S)
-        cache = [layer.select(keep) for layer in cache]
+    def allocate() -> GreedyState:
+        return GreedyState(
+            t=zeros(device, 1),
+            last=zeros(device, R, 1),
+            limit=zeros(device, R),
+            out=zeros(device, R, L),
+            lengths=zeros(device, R),
+            finished=zeros(device, R, dtype=torch.bool),
+            stop=zeros(device, dtype=torch.bool),
+            cache=empty_cache(model, R, S, L, like=memory),
+            src_mask=zeros(device, R, 1, 1, S, dtype=torch.bool),
+            banned=zeros(device, vocab, dtype=torch.bool),
+        )
+
+    options = GreedyOptions(eos_id)
+    with running(call.engine, greedy_step, model, options, (R, S, L, memory.dtype), allocate) as runner:
+        s: GreedyState = runner.state
+        s.t.zero_()
+        s.last.fill_(bos_id)
+        s.limit.zero_()
+        s.limit[:B] = limits
+        s.lengths.copy_(s.limit)
+        s.finished.copy_(s.limit == 0)  # the rows that fill the bucket are finished before they start
+        s.stop.zero_()
+        s.src_mask.copy_(src_mask)
+        s.banned.copy_(banned_tokens(vocab, banned, device))
+        fill_cross(model, memory, s.cache)
+        run_steps(runner, call.steps, lambda: s.stop, call.engine.every(device))
+        out, lengths = s.out[:B].tolist(), s.lengths[:B].tolist()  # the call's one read of its result
     return out, lengths

@@ -37,3 +37,11 @@ def output_limits(src: Tensor, *, pad_id: int, max_extra: int, max_positions: in
     src_lengths = (src != pad_id).sum(dim=1)  # (B,)
     # At least one step, so that every sentence, even an empty one with max_extra = 0, gets a hypothesis.
     return (src_lengths + max_extra).clamp(min=1, max=max_positions)  # (B,)
+
+
+def longest_output(src_length: int, *, max_extra: int, max_positions: int, fixed_len: int | None) -> int:
+    """The most output tokens any sentence of a (B, ``src_length``) batch may get: every limit of ``output_limits``
+    is at most this, and it is known on the host (the padded length bounds every sentence's)."""
+    if fixed_len is not None:
+        return fixed_len
+    return max(1, min(src_length + max_extra, max_positions))

@@ -66,6 +66,7 @@ from attnkit.atomic import atomic_directory, atomic_write_json
 from attnkit.decoding.penalty import check_length_penalty
 from attnkit.decoding.penalty import length_penalty as penalty
 from attnkit.errors import InputError
+from attnkit.inference.fused import FusedSelfAttention
 from attnkit.model.attention import MultiHeadAttention
 from attnkit.model.layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward
 from attnkit.model.positional import LearnedPositionalEmbedding
@@ -151,7 +152,7 @@ def attnkit_to_ct2(
     decoder_layers = cast("list[DecoderLayer]", model.decoder.layers)
     first = encoder_layers[0]
     attn = first.self_attn
-    d_model = attn.q_proj.in_features
+    d_model = attn.out_proj.out_features
     if attn.n_heads * attn.d_head != d_model:
         # CTranslate2's TransformerSpec.from_config derives the head width from d_model / heads.
         raise ValueError(f"d_head={attn.d_head} with n_heads={attn.n_heads} is decoupled from d_model={d_model}")
@@ -184,6 +185,7 @@ def attnkit_to_ct2(
         if stack.final_norm is not None:
             weights.norm(stack_spec.layer_norm, stack.final_norm)
     projection = model.embeddings.token.weight if model.output_proj is None else model.output_proj.weight
+    assert isinstance(projection, torch.Tensor)  # an nn.Linear's weight, or the tied embedding's
     spec.decoder.projection.weight = weights.array(projection)  # (V, D), no bias
 
     spec.register_source_vocabulary(tokens)
@@ -228,7 +230,9 @@ class _Weights:
             linear_spec.bias = self.array(torch.cat([lin.bias for lin in linears]))  # (sum out,)
 
     def attention(self, attn_spec, attn: MultiHeadAttention, *, self_attention: bool) -> None:
-        if self_attention:
+        if isinstance(attn, FusedSelfAttention):  # a model prepared for inference: W^Q, W^K, W^V already stacked
+            self.linear(attn_spec.linear[0], attn.qkv)  # (3D, D)
+        elif self_attention:
             self.linear(attn_spec.linear[0], attn.q_proj, attn.k_proj, attn.v_proj)  # (3D, D)
         else:
             self.linear(attn_spec.linear[0], attn.q_proj)  # (D, D), applied to the decoder states

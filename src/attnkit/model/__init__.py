@@ -4,7 +4,8 @@ Read it in dependency order: ``masking`` (the one mask convention), ``attention`
 ``layers`` (§3.1, §3.3: the feed-forward network, the residual sub-layer, encoder and decoder layers),
 ``transformer`` (§3.4: embeddings, the encoder and decoder stacks, the encoder-decoder), ``classifier`` (an encoder
 with a pooling head), and ``build`` (the only place where a config becomes modules: the containers receive their
-sub-modules built; ``prepare_for_inference`` readies a loaded model for inference).
+sub-modules built). The inference engine (fused projections, int8, compiled decoding steps) is not here: it lives
+in ``attnkit.inference`` and swaps modules from outside.
 
 Shape legend used in every docstring and shape comment:
     B batch, S source length, T target length, D d_model, H heads, Dh head dim, F d_ff, V vocab, C classes.

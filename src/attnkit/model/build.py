@@ -1,18 +1,13 @@
-"""The only place where a config becomes modules, and where a model is made ready for inference.
+"""The only place where a config becomes modules.
 
 The containers (``Encoder``, ``Decoder``, ``Transformer``, ``TransformerClassifier``) and the layers receive their
 sub-modules built; only the functions below know every dimension. Modules are created in the order the
 containers register them, so a fixed seed gives the same initial weights as long as this order is kept.
-
-After loading weights, inference code calls ``prepare_for_inference(model)`` once (``quantize_for_inference`` for
-int8 weights).
+``attnkit.inference`` readies a built, loaded model for inference.
 """
 
 from __future__ import annotations
 
-from typing import TypeVar
-
-import torch
 from torch import nn
 
 from attnkit.config import ClassifierConfig, MaskedLMConfig, TransformerConfig, TranslatorConfig
@@ -20,10 +15,7 @@ from attnkit.model.attention import MultiHeadAttention
 from attnkit.model.classifier import TransformerClassifier
 from attnkit.model.layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward, Residual
 from attnkit.model.masked_lm import MaskedLanguageModel, MaskedLMHead
-from attnkit.model.quantize import quantize_int8_
 from attnkit.model.transformer import Decoder, Embeddings, Encoder, Transformer
-
-M = TypeVar("M", bound=nn.Module)  # prepare_for_inference returns the model it was given
 
 
 def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
@@ -136,28 +128,3 @@ def build_translator(cfg: TranslatorConfig, pad_id: int = 0) -> Transformer:
         output_proj=None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False),  # D -> V
         pad_id=pad_id,
     )
-
-
-def prepare_for_inference(model: M) -> M:
-    """Put ``model`` in eval mode (no dropout, §5.4 applies it in training only), fuse the W^Q, W^K, W^V of every
-    attention module (``MultiHeadAttention.fuse_qkv``) and keep the output projection of an encoder-decoder
-    transposed (``Transformer.transpose_output``). Call it once, after the weights are loaded; ``model.train()``
-    or loading a state dict drops these copies again. Returns ``model``."""
-    model.eval()
-    for module in model.modules():
-        if isinstance(module, MultiHeadAttention):
-            module.fuse_qkv()
-        elif isinstance(module, Transformer):
-            module.transpose_output()
-    return model
-
-
-def quantize_for_inference(model: M) -> M:
-    """``prepare_for_inference`` with every weight matrix rounded to int8 (``attnkit.model.quantize``): the model is
-    cast to bfloat16, each ``nn.Linear`` and ``nn.Embedding`` whose input size is a multiple of 16 is replaced by
-    its int8 counterpart, and the stacked W^Q, W^K, W^V and the output projection are kept in int8 too. Products of
-    one to four rows (decoding a sentence at a time) then read one byte per weight. For inference on a CPU only:
-    the state dict of the result holds the rounded weights in bfloat16. Returns ``model``."""
-    model.to(torch.bfloat16)
-    quantize_int8_(model)
-    return prepare_for_inference(model)

@@ -117,16 +117,11 @@ class EncoderLayer(nn.Module):
 
 @dataclass
 class DecoderLayerCache:
-    """What one decoder layer keeps between decoding steps: its self-attention keys and values so far (None before
-    the first step) and the cross-attention keys and values of the encoder output (computed once per sentence)."""
+    """What one decoder layer keeps between decoding steps: its self-attention keys and values, written in place at
+    each step, and the cross-attention keys and values of the encoder output (computed once per sentence)."""
 
-    self_kv: KVCache | None
-    cross_kv: KVCache
-
-    def select(self, index: Tensor) -> DecoderLayerCache:
-        """Keep batch rows ``index`` (reorder beams, drop finished sentences)."""
-        self_kv = None if self.self_kv is None else self.self_kv.select(index)
-        return DecoderLayerCache(self_kv, self.cross_kv.select(index))
+    self_kv: KVCache  # (B, H, L, Dh) each
+    cross_kv: KVCache  # (B, H, S, Dh) each
 
 
 class DecoderLayer(nn.Module):
@@ -156,38 +151,35 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: Tensor,
-        memory: Tensor,
+        memory: Tensor | None,
         self_mask: Tensor | None,
         cross_mask: Tensor | None,
         *,
         cache: DecoderLayerCache | None = None,
+        positions: Tensor | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, tuple[Tensor | None, Tensor | None], DecoderLayerCache | None]:
-        """x (B, T, D) target side, memory (B, S, D) encoder output.
+        """x (B, T, D) target side, memory (B, S, D) encoder output (None with a cache: its cross_kv replaces it).
 
         Args:
-            self_mask: True = may attend, broadcastable to (B, H, T, L) where L counts cached positions too.
+            self_mask: True = may attend, broadcastable to (B, H, T, T), or (B, H, T, L) over a cache of L positions.
             cross_mask: True = may attend, broadcastable to (B, H, T, S).
-            cache: keys and values from earlier steps; when given, ``x`` holds only the new positions.
+            cache, positions: keys and values from earlier steps; ``x`` holds the new positions ``positions`` (T,).
         Returns:
-            output (B, T, D); the self- and cross-attention weights, (B, H, T, L) and (B, H, T, S), if asked for
-            (else None, None); and the updated cache.
+            output (B, T, D); the self- and cross-attention weights, (B, H, T, T or L) and (B, H, T, S), if asked for
+            (else None, None); and ``cache``, written in place.
         """
-        self_kv = cache.self_kv if cache is not None else None
-        if cache is not None and self_kv is None:
-            # First step without a preallocated cache: start one empty; appending grows it as needed.
-            self_kv = KVCache.empty(x.size(0), self.self_attn.n_heads, self.self_attn.d_head, x.size(1), like=x)
-        cross_kv = cache.cross_kv if cache is not None else None
-
         h = self.residual.sublayer_input(x, self.norm1)
-        attn_out, self_w, self_kv = self.self_attn(h, mask=self_mask, need_weights=need_weights, cache=self_kv)
+        self_kv = cache.self_kv if cache is not None else None
+        attn_out, self_w, _ = self.self_attn(
+            h, mask=self_mask, need_weights=need_weights, cache=self_kv, positions=positions
+        )
         x = self.residual(x, self.norm1, attn_out)  # (B, T, D)
 
         h = self.residual.sublayer_input(x, self.norm2)
-        attn_out, cross_w, _ = self.cross_attn(h, memory, mask=cross_mask, need_weights=need_weights, cache=cross_kv)
+        key_value = cache.cross_kv if cache is not None else memory
+        attn_out, cross_w, _ = self.cross_attn(h, key_value, mask=cross_mask, need_weights=need_weights)
         x = self.residual(x, self.norm2, attn_out)  # (B, T, D)
 
         x = self.residual(x, self.norm3, self.ffn(self.residual.sublayer_input(x, self.norm3)))  # (B, T, D)
-
-        new_cache = DecoderLayerCache(self_kv, cache.cross_kv) if cache is not None else None
-        return x, (self_w, cross_w), new_cache  # (B, T, D)
+        return x, (self_w, cross_w), cache  # (B, T, D)

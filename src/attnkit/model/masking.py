@@ -28,6 +28,13 @@ def causal_mask(length: int, device: torch.device | None = None, offset: int = 0
     return (key_pos[None, :] <= query_pos[:, None])[None, None]  # (1, 1, T, offset + T)
 
 
+def cached_causal_mask(positions: Tensor, length: int) -> Tensor:
+    """Queries at ``positions`` (T,) over a key/value cache of ``length`` positions: each may attend to the cached
+    positions up to its own (§3.2.3), and not to the ones not yet written. Returns (1, 1, T, L)."""
+    key_pos = torch.arange(length, device=positions.device)  # (L,)
+    return (key_pos[None, :] <= positions[:, None])[None, None]  # (1, 1, T, L)
+
+
 def decoder_self_mask(tgt_ids: Tensor, pad_id: int) -> Tensor:
     """Causal and padding at once for decoder self-attention: (B, T) ids -> (B, 1, T, T)."""
     return padding_mask(tgt_ids, pad_id) & causal_mask(tgt_ids.size(1), tgt_ids.device)  # (B, 1, T, T)

@@ -33,8 +33,10 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.max_len = max_len
         self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)  # (max_len, D)
 
-    def forward(self, length: int, offset: int = 0) -> Tensor:
+    def forward(self, length: int, offset: int | Tensor = 0) -> Tensor:
         """Encodings of positions ``offset .. offset + length - 1``: (length, D)."""
+        if isinstance(offset, Tensor):  # a decoding step's position, on the device: gathered, not checked
+            return self.table[offset + torch.arange(length, device=offset.device)]  # (T, D)
         if offset + length > self.table.size(0):
             raise ValueError(f"position {offset + length - 1} is past max_len={self.table.size(0)}")
         return self.table[offset : offset + length]  # (T, D)
@@ -49,8 +51,10 @@ class LearnedPositionalEmbedding(nn.Module):
         self.embedding = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
 
-    def forward(self, length: int, offset: int = 0) -> Tensor:
+    def forward(self, length: int, offset: int | Tensor = 0) -> Tensor:
         """Embeddings of positions ``offset .. offset + length - 1``: (length, D)."""
+        if isinstance(offset, Tensor):  # a decoding step's position, on the device: gathered, not checked
+            return self.embedding(offset + torch.arange(length, device=offset.device))  # (T, D)
         if offset + length > self.embedding.num_embeddings:
             raise ValueError(f"position {offset + length - 1} is past max_len={self.embedding.num_embeddings}")
         return self.embedding.weight[offset : offset + length]  # (T, D)

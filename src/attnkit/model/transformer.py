@@ -8,9 +8,8 @@ from torch import Tensor, nn
 
 from attnkit.model.attention import AttentionMaps, KVCache
 from attnkit.model.layers import DecoderLayer, DecoderLayerCache, EncoderLayer
-from attnkit.model.masking import Unpadded, causal_mask, decoder_self_mask, padding_mask
+from attnkit.model.masking import Unpadded, cached_causal_mask, decoder_self_mask, padding_mask
 from attnkit.model.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, scale_for
-from attnkit.model.quantize import Int8Embedding, Int8Linear, Int8Weight
 
 
 class Embeddings(nn.Module):
@@ -51,8 +50,8 @@ class Embeddings(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.scale = scale_for(d_model, scale_embeddings)
 
-    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
-        """(B, L) token ids at positions ``offset ..`` -> (B, L, D)."""
+    def forward(self, ids: Tensor, offset: int | Tensor = 0) -> Tensor:
+        """(B, L) token ids at positions ``offset ..`` -> (B, L, D); a tensor ``offset`` (1,) stays on the device."""
         x = self.token(ids) * self.scale + self.position(ids.size(1), offset)  # (B, L, D)
         if self.token_type is not None:
             x = x + self.token_type.weight[0]  # single-segment input: token type 0 everywhere
@@ -113,32 +112,30 @@ class Decoder(nn.Module):
     def forward(
         self,
         x: Tensor,
-        memory: Tensor,
+        memory: Tensor | None,
         self_mask: Tensor | None,
         cross_mask: Tensor | None,
         *,
         cache: list[DecoderLayerCache] | None = None,
+        positions: Tensor | None = None,
         attn_layers: tuple[int, ...] = (),
-    ) -> tuple[Tensor, AttentionMaps, list[DecoderLayerCache] | None]:
-        """x (B, T, D) embedded target, memory (B, S, D).
+    ) -> tuple[Tensor, AttentionMaps]:
+        """x (B, T, D) embedded target, memory (B, S, D) (None with a cache); ``positions`` (T,) with a cache.
 
-        Returns (B, T, D), the self- and cross-attention weights of the layers in ``attn_layers``
-        (``AttentionMaps.decoder_self`` and ``.cross``), and the updated cache.
+        Returns (B, T, D) and the self- and cross-attention weights of the layers in ``attn_layers``
+        (``AttentionMaps.decoder_self`` and ``.cross``); a cache is written in place.
         """
         maps = AttentionMaps()
-        new_cache: list[DecoderLayerCache] | None = [] if cache is not None else None
         for i, layer in enumerate(self.layers):
             layer_cache = cache[i] if cache is not None else None
-            x, (self_w, cross_w), layer_cache = layer(
-                x, memory, self_mask, cross_mask, cache=layer_cache, need_weights=i in attn_layers
+            x, (self_w, cross_w), _ = layer(
+                x, memory, self_mask, cross_mask, cache=layer_cache, positions=positions, need_weights=i in attn_layers
             )  # (B, T, D)
             if self_w is not None and cross_w is not None:
                 maps.decoder_self[i], maps.cross[i] = self_w, cross_w
-            if new_cache is not None:
-                new_cache.append(layer_cache)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return x, maps, new_cache
+        return x, maps
 
 
 class Transformer(nn.Module):
@@ -150,7 +147,7 @@ class Transformer(nn.Module):
     """
 
     def __init__(
-        self, *, embeddings: Embeddings, encoder: Encoder, decoder: Decoder, output_proj: nn.Linear | None, pad_id: int
+        self, *, embeddings: Embeddings, encoder: Encoder, decoder: Decoder, output_proj: nn.Module | None, pad_id: int
     ):
         super().__init__()
         self.pad_id = pad_id
@@ -158,7 +155,6 @@ class Transformer(nn.Module):
         self.encoder = encoder
         self.decoder = decoder
         self.output_proj = output_proj
-        self._output_t: Tensor | Int8Weight | None = None  # output weight for inference (transpose_output)
 
     def encode(self, src: Tensor, attn_layers: tuple[int, ...] = ()) -> tuple[Tensor, Tensor, AttentionMaps]:
         """src (B, S) ids -> memory (B, S, D), source mask (B, 1, 1, S) True = real token, requested maps."""
@@ -168,87 +164,50 @@ class Transformer(nn.Module):
 
     def logits(self, x: Tensor) -> Tensor:
         """Pre-softmax projection: (B, T, D) -> (B, T, V)."""
-        if self._output_t is not None:
-            if not torch.is_grad_enabled():
-                if isinstance(self._output_t, Int8Weight):
-                    return self._output_t.linear(x)  # (B, T, V)
-                return x @ self._output_t  # (B, T, V)
-            self._output_t = None  # autograd on: the weights may be trained from here, so the copy would go stale
-        weight = self.embeddings.token.weight if self.output_proj is None else self.output_proj.weight
-        return F.linear(x, weight)  # (B, T, V)
-
-    # The output projection is the largest matrix multiplication of a decoding step (D x V = 256 x 8,000 at small),
-    # and F.linear multiplies by the (V, D) weight transposed: with the weight stored (D, V), contiguous, the same
-    # product ran 1.2x faster for 32 rows, 1.6x for 128 (beam 4) and 1.9x for one row (benchmarks/profile_decode.py;
-    # one thread, AMD EPYC). ``transpose_output`` makes that copy once for inference, kept under the same rules as
-    # the stacked W^Q, W^K, W^V of ``MultiHeadAttention.fuse_qkv``: dropped by ``train()``, ``load_state_dict`` and
-    # any forward pass with autograd on, moved and cast by ``.to()``, never saved. A weight rounded to int8
-    # (``attnkit.model.quantize``) is kept as its ``Int8Weight`` instead, whose one-row kernel reads (V, D).
-
-    def transpose_output(self) -> None:
-        """Keep a (D, V) contiguous copy of the output weight (or its int8 form); later ``logits`` calls without
-        autograd use it."""
-        source = self.embeddings.token if self.output_proj is None else self.output_proj
-        if isinstance(source, (Int8Embedding, Int8Linear)):
-            self._output_t = source.int8  # (V, D) int8, and the same values in the floating-point type
-            return
-        with torch.no_grad():
-            self._output_t = source.weight.t().contiguous()  # (D, V)
-
-    def train(self, mode: bool = True) -> Transformer:
-        if mode:
-            self._output_t = None  # training changes the weights; never let it see a stale copy
-        return super().train(mode)
-
-    def _load_from_state_dict(self, *args, **kwargs) -> None:
-        self._output_t = None  # new weights: the copy is stale
-        super()._load_from_state_dict(*args, **kwargs)
-
-    def _apply(self, fn, recurse: bool = True):
-        super()._apply(fn, recurse)
-        if isinstance(self._output_t, Int8Weight):  # the int8 module's own tensors, moved with it: no second copy
-            self.transpose_output()
-        elif self._output_t is not None:  # .to(device / dtype), .half(), ...: the copy follows the parameters
-            self._output_t = fn(self._output_t)
-        return self
+        if self.output_proj is None:
+            return F.linear(x, self.embeddings.token.weight)  # (B, T, V), tied (§3.4)
+        return self.output_proj(x)  # (B, T, V)
 
     def decode(
         self,
         tgt_in: Tensor,
-        memory: Tensor,
+        memory: Tensor | None,
         src_mask: Tensor,
         *,
         cache: list[DecoderLayerCache] | None = None,
-        offset: int = 0,
+        offset: int | Tensor = 0,
         attn_layers: tuple[int, ...] = (),
     ) -> tuple[Tensor, AttentionMaps, list[DecoderLayerCache] | None]:
         """Next-token logits for every position of ``tgt_in``.
 
         Without a cache, ``tgt_in`` (B, T) is the whole shifted target (BOS y_1 .. y_{T-1}) and a causal mask keeps
-        each position from seeing the ones after it. With a cache, ``tgt_in`` holds only the new positions, starting
-        at ``offset``, and attends to everything cached plus the new positions up to itself.
-        Returns logits (B, T, V), the attention maps of the decoder layers in ``attn_layers``, and the updated cache.
+        each position from seeing the ones after it. With a cache (``start_cache``), ``tgt_in`` holds only the new
+        positions, starting at ``offset`` (an int, or a (1,) tensor that a compiled step keeps on the device); they
+        are written into the cache and attend to every position up to their own (``memory`` is not read: the
+        cache holds its keys and values).
+        Returns logits (B, T, V), the attention maps of the decoder layers in ``attn_layers``, and the cache.
         """
-        x = self.embeddings(tgt_in, offset)  # (B, T, D)
         if cache is None:
-            self_mask = decoder_self_mask(tgt_in, self.pad_id)  # (B, 1, T, T)
-        elif tgt_in.size(1) == 1:
-            self_mask = None  # one new position: everything cached comes before it
-        else:
-            self_mask = causal_mask(tgt_in.size(1), tgt_in.device, offset)  # (1, 1, T, offset + T)
-        x, maps, cache = self.decoder(x, memory, self_mask, src_mask, cache=cache, attn_layers=attn_layers)
+            x = self.embeddings(tgt_in)  # (B, T, D)
+            x, maps = self.decoder(x, memory, decoder_self_mask(tgt_in, self.pad_id), src_mask, attn_layers=attn_layers)
+            return self.logits(x), maps, None  # (B, T, V)
+        positions = offset + torch.arange(tgt_in.size(1), device=tgt_in.device)  # (T,)
+        x = self.embeddings(tgt_in, offset)  # (B, T, D)
+        self_mask = cached_causal_mask(positions, cache[0].self_kv.k.size(2))  # (1, 1, T, L)
+        x, maps = self.decoder(
+            x, None, self_mask, src_mask, cache=cache, positions=positions, attn_layers=attn_layers
+        )  # (B, T, D)
         return self.logits(x), maps, cache  # (B, T, V)
 
-    def start_cache(self, memory: Tensor, capacity: int = 0) -> list[DecoderLayerCache]:
-        """An empty cache for decoding against ``memory`` (B, S, D): cross-attention keys and values, once, and
-        self-attention buffers with room for ``capacity`` steps (0: allocated at the first step, grown as needed)."""
+    def start_cache(self, memory: Tensor, length: int | None = None) -> list[DecoderLayerCache]:
+        """An empty cache for decoding against ``memory`` (B, S, D): the cross-attention keys and values, once, and
+        self-attention buffers for ``length`` positions (default: the positional limit, ``max_len``)."""
+        length = self.embeddings.position.max_len if length is None else length
         caches = []
         for layer in self.decoder.layers:
             assert isinstance(layer, DecoderLayer)  # nn.ModuleList yields plain Modules to the type checker
             attn = layer.self_attn
-            self_kv = (
-                None if not capacity else KVCache.empty(memory.size(0), attn.n_heads, attn.d_head, capacity, memory)
-            )
+            self_kv = KVCache.empty(memory.size(0), attn.n_heads, attn.d_head, length, like=memory)
             caches.append(DecoderLayerCache(self_kv, layer.cross_attn.project_kv(memory)))
         return caches
 
@@ -264,5 +223,5 @@ class Transformer(nn.Module):
             logits, _, _ = self.decode(tgt_in, memory, src_mask)
             return logits  # (B, T, V)
         x = self.embeddings(tgt_in)  # (B, T, D)
-        x, _, _ = self.decoder(x, memory, decoder_self_mask(tgt_in, self.pad_id), src_mask)  # (B, T, D)
+        x, _ = self.decoder(x, memory, decoder_self_mask(tgt_in, self.pad_id), src_mask)  # (B, T, D)
         return self.logits(x[positions])  # (N, D) -> (N, V)

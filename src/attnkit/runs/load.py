@@ -20,7 +20,7 @@ from torch import nn
 
 from attnkit.config import ClassifierConfig, MaskedLMConfig, TransformerConfig, TranslatorConfig
 from attnkit.errors import InputError
-from attnkit.model.build import build_classifier, build_masked_lm, build_translator, prepare_for_inference
+from attnkit.model.build import build_classifier, build_masked_lm, build_translator
 from attnkit.model.size import model_size
 from attnkit.runs.files import (
     CONFIG,
@@ -102,7 +102,7 @@ def load_run(run_dir: str | Path, task: str | None = None, device: torch.device 
     build = TASKS[files.task][1]
     model = build(files.model_cfg, pad_id=files.tokenizer.pad_id).to(device)
     load_weights(model, files.run_dir / WEIGHTS)  # onto the model's device
-    prepare_for_inference(model)  # eval mode, W^Q W^K W^V fused once; .train() undoes both
+    model.eval()  # inference code swaps in its fused modules itself (attnkit.inference.prepare_for_inference)
     return LoadedRun(**vars(files), model=model)
 
 

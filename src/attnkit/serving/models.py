@@ -136,7 +136,7 @@ class EmbedderModel(_EncoderModel):
         from attnkit.interop.bert import load_bert_classifier, resolve_bert_folder
 
         folder = resolve_bert_folder(spec)
-        from attnkit.model.build import prepare_for_inference
+        from attnkit.inference import prepare_for_inference
 
         self.model, cfg, self.tokenizer = load_bert_classifier(folder, n_classes=1)
         self.model.to(device)

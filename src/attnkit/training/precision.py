@@ -13,7 +13,7 @@ diverging. bfloat16 has float32's exponent range and needs no scaler.
                 with native bfloat16                              elsewhere it runs, ~100x slower (``SLOW_BF16_NOTE``)
     fp16        CUDA only                                         a gradient scaler (training)
     int8        decoding a translator on a CPU (inference only)   as bf16: its activations run in bfloat16
-                                                                  (``attnkit.model.quantize``)
+                                                                  (``attnkit.inference.quantize``)
 """
 
 from __future__ import annotations

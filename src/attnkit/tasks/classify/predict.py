@@ -13,6 +13,7 @@ from attnkit.data.readers import Example
 from attnkit.devices import model_device
 from attnkit.errors import InputError
 from attnkit.evaluation.metrics import accuracy, macro_f1
+from attnkit.inference import prepare_for_inference
 from attnkit.model.classifier import TransformerClassifier
 from attnkit.runs import load_run
 from attnkit.tasks.classify.data import encode_examples
@@ -67,7 +68,7 @@ class ClassifierRun:
         if not isinstance(loaded.model, TransformerClassifier) or not isinstance(loaded.model_cfg, ClassifierConfig):
             raise TypeError(f"load_run(task='classify') returned a {type(loaded.model).__name__}")
         self.model_cfg: ClassifierConfig = loaded.model_cfg
-        self.model: TransformerClassifier = loaded.model
+        self.model: TransformerClassifier = prepare_for_inference(loaded.model)
         self.run_dir = loaded.run_dir
 
     def _ids(self, texts: list[str]) -> list[list[int]]:

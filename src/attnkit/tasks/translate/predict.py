@@ -10,7 +10,7 @@ from attnkit.config import TranslatorConfig
 from attnkit.data.readers import Pair
 from attnkit.decoding.corpus import translate_ids
 from attnkit.evaluation.bleu import bleu_metric, corpus_scores
-from attnkit.model.build import quantize_for_inference
+from attnkit.inference import prepare_for_inference, quantize_for_inference
 from attnkit.model.transformer import Transformer
 from attnkit.runs import load_run
 from attnkit.tasks.translate.data import encode_sources
@@ -25,7 +25,7 @@ class TranslatorRun:
         (CUDA only): the weights and activations are cast to that type for decoding, which halves the bytes a
         decoding step reads; the search still ranks float32 log-probabilities. ``"int8"`` (CPUs): bf16 with every
         weight matrix rounded to int8, one scale per row, which halves them again where a product has one to four
-        rows (one sentence at a time: ``attnkit.model.quantize``)."""
+        rows (one sentence at a time: ``attnkit.inference.quantize``)."""
         check_precision(precision, torch.device(device), what="precision", allowed=DECODING_PRECISIONS)
         self.precision = precision
         loaded = load_run(run_dir, task="translate", device=device)
@@ -37,8 +37,8 @@ class TranslatorRun:
         self.model: Transformer = loaded.model
         if precision == "int8":
             quantize_for_inference(self.model)
-        elif precision in DTYPES:
-            self.model.to(DTYPES[precision])  # the fused W^Q W^K W^V and transposed output copies follow
+        else:
+            prepare_for_inference(self.model.to(DTYPES.get(precision, torch.float32)))
         self.run_dir = loaded.run_dir
 
     def encode_sources(self, texts: list[str]) -> tuple[list[list[int]], int]:

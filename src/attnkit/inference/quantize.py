@@ -1,30 +1,28 @@
-"""Weight-only int8 for decoding one or a few sentences at a time on a CPU.
+"""Weight-only int8 for decoding one or a few sentences at a time on a CPU, by module swap (gpt-fast's
+``WeightOnlyInt8Linear``).
 
 Decoding one sentence multiplies one row of activations by every weight matrix of the decoder at every step, so a
-step's time is the time to read its weights: 19 MB in float32 for the small translator, 9.6 in bfloat16. Rounding
-each weight matrix to int8 with one scale per output row (symmetric, w ~= q * scale, |q| <= 127) halves that again,
-and PyTorch has a kernel that reads the int8 weights directly (``torch.ops.aten._weight_int8pack_mm``: bfloat16
-activations, float32 sums, the row scales applied to the sums).
-
-That kernel wins only where the weights dominate: at the small translator's shapes it took 0.26-0.46x the time of
-bfloat16's product at one row, 0.35-0.85x at four, 0.54-1.34x at six and 1.5-2.5x at 32 (2 threads, AMD EPYC with
-AVX512-BF16, the two timed in turns). So an
+step's time is the time to read its weights. Rounding each weight matrix to int8 with one scale per output row
+(symmetric, w ~= q * scale, |q| <= 127) halves the bytes of bfloat16, and PyTorch has a kernel that reads the int8
+weights directly (``torch.ops.aten._weight_int8pack_mm``: bfloat16 activations, float32 sums, the row scales applied
+to the sums). That kernel wins only where the weights dominate, at a few rows (docs/performance.md), so an
 ``Int8Weight`` keeps two copies of the same rounded weights: the int8 one for products of at most
-``INT8_MAX_ROWS`` rows, and a bfloat16 one, ``q * scale``, for larger products. Both multiply by the same values;
-they differ by bfloat16 rounding only, so a sentence decoded alone and in a batch of 32 is decoded by one model.
+``INT8_MAX_ROWS`` rows, and ``dense``, ``q * scale`` in the activations' type, for larger products. Both multiply by
+the same values; they differ by bfloat16 rounding only, so a sentence decoded alone and in a batch of 32 is decoded
+by one model.
 
     q      (N, K) int8     the weights divided by their row's scale, rounded
     scale  (N,)            max_k |w[n, k]| / 127, in the activations' dtype (the kernel's requirement)
     dense  (N, K)          q * scale in that dtype: the same weights for products of more rows
 
 The kernel reads K in blocks of 16 (in torch 2.13 other K give garbage or crash: measured), so a matrix whose input
-size is not a multiple of 16 is left as it is. ``attnkit.model.build.quantize_for_inference`` applies this to a
-model.
+size is not a multiple of 16 is left as it is. The modules keep the rounded values as their ``weight`` (what the
+state dict saves, under the same keys) and the int8 copy in buffers that are not saved; loading a state dict rounds
+the loaded weights again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -64,58 +62,29 @@ class Int8Weight:
             return F.linear(x, self.dense, bias)  # (..., N)
         y = torch.ops.aten._weight_int8pack_mm(x.reshape(rows, K), self.q, self.scale)  # (rows, N)
         y = y.view(*x.shape[:-1], y.size(-1))  # (..., N)
-        return y if bias is None else y.add_(bias)
-
-    def apply(self, fn: Callable[[Tensor], Tensor]) -> Int8Weight:
-        """The copy that ``nn.Module._apply`` makes of a tensor (``.to(device)``, ``.to(dtype)``, ...): int8 stays
-        int8, since ``Module.to`` casts floating-point tensors only."""
-        return Int8Weight(fn(self.q), fn(self.scale), fn(self.dense))
-
-    @staticmethod
-    def cat(weights: list[Int8Weight]) -> Int8Weight:
-        """Stacked along the rows (W^Q, W^K, W^V as one projection): the same rounding as each alone, since every
-        row has its own scale."""
-        return Int8Weight(*(torch.cat(parts) for parts in zip(*((w.q, w.scale, w.dense) for w in weights))))
-
-
-def linear(x: Tensor, weight: Tensor | Int8Weight, bias: Tensor | None = None) -> Tensor:
-    """``F.linear`` for a plain (N, K) weight or an ``Int8Weight``: x (..., K) -> (..., N)."""
-    if isinstance(weight, Int8Weight):
-        return weight.linear(x, bias)
-    return F.linear(x, weight, bias)
+        return y if bias is None else y + bias
 
 
 class _Int8Rows(nn.Module):
     """What ``Int8Linear`` and ``Int8Embedding`` share: ``weight`` holds the rounded values in the floating-point
-    type (what the state dict saves), the non-persistent buffers ``q`` and ``scale`` the int8 copy. ``int8`` hands
-    the three out as one ``Int8Weight``, made once (a decoding step asks ~20 times) and again after ``.to()``;
-    loading a state dict rounds the loaded weights again, so the int8 copy never goes stale."""
+    type (what the state dict saves), the buffers ``q`` and ``scale`` (not saved) the int8 copy."""
 
     weight: Tensor
     q: Tensor
     scale: Tensor
-    _int8: Int8Weight | None = None
 
     def _hold(self, int8: Int8Weight) -> None:
         self.weight = nn.Parameter(int8.dense, requires_grad=False)
         self.register_buffer("q", int8.q, persistent=False)
         self.register_buffer("scale", int8.scale, persistent=False)
-        self._int8 = None
+
+    def _round_on_load(self) -> None:
+        """Loading a state dict replaces ``weight``: round the new values then, so the int8 copy is never stale."""
+        self.register_load_state_dict_post_hook(lambda module, _: module._hold(Int8Weight.quantize(module.weight)))
 
     @property
     def int8(self) -> Int8Weight:
-        if self._int8 is None:
-            self._int8 = Int8Weight(self.q, self.scale, self.weight)
-        return self._int8
-
-    def _apply(self, fn, recurse: bool = True):
-        self._int8 = None  # the tensors are replaced
-        return super()._apply(fn, recurse)
-
-    def _load_from_state_dict(self, *args, **kwargs) -> None:
-        super()._load_from_state_dict(*args, **kwargs)
-        with torch.no_grad():
-            self._hold(Int8Weight.quantize(self.weight))
+        return Int8Weight(self.q, self.scale, self.weight)
 
 
 class Int8Linear(nn.Linear, _Int8Rows):
@@ -126,6 +95,7 @@ class Int8Linear(nn.Linear, _Int8Rows):
     def of(cls, linear: nn.Linear) -> Int8Linear:
         module = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
         module._hold(Int8Weight.quantize(linear.weight))
+        module._round_on_load()
         module.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
         return module
 
@@ -137,14 +107,32 @@ class Int8Linear(nn.Linear, _Int8Rows):
 
 class Int8Embedding(nn.Embedding, _Int8Rows):
     """An ``nn.Embedding`` whose table is rounded to int8 row by row: lookups read the rounded values (``weight``),
-    and a tied output projection multiplies by the int8 copy (``int8``) when it has few rows."""
+    and a tied output projection (``TiedInt8Output``) multiplies by the int8 copy when it has few rows."""
 
     @classmethod
     def of(cls, embedding: nn.Embedding) -> Int8Embedding:
         V, D = embedding.weight.shape
         module = cls(V, D, padding_idx=embedding.padding_idx, device="meta")
         module._hold(Int8Weight.quantize(embedding.weight))
+        module._round_on_load()
         return module
+
+
+class TiedInt8Output(nn.Module):
+    """The pre-softmax projection tied to an ``Int8Embedding`` (§3.4), as an output module: x (..., D) -> (..., V)
+    by the embedding's int8 copy. The embedding is referred to, not registered, so the tied matrix keeps one
+    state-dict key (the embedding's) and follows it through ``.to()`` and ``load_state_dict``."""
+
+    def __init__(self, embedding: Int8Embedding):
+        super().__init__()
+        self._tied = (embedding,)  # a tuple: nn.Module would register a module attribute as a child
+
+    @property
+    def weight(self) -> Tensor:
+        return self._tied[0].weight  # (V, D)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self._tied[0].int8.linear(x)  # (..., V)
 
 
 def quantize_int8_(module: nn.Module) -> int:

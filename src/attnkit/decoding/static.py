@@ -1,0 +1,115 @@
+"""What greedy and beam search share: a batch made static for a call, and the loop that steps it.
+
+A call decodes R rows against sources of S positions for at most L steps. All three are fixed when the call starts:
+a finished sentence stays in the batch, masked, instead of leaving it (removing it would change every shape), and
+the self-attention cache is preallocated to L positions. With a bucketed engine, R, S and L are rounded up
+(``attnkit.inference.programs``): the rows added are copies of the first sentence, finished before they start;
+the source positions added are padding, masked out of cross-attention; the cache positions added are never
+reached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from attnkit.decoding.limits import longest_output
+from attnkit.devices import model_device
+from attnkit.inference.programs import Engine, Runner, batch_bucket, default_engine, length_bucket
+from attnkit.model.attention import KVCache
+from attnkit.model.layers import DecoderLayer, DecoderLayerCache
+from attnkit.model.transformer import Transformer
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a call decodes: ``sentences`` sources for at most ``steps`` steps, in a static batch of ``rows``
+    sentences, ``source`` source positions and a cache of ``cache`` positions, on ``engine``."""
+
+    engine: Engine
+    sentences: int
+    steps: int
+    rows: int
+    source: int
+    cache: int
+
+
+def plan(
+    model: Transformer,
+    src: Tensor,
+    engine: Engine | None,
+    *,
+    max_positions: int,
+    max_extra: int,
+    fixed_len: int | None,
+) -> Plan:
+    """The ``Plan`` of a call on ``src`` (B, S): B, S and the longest output themselves, or their buckets
+    (``engine`` None: the device's default). The cache of a bucketed call holds the longest output of its source
+    bucket (``longest_output``), so that it adds no bucket of its own."""
+    engine = engine or default_engine(model_device(model))
+    B, S = src.shape
+    steps = longest_output(S, max_extra=max_extra, max_positions=max_positions, fixed_len=fixed_len)
+    if not engine.bucketed:
+        return Plan(engine, B, steps, B, S, steps)
+    source = length_bucket(S, model.embeddings.position.max_len)
+    cache = longest_output(source, max_extra=max_extra, max_positions=max_positions, fixed_len=None)
+    if fixed_len is not None:
+        cache = max(16, fixed_len)
+    return Plan(engine, B, steps, batch_bucket(B), source, cache)
+
+
+def zeros(device: torch.device, *shape: int, dtype: torch.dtype = torch.long) -> Tensor:
+    """A zeroed state tensor (long by default) for ``allocate``."""
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
+def pad_sources(src: Tensor, rows: int, length: int, pad_id: int) -> Tensor:
+    """``src`` (B, S) in a (rows, length) batch: padding appended to every row, then copies of row 0 as rows
+    B .. rows - 1 (a batch of real sentences, whose results are dropped)."""
+    B, S = src.shape
+    out = src.new_full((rows, length), pad_id)  # (rows, length)
+    out[:B, :S] = src
+    out[B:, :S] = src[:1]
+    return out
+
+
+def empty_cache(model: Transformer, rows: int, src_length: int, length: int, like: Tensor) -> list[DecoderLayerCache]:
+    """Zeroed decoder caches for ``rows`` rows: self-attention for ``length`` positions, cross-attention for
+    ``src_length`` (filled by ``fill_cross``)."""
+    caches = []
+    for layer in model.decoder.layers:
+        assert isinstance(layer, DecoderLayer)  # nn.ModuleList yields plain Modules to the type checker
+        H, Dh = layer.self_attn.n_heads, layer.self_attn.d_head
+        caches.append(
+            DecoderLayerCache(KVCache.empty(rows, H, Dh, length, like), KVCache.empty(rows, H, Dh, src_length, like))
+        )
+    return caches
+
+
+def fill_cross(model: Transformer, memory: Tensor, cache: list[DecoderLayerCache], repeat: int = 1) -> None:
+    """Write the cross-attention keys and values of ``memory`` (B, S, D) into ``cache``, each row ``repeat`` times
+    (the beams of a sentence share its source)."""
+    for layer, layer_cache in zip(model.decoder.layers, cache):
+        assert isinstance(layer, DecoderLayer)
+        kv = layer.cross_attn.project_kv(memory)  # (B, H, S, Dh) each
+        layer_cache.cross_kv.k.copy_(kv.k.repeat_interleave(repeat, dim=0))  # (B * repeat, H, S, Dh)
+        layer_cache.cross_kv.v.copy_(kv.v.repeat_interleave(repeat, dim=0))
+
+
+def banned_tokens(vocab_size: int, banned: list[int], device: torch.device) -> Tensor:
+    """(V,) True at the tokens a search never emits."""
+    mask = torch.zeros(vocab_size, dtype=torch.bool, device=device)  # (V,)
+    mask[banned] = True
+    return mask
+
+
+def run_steps(runner: Runner, steps: int, stopped: Callable[[], Tensor], check_every: int) -> None:
+    """Step ``runner`` up to ``steps`` times; every ``check_every`` steps read ``stopped()`` (a 0-d bool tensor the
+    step keeps on the device) on the host, the loop's only read, and stop once it is True."""
+    for t in range(steps):
+        runner.step()
+        if (t + 1) % check_every == 0 and t + 1 < steps and bool(stopped()):
+            return

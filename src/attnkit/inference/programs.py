@@ -1,0 +1,214 @@
+"""Running a decoding step whose shapes do not change during a call: eagerly, compiled, or replayed as a CUDA graph.
+
+A search (``attnkit.decoding``) is written as a step function ``step(model, state, options)`` that reads and writes
+the tensors of ``state`` in place and returns nothing: no host read, no tensor whose shape depends on data, so that
+the same step can run as Python calling PyTorch operators, as one compiled program, or as a recorded CUDA graph.
+``options`` holds the search's Python constants (beam size, EOS id, ...). gpt-fast decodes the same way.
+
+Engines (``Engine.kind``):
+    eager                 the step as written; shapes are the call's own (no buckets)
+    compiled              ``torch.compile(step, fullgraph=True, dynamic=False)``: one program per shape bucket,
+                          compiled at the first call that needs it and reused by every later call in the process
+    cuda-graph            the eager step recorded once per model and bucket as a ``torch.cuda.CUDAGraph`` on state
+                          that lives as long as the graph; a call fills the state and replays the graph
+    compiled-cuda-graph   the compiled step, recorded the same way (fewer, fused kernels in the graph)
+
+Bucketed engines round the batch and the source length up to powers of two (``batch_bucket``, ``length_bucket``),
+so that a process meets a handful of shapes, not one per call. A search reads its stop test on the host once every
+``check_every`` steps (``default_check_every``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnkit.errors import InputError
+
+ENGINES = ("eager", "compiled", "cuda-graph", "compiled-cuda-graph")
+Step = Callable[[Any, Any, Any], None]  # step(model, state, options), in place
+
+
+@dataclass(frozen=True)
+class Engine:
+    """How a search runs its steps: ``kind`` (one of ``ENGINES``) and how many steps pass between two host reads of
+    the stop test (None: ``default_check_every`` of the model's device)."""
+
+    kind: str = "eager"
+    check_every: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ENGINES:
+            raise ValueError(f"engine={self.kind!r}; expected one of {', '.join(ENGINES)}")
+        if self.check_every is not None and self.check_every < 1:
+            raise ValueError(f"check_every={self.check_every} must be >= 1")
+
+    @property
+    def bucketed(self) -> bool:
+        """Whether shapes are rounded to buckets: every engine but eager keeps one program or graph per shape."""
+        return self.kind != "eager"
+
+    @property
+    def graphed(self) -> bool:
+        return self.kind.endswith("cuda-graph")
+
+    def every(self, device: torch.device) -> int:
+        return self.check_every if self.check_every is not None else default_check_every(device)
+
+
+ENV = "ATTNKIT_ENGINE"  # the default engine, where set (a long-lived server may compile: docs/performance.md)
+
+
+def default_engine(device: torch.device) -> Engine:
+    """What a search runs on unless told: ``ATTNKIT_ENGINE`` where set; else CUDA graphs of the eager step on a GPU
+    (a step of ~100 small kernels is launch-bound, and recording a graph takes a fraction of a second), the eager
+    step elsewhere (compiling costs seconds per shape bucket on a GPU and tens of seconds on a CPU, which a one-shot
+    command does not earn back; docs/performance.md)."""
+    chosen = os.environ.get(ENV, "").strip()
+    if not chosen:
+        return Engine("cuda-graph" if device.type == "cuda" else "eager")
+    if chosen not in ENGINES:
+        raise InputError(f"{ENV}={chosen!r}: expected one of {', '.join(ENGINES)}")
+    if chosen.endswith("cuda-graph") and device.type != "cuda":
+        raise InputError(f"{ENV}={chosen}: CUDA graphs need a CUDA device, and this model is on {device.type}")
+    return Engine(chosen)
+
+
+def default_check_every(device: torch.device) -> int:
+    """Steps between two host reads of the stop test. On a GPU a read waits for every kernel queued before it, which
+    idles the GPU while the host catches up: once every 8 steps (at most 7 steps run after the last sentence ended).
+    On a CPU a read costs nothing and a step run after the end does: every step."""
+    return 8 if device.type == "cuda" else 1
+
+
+def batch_bucket(n: int) -> int:
+    """The smallest power of two >= ``n``: a batch of ``n`` rows runs in that many."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+def length_bucket(n: int, limit: int) -> int:
+    """The smallest power of two >= ``n`` (at least 16), but no more than ``limit`` (the positional limit)."""
+    return min(max(16, batch_bucket(n)), max(n, limit))
+
+
+class Runner:
+    """One call's decoding: ``state`` to fill, then ``step()`` to advance it by one position."""
+
+    def __init__(self, state: Any, step: Callable[[], None]):
+        self.state = state
+        self.step = step
+
+
+@contextmanager
+def running(
+    engine: Engine, step: Step, model: nn.Module, options: Any, key: Hashable, allocate: Callable[[], Any]
+) -> Iterator[Runner]:
+    """A ``Runner`` for ``step`` on ``model``: state from ``allocate()`` (zeros, and valid to run: a graph is recorded
+    by running it), or, for the CUDA-graph engines, the state recorded with the graph of ``(step, options, key)``
+    for this model, made at the first call and held by one call at a time. ``key`` names the state's shapes."""
+    if engine.graphed:
+        graph = _graph(engine, step, model, options, key, allocate)
+        with graph.lock:
+            yield Runner(graph.state, graph.graph.replay)
+        return
+    state = allocate()
+    if engine.kind == "eager":
+        yield Runner(state, lambda: step(model, state, options))
+        return
+    compiled = _compiled(step)
+    seen = _SEEN.setdefault(step, set())
+    program = (key, options, _structure(model))
+    if program in seen:
+        # Compiled before in this process: Dynamo checks only the guards that tell its programs apart (shapes,
+        # types, options; the model's structure is in the key), not the ~100 that hold for every call of this one.
+        with torch.compiler.set_stance(torch._dynamo.eval_frame._stance.stance, skip_guard_eval_unsafe=True):
+            yield Runner(state, lambda: compiled(model, state, options))
+        return
+
+    def first() -> None:  # a new bucket compiles once, with every guard; later calls find its program
+        with _compiling():
+            compiled(model, state, options)
+        seen.add(program)
+        runner.step = lambda: compiled(model, state, options)
+
+    runner = Runner(state, first)
+    yield runner
+
+
+_MAX_PROGRAMS = 512  # compiled programs one step function may have (Dynamo's default limit, 8, counts per function)
+_COMPILED: dict[Step, Callable] = {}
+_SEEN: dict[Step, set] = {}
+
+
+def _structure(model: nn.Module) -> tuple:
+    """What a compiled step's program depends on in the model besides the shapes of its inputs: its modules' types and
+    its parameters' shapes and types (the values are inputs, so any model of this structure may run the program)."""
+    modules = tuple(type(m).__name__ for m in model.modules())
+    return modules, tuple((tuple(p.shape), p.dtype) for p in model.parameters())
+
+
+def _compiling():
+    """Room for one program per bucket: Dynamo's default limit (8 programs per function) would send the ninth
+    bucket back to eager."""
+    return torch._dynamo.config.patch(recompile_limit=_MAX_PROGRAMS, accumulated_recompile_limit=_MAX_PROGRAMS)
+
+
+def _compiled(step: Step) -> Callable:
+    """``step`` compiled with static shapes and no graph break, once per process (one program per bucket inside)."""
+    if step not in _COMPILED:
+        _COMPILED[step] = torch.compile(step, fullgraph=True, dynamic=False)
+    return _COMPILED[step]
+
+
+@dataclass
+class _Graph:
+    state: Any
+    graph: torch.cuda.CUDAGraph
+    lock: threading.Lock
+
+
+_GRAPHS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[int, ...], dict[Hashable, _Graph]]] = (
+    weakref.WeakKeyDictionary()
+)
+_GRAPHS_LOCK = threading.Lock()
+
+
+def _graph(
+    engine: Engine, step: Step, model: nn.Module, options: Any, key: Hashable, allocate: Callable[[], Any]
+) -> _Graph:
+    """The CUDA graph of ``step`` on ``model`` for ``(options, key)``: warmed up on a side stream (kernels load,
+    cuBLAS makes its handles, the compiled step compiles), then recorded. Replaying it runs the step on the state
+    recorded with it, whose tensors must never be replaced, only written."""
+    # A graph reads the weights where they were when it was recorded: once the model is moved or cast, its graphs
+    # are dropped.
+    weights = tuple(p.data_ptr() for p in model.parameters())
+    full_key = (engine.kind, step, options, key)
+    with _GRAPHS_LOCK:
+        recorded_for, graphs = _GRAPHS.get(model, (weights, {}))
+        if recorded_for != weights:
+            graphs = {}
+        _GRAPHS[model] = (weights, graphs)
+        if full_key in graphs:
+            return graphs[full_key]
+        state = allocate()
+        fn = _compiled(step) if engine.kind == "compiled-cuda-graph" else step
+        with torch.cuda.device(next(model.parameters()).device):  # the model's GPU, whichever is current
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side), _compiling():
+                for _ in range(3):
+                    fn(model, state, options)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn(model, state, options)
+        graphs[full_key] = _Graph(state, graph, threading.Lock())
+        return graphs[full_key]

@@ -1,0 +1,336 @@
+"""The static-shape decoding step on every engine (``attnkit.inference.programs``): the tokens of the eager searches
+(which ``test_search`` checks against plain references), whatever the batch and the bucket; shapes that do not
+change during a call; one host read every ``check_every`` steps; graphs recorded once per model and bucket and
+programs compiled once per bucket.
+
+A CUDA graph cannot be recorded on a CPU; ``RecordedGraph`` stands in for one: it records the ATen calls of the
+step, refusing those that read a value on the host or make a shape from data (a CUDA graph could not hold them),
+and replays those calls on the same tensors, as a graph replays its kernels on the same memory. Whatever the
+search keeps on the host between steps would be frozen at recording, and a replay would show it.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from attnkit.config import TranslatorConfig
+from attnkit.decoding import beam_search, beam_search_nbest, greedy_decode, static
+from attnkit.errors import InputError
+from attnkit.inference import prepare_for_inference, programs, quantize_for_inference
+from attnkit.inference.programs import Engine
+from attnkit.model.build import build_translator
+
+PAD, BOS, EOS = 0, 3, 4
+TINY = TranslatorConfig(vocab_size=24, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=40, tie_embeddings=False)
+IDS: dict[str, Any] = dict(bos_id=BOS, eos_id=EOS, max_positions=TINY.max_len)
+aten = torch.ops.aten
+# Calls that make the host wait for the device: a value read (``bool(t)`` dispatches ``is_nonzero`` under inference
+# mode, ``_local_scalar_dense`` outside it; ``.item()``, ``int(t)``), or a shape that depends on data.
+HOST_READS = {
+    aten._local_scalar_dense.default,
+    aten.is_nonzero.default,
+    aten.equal.default,
+    aten.nonzero.default,
+    aten.masked_select.default,
+}
+
+
+def _reads_host(func, args) -> bool:
+    if func in HOST_READS:
+        return True
+    indices = args[1] if func in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default) else ()
+    return any(i is not None and i.dtype == torch.bool for i in indices)  # boolean-mask indexing
+
+
+class CountingMode(TorchDispatchMode):
+    """Counts the ATen calls dispatched, and those that read on the host."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls, self.host_reads = 0, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        if _reads_host(func, args):
+            self.host_reads.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+class RecordedGraph:
+    """A CPU stand-in for ``torch.cuda.CUDAGraph`` (module docstring)."""
+
+    recorded = 0  # graphs recorded in this process (a class counter the tests read)
+
+    def __init__(self):
+        self.calls: list = []
+
+    def replay(self) -> None:
+        for func, args, kwargs, out in self.calls:
+            new = func(*args, **kwargs)
+            for old, fresh in zip(tree_flatten(out)[0], tree_flatten(new)[0]):
+                # Later calls read the recorded tensors (a graph's fixed memory); a view of a recorded tensor
+                # already shows its new values.
+                if (
+                    isinstance(old, torch.Tensor)
+                    and old.untyped_storage().data_ptr() != fresh.untyped_storage().data_ptr()
+                ):
+                    old.copy_(fresh)
+
+
+class _Recording(TorchDispatchMode):
+    def __init__(self, graph: RecordedGraph):
+        super().__init__()
+        self.graph = graph
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        assert not _reads_host(func, args), f"{func} in a recorded step: a CUDA graph cannot read on the host"
+        out = func(*args, **kwargs)
+        self.graph.calls.append((func, args, kwargs, out))
+        return out
+
+
+@contextmanager
+def _record(graph: RecordedGraph):
+    RecordedGraph.recorded += 1
+    with _Recording(graph):
+        yield
+
+
+class _Stream:
+    def wait_stream(self, other: _Stream) -> None:
+        pass
+
+
+@pytest.fixture
+def recorded_graphs(monkeypatch):
+    """The CUDA-graph engines run on the CPU with ``RecordedGraph``; each test starts with no graph recorded."""
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", RecordedGraph)
+    monkeypatch.setattr(torch.cuda, "graph", _record)
+    monkeypatch.setattr(torch.cuda, "Stream", _Stream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: nullcontext())
+    monkeypatch.setattr(torch.cuda, "device", lambda device: nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", _Stream)
+    monkeypatch.setattr(programs, "_GRAPHS", type(programs._GRAPHS)())
+    RecordedGraph.recorded = 0
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _model(dtype: torch.dtype = torch.float32):
+    """A tiny random translator whose outputs end with EOS at varied lengths (as ``test_search``'s: untied, with
+    the output projection scaled up so that near ties are rare)."""
+    torch.manual_seed(0)
+    model = build_translator(TINY, pad_id=PAD)
+    with torch.no_grad():
+        model.output_proj.weight.mul_(3.0)
+    return prepare_for_inference(model).to(dtype)
+
+
+def _sources(lengths: list[int], seed: int = 1) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randint(EOS + 1, TINY.vocab_size, (len(lengths), max(lengths)), generator=gen)  # (B, S)
+    for row, n in enumerate(lengths):
+        src[row, n:] = PAD
+    return src
+
+
+def _unpadded(src: torch.Tensor) -> list[torch.Tensor]:
+    return [row[row != PAD][None] for row in src]  # each (1, S_i): a sentence alone, no padding
+
+
+GRAPH = Engine("cuda-graph")
+SEARCHES = {
+    "greedy": lambda m, s, **kw: greedy_decode(m, s, **IDS, max_extra=8, **kw),
+    "beam gnmt": lambda m, s, **kw: beam_search(m, s, **IDS, beam_size=3, max_extra=8, **kw),
+    "beam power": lambda m, s, **kw: beam_search(
+        m, s, **IDS, beam_size=3, length_penalty="power", alpha=1.0, max_extra=8, **kw
+    ),
+    "beam none": lambda m, s, **kw: beam_search(m, s, **IDS, beam_size=2, length_penalty="none", max_extra=8, **kw),
+}
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_a_sentence_decodes_alone_as_in_any_batch_and_bucket(recorded_graphs, search):
+    """Batches of 1, 3, 5 and 8 sentences (buckets of 1, 4, 8 and 8 rows) on the recorded graph give, for every
+    sentence, the tokens the eager search gives it alone and unpadded."""
+    model, decode = _model(), SEARCHES[search]
+    src = _sources([9, 3, 6, 1, 7, 5, 2, 8])
+    alone = [decode(model, sentence)[0] for sentence in _unpadded(src)]
+    assert any(len(a) for a in alone)  # the weights emit tokens before EOS: the outputs say something
+    for size in (1, 3, 5, 8):
+        assert decode(model, src[:size], engine=GRAPH) == alone[:size], size
+    assert decode(model, src, engine=GRAPH) == decode(model, src)  # the eager batch, too
+
+
+def test_nbest_on_the_recorded_graph_is_the_eager_one(recorded_graphs):
+    """The same hypotheses in the same order; scores to float32 rounding (the bucket of 4 rows and 16 source
+    positions multiplies in other blocks than the call's own 3 x 9)."""
+    model, src = _model(), _sources([5, 9, 2])
+    kwargs = dict(**IDS, beam_size=4, n_best=3, max_extra=6)
+    graph, eager = beam_search_nbest(model, src, **kwargs, engine=GRAPH), beam_search_nbest(model, src, **kwargs)
+    assert [[(h.tokens, h.eos) for h in hyps] for hyps in graph] == [
+        [(h.tokens, h.eos) for h in hyps] for hyps in eager
+    ]
+    for ours, theirs in zip(sum(graph, []), sum(eager, [])):
+        assert ours.score == pytest.approx(theirs.score, rel=1e-5)
+        assert ours.normalized == pytest.approx(theirs.normalized, rel=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, "int8"])
+def test_reduced_precision_decodes_on_the_recorded_graph_as_eager(recorded_graphs, dtype):
+    model = quantize_for_inference(_model()) if dtype == "int8" else _model(dtype)
+    src = _sources([9, 3, 6, 7])
+    for decode in (SEARCHES["greedy"], SEARCHES["beam gnmt"]):
+        assert decode(model, src, engine=GRAPH) == decode(model, src)
+        assert [decode(model, s, engine=GRAPH)[0] for s in _unpadded(src)] == decode(model, src)
+
+
+def test_graphs_are_recorded_once_per_model_and_bucket(recorded_graphs):
+    """Twenty calls of batch sizes 1 to 8 and sources of 2 to 12 tokens: buckets of 1, 2, 4 and 8 rows and 16
+    source positions, so four graphs per search, whatever the order of the calls; a second model has its own."""
+    model = _model()
+    gen = torch.Generator().manual_seed(3)
+    sizes = [1, 2, 3, 4, 5, 8, 7, 6, 1, 2, 3, 8, 4, 5, 6, 7, 1, 8, 2, 3]
+    for size in sizes:
+        lengths = torch.randint(2, 13, (size,), generator=gen).tolist()
+        SEARCHES["greedy"](model, _sources(lengths, seed=size), engine=GRAPH)
+    assert RecordedGraph.recorded == 4
+    SEARCHES["greedy"](_model(), _sources([4, 5]), engine=GRAPH)
+    assert RecordedGraph.recorded == 5
+    model._apply(torch.clone)  # the weights move (as .to() may move them): graphs that read the old ones go
+    src = _sources([4, 5])
+    assert SEARCHES["greedy"](model, src, engine=GRAPH) == SEARCHES["greedy"](model, src)
+    assert RecordedGraph.recorded == 6 and len(programs._GRAPHS[model][1]) == 1
+
+
+def _count_steps(monkeypatch) -> CountingMode:
+    """Count the ATen calls of the decoding loops (the steps and the stop test's reads), not the encoder's."""
+    mode, run_steps = CountingMode(), static.run_steps
+
+    def counted(runner, steps, stopped, check_every):
+        with mode:
+            run_steps(runner, steps, stopped, check_every)
+
+    for module in ("greedy", "beam"):
+        monkeypatch.setattr(f"attnkit.decoding.{module}.run_steps", counted)
+    return mode
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam gnmt"])
+@pytest.mark.parametrize("check_every", [1, 8])
+def test_the_loop_reads_the_host_once_every_check_every_steps(monkeypatch, search, check_every):
+    """Over a whole call, the steps themselves read nothing on the host; the loop reads its stop test once every
+    ``check_every`` steps; and a step dispatches as many ATen calls (GPU kernels) at batch 8 as at batch 1."""
+    model, decode = _model(), SEARCHES[search]
+    per_step = {}
+    for lengths in ([30], [30, 3, 9, 1, 12, 7, 5, 2]):
+        mode = _count_steps(monkeypatch)
+        decode(model, _sources(lengths), engine=Engine("eager", check_every=check_every), fixed_len=24)
+        assert set(mode.host_reads) <= {aten.is_nonzero.default}  # bool(stop), nothing else
+        assert len(mode.host_reads) == math.ceil(24 / check_every) - 1  # not after the last step: it stops anyway
+        per_step[len(lengths)] = mode.calls
+    assert per_step[1] == per_step[8]
+
+
+def test_the_loop_stops_at_the_first_read_after_every_sentence_ended(monkeypatch):
+    model = _model()
+    steps = []
+    real_step = programs.Runner.__init__
+
+    def counting(self, state, step):
+        def counted():
+            steps.append(1)
+            step()
+
+        real_step(self, state, counted)
+
+    monkeypatch.setattr(programs.Runner, "__init__", counting)
+    src = _sources([3, 4])
+    out = SEARCHES["greedy"](model, src, engine=Engine("eager", check_every=4))
+    limits = [3 + 8, 4 + 8]  # input length + max_extra
+    ended = max(len(o) + 1 if len(o) < limit else limit for o, limit in zip(out, limits))  # the last one's step
+    assert ended < 12  # the check is worth something: decoding ended before the longest limit
+    assert len(steps) == min(4 * math.ceil(ended / 4), 12)  # on to the next read, at most to the longest limit
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The compiled engine on a CPU: slow to compile, so one search, the tiny model and two buckets
+
+
+@pytest.fixture
+def fresh_compiler(monkeypatch):
+    """No program compiled before the test, none left after it."""
+    torch._dynamo.reset()
+    monkeypatch.setattr(programs, "_COMPILED", {})
+    monkeypatch.setattr(programs, "_SEEN", {})
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def test_twenty_calls_compile_one_program_per_bucket_and_decode_as_eager(fresh_compiler):
+    """Batches of 1 and 2 sentences of 2 to 12 tokens (buckets of 1 and 2 rows, 16 source positions): two programs,
+    each compiled by the first call of its bucket and found by the later ones (Dynamo is told to fail on any
+    recompilation after the first call of a bucket), with the eager step's tokens."""
+    model, compiled = _model(), Engine("compiled")
+    gen = torch.Generator().manual_seed(5)
+    seen: set[int] = set()
+    for call, size in enumerate([1, 2] * 10):
+        src = _sources(torch.randint(2, 13, (size,), generator=gen).tolist(), seed=call)
+        with torch.compiler.set_stance("fail_on_recompile" if size in seen else "default"):
+            out = SEARCHES["greedy"](model, src, engine=compiled)
+        assert out == SEARCHES["greedy"](model, src), call
+        seen.add(size)
+    assert counters["stats"]["unique_graphs"] == 2  # one program per bucket
+    assert not counters["graph_break"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# On a GPU (skipped elsewhere): the real CUDA graphs, and the compiled step inside them
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", ["cuda-graph", "compiled-cuda-graph"])
+def test_cuda_graphs_decode_as_the_eager_step_on_the_gpu(kind):
+    """Float32 (no TF32 in matrix products by default): every search on the graph gives the eager step's tokens,
+    in batches of several buckets, and a second round of calls replays the graphs recorded by the first."""
+    model, engine = _model().cuda(), Engine(kind)
+    src = _sources([9, 3, 6, 1, 7, 5, 2, 8]).cuda()
+    for name, decode in SEARCHES.items():
+        if kind.startswith("compiled") and name not in ("greedy", "beam gnmt"):
+            continue  # compiling every variant would take minutes
+        eager = decode(model, src)
+        for _ in range(2):
+            assert [decode(model, src[:n], engine=engine) for n in (1, 3, 8)] == [eager[:1], eager[:3], eager], name
+
+
+@pytest.mark.cuda
+def test_a_gpu_decoding_loop_reads_the_host_once_every_check_every_steps(monkeypatch):
+    model, decode = _model().cuda(), SEARCHES["beam gnmt"]
+    mode = _count_steps(monkeypatch)
+    decode(model, _sources([9, 3, 6]).cuda(), engine=Engine("cuda-graph", check_every=8), fixed_len=24)
+    assert mode.host_reads == [aten.is_nonzero.default] * 2  # after steps 8 and 16; the graph replays read nothing
+
+
+def test_the_default_engine_is_the_devices_unless_attnkit_engine_says(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.delenv(programs.ENV, raising=False)
+    assert programs.default_engine(cpu) == Engine("eager") and programs.default_engine(cuda) == Engine("cuda-graph")
+    monkeypatch.setenv(programs.ENV, "compiled")
+    assert programs.default_engine(cpu) == Engine("compiled")
+    monkeypatch.setenv(programs.ENV, "cuda-graph")
+    with pytest.raises(InputError, match="ATTNKIT_ENGINE=cuda-graph: CUDA graphs need a CUDA device"):
+        programs.default_engine(cpu)
+    monkeypatch.setenv(programs.ENV, "fast")
+    with pytest.raises(InputError, match="ATTNKIT_ENGINE='fast': expected one of eager, compiled, cuda-graph"):
+        programs.default_engine(cuda)
