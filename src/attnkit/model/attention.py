@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.model.masking import Unpadded
+from attnkit.model.masking import Unpadded, causal_mask
 from attnkit.model.quantize import Int8Linear, Int8Weight, linear
 
 
@@ -41,9 +41,12 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     return attn_weights @ v, attn_weights  # (B, H, T, Dh), (B, H, T, S)
 
 
-def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
+def fused_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, *, causal: bool = False
+) -> Tensor:
     """Eq. 1 through PyTorch's fused kernel: q (B, H, T, Dh), k and v (B, H, S, Dh), mask True = may attend.
-    Returns (B, H, T, Dh).
+    Returns (B, H, T, Dh). ``causal`` (no ``mask`` then) is §3.2.3's mask of the decoder's own positions as the
+    kernel's ``is_causal`` flag: no mask tensor is built or read, and FlashAttention, which takes no mask, can run.
 
     On a CPU, half-precision inputs run eq. 1 in float32 in two cases where PyTorch's half-precision kernel is the
     slower one, and float32 is the more accurate of the two anyway:
@@ -59,9 +62,11 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropou
     decoding_step = half and q.size(2) == 1 and q.size(0) >= 8  # one query for each of 8 rows or more
     if half and q.device.type == "cpu" and (decoding_step or (torch.is_grad_enabled() and q.requires_grad)):
         with torch.autocast("cpu", enabled=False):
-            out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p)
+            out = F.scaled_dot_product_attention(
+                q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p, is_causal=causal
+            )
         return out.to(q.dtype)  # (B, H, T, Dh)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, H, T, Dh)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
 
 
 @dataclass
@@ -261,11 +266,13 @@ class MultiHeadAttention(nn.Module):
         *,
         need_weights: bool = False,
         cache: KVCache | None = None,
+        causal: bool = False,
     ) -> tuple[Tensor, Tensor | None, KVCache | None]:
         """Attend from ``query`` (B, T, D) to ``key_value`` (B, S, D); self-attention when ``key_value`` is None.
 
         Args:
             mask: boolean, True = may attend, broadcastable to (B, H, T, S).
+            causal: query t attends to keys 0 .. t alone (§3.2.3), instead of a ``mask``, on the kernel's fast path.
             need_weights: return the (B, H, T, S) attention weights (explicit path) instead of None (fused path).
             cache: keys and values from earlier decoding steps. A static cache (cross-attention) replaces the
                 projection of ``key_value``; a self-attention cache is extended with this step's keys and values.
@@ -289,11 +296,13 @@ class MultiHeadAttention(nn.Module):
             k, v = cache.k, cache.v  # (B, H, L + T, Dh)
         p = self.dropout if self.training else 0.0
         if need_weights:
+            if causal:
+                mask = causal_mask(T, query.device)  # (1, 1, T, T)
             out, attn_weights = scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, Dh), (B, H, T, S)
             if p:  # the weights are returned as computed; the output uses dropped-out ones
                 out = F.dropout(attn_weights, p) @ v  # (B, H, T, Dh)
         else:
-            out = fused_attention(q, k, v, mask, p)  # (B, H, T, Dh)
+            out = fused_attention(q, k, v, mask, p, causal=causal)  # (B, H, T, Dh)
             attn_weights = None
         out = out.transpose(1, 2).reshape(B, T, self.n_heads * self.d_head)  # (B, T, H * Dh)
         return self.out_proj(out), attn_weights, cache  # (B, T, D)

@@ -162,11 +162,13 @@ class DecoderLayer(nn.Module):
         *,
         cache: DecoderLayerCache | None = None,
         need_weights: bool = False,
+        causal: bool = False,
     ) -> tuple[Tensor, tuple[Tensor | None, Tensor | None], DecoderLayerCache | None]:
         """x (B, T, D) target side, memory (B, S, D) encoder output.
 
         Args:
             self_mask: True = may attend, broadcastable to (B, H, T, L) where L counts cached positions too.
+            causal: instead of ``self_mask``, position t attends to positions 0 .. t (the whole target at once).
             cross_mask: True = may attend, broadcastable to (B, H, T, S).
             cache: keys and values from earlier steps; when given, ``x`` holds only the new positions.
         Returns:
@@ -180,7 +182,9 @@ class DecoderLayer(nn.Module):
         cross_kv = cache.cross_kv if cache is not None else None
 
         h = self.residual.sublayer_input(x, self.norm1)
-        attn_out, self_w, self_kv = self.self_attn(h, mask=self_mask, need_weights=need_weights, cache=self_kv)
+        attn_out, self_w, self_kv = self.self_attn(
+            h, mask=self_mask, need_weights=need_weights, cache=self_kv, causal=causal
+        )  # (B, T, D)
         x = self.residual(x, self.norm1, attn_out)  # (B, T, D)
 
         h = self.residual.sublayer_input(x, self.norm2)
