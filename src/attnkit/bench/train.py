@@ -65,10 +65,11 @@ def make_batch(cfg: TranslatorConfig, length: int, tokens_per_batch: int, seed: 
     return src, tgt_in, tgt_out
 
 
-def batch_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
-    """Mean label-smoothed cross-entropy per target token, as attnkit trains: logits (N, V) of the N real targets."""
-    loss, n_tokens = sequence_loss(logits, tgt_out, PAD_ID, smoothing=LABEL_SMOOTHING)
-    return loss / n_tokens
+def batch_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean label-smoothed cross-entropy per target token, as attnkit trains: logits (N, V) of the N real targets
+    (N, known on the host, as a batch knows its token count when it is built)."""
+    loss, _ = sequence_loss(logits, targets, PAD_ID, smoothing=LABEL_SMOOTHING)
+    return loss / targets.numel()
 
 
 def reference_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
@@ -112,12 +113,19 @@ def training_step(
     device = src.device
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     ours = isinstance(model, Transformer)
-    real = tgt_out != PAD_ID  # (B, T)
+    # What ``translate train``'s batches bring from the host (``tasks.translate.data.training_batch``): the flat
+    # positions of the real target and source tokens and the targets there, made once, before the steps.
+    positions = (tgt_out != PAD_ID).flatten().nonzero().squeeze(1)  # (N,)
+    targets = tgt_out.flatten()[positions]  # (N,)
+    src_rows = (src != PAD_ID).flatten().nonzero().squeeze(1)  # (N_src,)
 
     def step() -> float:
         with autocast(precision, device):
-            logits = model(src, tgt_in, positions=real) if ours else forward(src, tgt_in)  # (N, V) or (B, T, V)
-        loss = batch_loss(logits, tgt_out[real]) if ours else reference_loss(logits.float(), tgt_out)
+            if ours:
+                logits = model(src, tgt_in, positions, src_rows=src_rows)  # (N, V)
+            else:
+                logits = forward(src, tgt_in)  # (B, T, V)
+        loss = batch_loss(logits, targets) if ours else reference_loss(logits.float(), tgt_out)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -24,12 +24,12 @@ class BatchLoss:
     """The loss of one batch: ``value`` is summed over the batch's ``size`` units, or their mean if ``mean``.
 
     ``sums`` are statistics summed over the units (e.g. ``{"accuracy": correct}``); the loop reports each divided by
-    the units it covers.
+    the units it covers. Tensors stay where they were computed: the loop reads a step's sums once, with its loss.
     """
 
     value: Tensor
     mean: bool = False
-    sums: dict[str, float] = field(default_factory=dict)
+    sums: dict[str, Tensor | float] = field(default_factory=dict)
 
 
 class Task(Protocol):
@@ -48,7 +48,8 @@ class Task(Protocol):
         ...
 
     def collate(self, indices: list[int]) -> Batch:
-        """The padded tensors of one batch (on the CPU: the loop moves them)."""
+        """The padded tensors of one batch, on the CPU (the loop moves them), with every index the loss needs made
+        here, so that a step never reads the device: a thread may call this while the device computes."""
         ...
 
     def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
