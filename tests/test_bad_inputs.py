@@ -94,7 +94,7 @@ def pickle_the_weights(cwd: Path, monkeypatch) -> None:
 
 
 def lock_the_output_parent(cwd: Path, monkeypatch) -> None:
-    from test_disk_faults import make_read_only
+    from test_disk_faults import make_read_only  # type: ignore[import-not-found]  # pytest puts tests/ on sys.path
 
     (cwd / "locked").mkdir()
     make_read_only(cwd / "locked", monkeypatch)

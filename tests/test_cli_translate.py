@@ -6,6 +6,7 @@ import io
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -393,10 +394,11 @@ def test_the_library_refuses_impossible_decoding_options_by_name(tiny_translator
     from attnkit.tasks.translate import TranslatorRun
 
     run = TranslatorRun(tiny_translator)
-    for options, name in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"beam": 0}, "beam=0"),
         ({"batch_size": 0}, "batch_size=0"),
         ({"alpha": -1.0}, "alpha=-1.0"),
-    ]:
+    ]
+    for options, name in cases:
         with pytest.raises(InputError, match=name):
             run.translate(["a b c"], **options)

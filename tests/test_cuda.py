@@ -65,6 +65,7 @@ def test_a_translator_trained_on_one_device_scores_the_same_on_the_other(tmp_pat
     on_gpu, on_cpu = TranslatorRun(out, device="cuda"), TranslatorRun(out, device="cpu")
     ids, _ = on_cpu.encode_sources(["a b c", "d e"])
     src = pad(ids, on_cpu.tokenizer.pad_id)  # (2, S)
+    assert on_cpu.tokenizer.bos_id is not None
     tgt_in = torch.full((2, 3), on_cpu.tokenizer.bos_id)  # (2, 3)
     with torch.inference_mode():
         gpu_logits = on_gpu.model(src.to(cuda()), tgt_in.to(cuda())).cpu()
@@ -189,6 +190,11 @@ def test_fp16_overflow_is_skipped_by_the_scaler_not_reported_as_divergence():
     from attnkit.training.task import Batch, BatchLoss, TrainContext
 
     class Task:
+        stats: tuple[str, ...] = ()
+
+        def collate(self, indices: list[int]) -> Batch:
+            return Batch((x[indices], y[indices]), len(indices))
+
         def loss(self, model, batch):
             x, y = batch.tensors
             return BatchLoss(torch.nn.functional.cross_entropy(model(x), y, reduction="sum"))
@@ -200,7 +206,8 @@ def test_fp16_overflow_is_skipped_by_the_scaler_not_reported_as_divergence():
     scaler = torch.amp.GradScaler("cuda", init_scale=2.0**24)  # float16 gradients overflow at 65504
     x, y = torch.randn(8, 4) * 100, torch.randint(0, 2, (8,))
     cfg = ClassifierTrainConfig(precision="fp16")
-    outcome = _train_step(model, optimizer, Task(), [Batch((x, y), 8)], cfg, TrainContext(cuda()), scaler, step=1)
+    batches = [(0, Task().collate(list(range(8))))]
+    outcome = _train_step(model, optimizer, Task(), batches, cfg, TrainContext(cuda()), scaler, step=1)
     # The loss is finite; its gradient, scaled by 2^24 and cast to float16 for the linear layer, is not.
     assert outcome.problem is None
     assert scaler.get_scale() == 2.0**23  # halved

@@ -135,7 +135,7 @@ def test_precision_choices_in_the_train_configs():
 
 class LinearTask:
     unit = "sentences"
-    stats = ()
+    stats: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         g = torch.Generator().manual_seed(0)

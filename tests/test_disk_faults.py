@@ -16,6 +16,7 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from safetensors.torch import load_file
@@ -136,7 +137,7 @@ class FullDisk:
 def fill_disk_at(monkeypatch, name: str, nth: int) -> dict:
     """The ``nth`` atomic write of a file called ``name`` fails with a full disk. Returns a dict that receives the
     bytes ``name`` held when that write started."""
-    seen = {"writes": 0, "before": None}
+    seen: dict[str, Any] = {"writes": 0, "before": None}
 
     def on_open(path: str, mode: str, do_open):
         target = Path(path)

@@ -75,7 +75,8 @@ def attnkit_argvs(command_line: str) -> list[list[str]]:
     lexer.whitespace_split = True
     lexer.commenters = "#"
     tokens = list(lexer)
-    argvs, current = [], []
+    argvs: list[list[str]] = []
+    current: list[str] = []
     for token in tokens + [";"]:
         if token and set(token) <= set("|&;"):
             argvs.append(current)

@@ -9,6 +9,7 @@ import json
 import os
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -34,8 +35,10 @@ WORDS = (
     "sierra tango uniform victor whiskey xray yankee zulu"
 ).split()
 SENTENCES = [[WORDS[(3 * i + 5 * j) % len(WORDS)] for j in range(6)] for i in range(6)]
-MODEL = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, vocab_size=480, max_len=32, dropout=0.0)
-TRAIN = dict(min_freq=1, batch_size=16, lr=1e-2, valid_fraction=0.1, epochs=10, checkpoint_every=5, seed=1)
+MODEL: dict[str, Any] = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, vocab_size=480, max_len=32, dropout=0.0)
+TRAIN: dict[str, Any] = dict(
+    min_freq=1, batch_size=16, lr=1e-2, valid_fraction=0.1, epochs=10, checkpoint_every=5, seed=1
+)
 
 
 def corpus(n: int, seed: int = 0) -> list[str]:
@@ -224,7 +227,8 @@ def test_export_hf_matches_transformers(run, tmp_path, capsys):
 
 @pytest.mark.parametrize("stop_at, saved_at", [(4, 3), (13, 12)])  # saves every 3 steps and at epoch ends (7, 14)
 def test_stopped_and_resumed_is_bitwise_the_uninterrupted_run(tmp_path, stop_at, saved_at, same_run):
-    texts, train = corpus(120, seed=5), dict(epochs=3, checkpoint_every=3)  # 7 steps an epoch
+    texts = corpus(120, seed=5)
+    train: dict[str, Any] = dict(epochs=3, checkpoint_every=3)  # 7 steps an epoch
     torch.manual_seed(0)
     pretrain(tmp_path / "alone", texts, **train)
 

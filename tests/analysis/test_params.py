@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import torch
@@ -37,7 +38,7 @@ def _translator_cfg(name: str, **overrides) -> TranslatorConfig:
     return cfg
 
 
-TINY_TRANSLATOR = dict(vocab_size=97, d_model=16, n_heads=2, d_ff=24, n_layers=2, max_len=32)
+TINY_TRANSLATOR: dict[str, Any] = dict(vocab_size=97, d_model=16, n_heads=2, d_ff=24, n_layers=2, max_len=32)
 
 
 @pytest.fixture(autouse=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from typing import Any
 
 import pytest
 import torch
@@ -30,6 +31,7 @@ from attnkit.bench.common import (
 from attnkit.config import ClassifierConfig, TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
 from attnkit.model.build import build_classifier, build_translator
+from attnkit.model.positional import LearnedPositionalEmbedding
 from attnkit.training.precision import native_bf16
 
 TINY = TranslatorConfig(vocab_size=120, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=48)
@@ -93,7 +95,9 @@ def test_ct2_export_scores_like_attnkit(tmp_path, overrides):
     cfg = dataclasses.replace(TINY, **overrides)
     model = build_translator(cfg, pad_id=PAD_ID).eval()
     if cfg.positional == "learned":  # learned positions start random, not zero: check they are carried over
-        torch.nn.init.normal_(model.embeddings.position.embedding.weight)
+        position = model.embeddings.position
+        assert isinstance(position, LearnedPositionalEmbedding)
+        torch.nn.init.normal_(position.embedding.weight)
     tokens = default_tokens(cfg.vocab_size)
     attnkit_to_ct2(model, tmp_path, tokens=tokens, add_source_eos=False)
     translator = ctranslate2.Translator(str(tmp_path), device="cpu", compute_type="float32", intra_threads=1)
@@ -243,6 +247,7 @@ def test_changes_probe_variants_compute_the_same_function():
 
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "changes.py"
     spec = importlib.util.spec_from_file_location("changes", path)
+    assert spec is not None and spec.loader is not None
     changes = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(changes)
     models = changes.variant_models(lambda: build_translator(TINY, pad_id=PAD_ID))
@@ -269,7 +274,7 @@ def test_changes_probe_variants_compute_the_same_function():
     shipped, recomputing = changes.variant_models(build, changes.DECODE_VARIANTS)
     src = _padded(torch.randint(5, TINY.vocab_size, (4, 9)), [9, 4, 7, 2])
     for beam in (1, 3):
-        call = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_positions=TINY.max_len, fixed_len=12)
+        call: dict[str, Any] = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_positions=TINY.max_len, fixed_len=12)
         if beam == 1:
             assert greedy_decode(shipped.eval(), src, **call) == greedy_decode(recomputing.eval(), src, **call)
         else:
@@ -383,12 +388,13 @@ def test_changes_probe_decoding_variants_emit_the_shipped_tokens():
 
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "changes.py"
     spec = importlib.util.spec_from_file_location("changes", path)
+    assert spec is not None and spec.loader is not None
     changes = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(changes)
     from attnkit.model.build import prepare_for_inference
 
     src = _padded(torch.randint(5, TINY.vocab_size, (4, 9)), [9, 4, 7, 2])
-    call = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_positions=TINY.max_len, fixed_len=12)
+    call: dict[str, Any] = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_positions=TINY.max_len, fixed_len=12)
 
     def make_call(model, beam):
         prepare_for_inference(model)

@@ -16,7 +16,7 @@ def reference_bucketed(lengths, batch_size, generator, bucket_factor):
     n = len(lengths)
     order = torch.randperm(n, generator=generator).tolist() if generator is not None else list(range(n))
     pool_size = batch_size * bucket_factor
-    batches = []
+    batches: list[list[int]] = []
     for start in range(0, len(order), pool_size):
         pool = sorted(order[start : start + pool_size], key=lambda i: lengths[i])
         batches.extend(pool[i : i + batch_size] for i in range(0, len(pool), batch_size))
@@ -31,7 +31,8 @@ def reference_token_budget(src_lengths, tgt_lengths, max_tokens, generator, pool
     batches = []
     for start in range(0, n, pool_size):
         pool = sorted(order[start : start + pool_size], key=lambda i: (tgt_lengths[i], src_lengths[i]))
-        batch, max_src, max_tgt = [], 0, 0
+        batch: list[int] = []
+        max_src, max_tgt = 0, 0
         for i in pool:
             new_src, new_tgt = max(max_src, src_lengths[i]), max(max_tgt, tgt_lengths[i])
             if batch and (len(batch) + 1) * (new_src + new_tgt) > max_tokens:

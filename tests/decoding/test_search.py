@@ -1,6 +1,7 @@
 """Greedy and beam search (§6.1): cached equals uncached, batch invariance, exactness, scores, length limits."""
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from attnkit.model.transformer import Transformer
 
 V, D, H, FF, N, MAX_LEN = 24, 32, 4, 64, 2, 128
 PAD, BOS, EOS = 0, 3, 4  # attnkit's tokenizer ids, passed explicitly as the searches require
-IDS = dict(bos_id=BOS, eos_id=EOS, max_positions=MAX_LEN)
+IDS: dict[str, Any] = dict(bos_id=BOS, eos_id=EOS, max_positions=MAX_LEN)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -191,7 +192,7 @@ def _reference_beam_search(model, src_row, *, beam_size, kind, alpha, limit):
     """Beam search written plainly for one sentence (1, S): no cache, no batching, and no early stop: it runs to the
     length limit. Same rules: EOS among the K best candidates ends a hypothesis, the K best others live on."""
     memory, src_mask, _ = model.encode(src_row)
-    live = [([], 0.0)]  # (tokens, summed log-probability)
+    live: list[tuple[list[int], float]] = [([], 0.0)]  # (tokens, summed log-probability)
     finished = []  # (normalised score, tokens)
     for t in range(limit):
         tgt_in = torch.tensor([[BOS] + tokens for tokens, _ in live])  # (n, t + 1), the whole prefix every step

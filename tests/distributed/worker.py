@@ -13,7 +13,9 @@ import json
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 
@@ -29,8 +31,14 @@ from attnkit.training.events import Step
 from attnkit.training.loop import fit
 
 STEPS = 10
-TINY = {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1, "dropout": 0.1}
-TRAIN = {"max_steps": STEPS, "clip_norm": 0.0, "schedule": "constant", "lr": 1e-2, "checkpoint_every": 1000}
+TINY: dict[str, Any] = {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1, "dropout": 0.1}
+TRAIN: dict[str, Any] = {
+    "max_steps": STEPS,
+    "clip_norm": 0.0,
+    "schedule": "constant",
+    "lr": 1e-2,
+    "checkpoint_every": 1000,
+}
 
 
 def classification_task(accum: int) -> tuple[torch.nn.Module, ClassificationTask]:
@@ -39,7 +47,7 @@ def classification_task(accum: int) -> tuple[torch.nn.Module, ClassificationTask
     labels = [int(sum(s) % 3) for s in ids]
     cfg = ClassifierTrainConfig(**TRAIN, accum_steps=accum, batch_size=8)
     model = build_classifier(ClassifierConfig(vocab_size=50, n_classes=3, **TINY), pad_id=0)
-    task = ClassificationTask(ids, torch.tensor(labels), ids[:20], labels[:20], 3, 0, cfg, 16, "synthetic")
+    task = ClassificationTask(ids, np.array(labels), ids[:20], labels[:20], 3, 0, cfg, 16, "synthetic")
     return model, task
 
 

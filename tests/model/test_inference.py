@@ -1,6 +1,8 @@
 """QKV fusion for inference (``MultiHeadAttention.fuse_qkv``, ``prepare_for_inference``): the same outputs as
 the unfused model, and never a stale copy once the weights can change (train(), load_state_dict, autograd)."""
 
+from typing import Any
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -11,7 +13,7 @@ from attnkit.model.attention import MultiHeadAttention
 from attnkit.model.build import build_classifier, build_translator, prepare_for_inference
 
 V, PAD, BOS, EOS = 40, 0, 1, 2
-SMALL = dict(vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=32)
+SMALL: dict[str, Any] = dict(vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=32)
 NORMS = pytest.mark.parametrize("norm", ["post", "pre"])
 
 

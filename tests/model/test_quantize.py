@@ -3,6 +3,7 @@ int8 kernel computes the same product as the bfloat16 copy of the same values, t
 state-dict keys, and one sentence decodes alike alone and in a batch."""
 
 import copy
+from typing import Any
 
 import pytest
 import torch
@@ -15,10 +16,11 @@ from attnkit.decoding import beam_search, greedy_decode
 from attnkit.errors import InputError
 from attnkit.model.build import build_translator, prepare_for_inference, quantize_for_inference
 from attnkit.model.quantize import INT8_MAX_ROWS, Int8Embedding, Int8Linear, Int8Weight, quantize_int8_
+from attnkit.model.transformer import Transformer
 from attnkit.training.precision import DECODING_PRECISIONS, check_precision
 
 PAD, BOS, EOS = 0, 1, 2
-SMALL = dict(vocab_size=50, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=40)
+SMALL: dict[str, Any] = dict(vocab_size=50, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=40)
 
 
 def test_rounding_is_per_row_symmetric_and_within_half_a_step():
@@ -60,7 +62,7 @@ def test_only_matrices_the_kernel_can_read_are_replaced():
     assert quantize_int8_(model) == 0  # idempotent
 
 
-def _translator() -> nn.Module:
+def _translator() -> Transformer:
     torch.manual_seed(0)
     return build_translator(TranslatorConfig(**SMALL), pad_id=PAD)
 
@@ -76,7 +78,7 @@ def test_a_quantized_translator_keeps_its_keys_and_runs_every_projection_in_int8
     attention = model.decoder.layers[0].self_attn
     assert isinstance(attention._fused[0], Int8Weight)  # the stacked W^Q W^K W^V
     assert isinstance(model._output_t, Int8Weight)  # the tied output projection
-    assert torch.equal(model._output_t.dense, model.embeddings.token.weight)  # lookups read the same values
+    assert torch.equal(model._output_t.dense, model.embeddings.token.weight.data)  # lookups read the same values
     moved = copy.deepcopy(model).to(torch.float32)  # .to() casts the floating-point copies, int8 stays int8
     assert moved._output_t.q.dtype == torch.int8 and moved._output_t.dense.dtype == torch.float32
 

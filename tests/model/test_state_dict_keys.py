@@ -5,6 +5,7 @@ breaks every run directory written before it."""
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,8 +13,8 @@ from attnkit.config import ClassifierConfig, TranslatorConfig
 from attnkit.model.build import build_classifier, build_translator, prepare_for_inference
 
 GOLDEN = json.loads((Path(__file__).parent / "golden_state_dict_keys.json").read_text(encoding="utf-8"))
-SMALL = dict(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=32)
-CLASSIFIERS = {
+SMALL: dict[str, Any] = dict(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=32)
+CLASSIFIERS: dict[str, dict[str, Any]] = {
     "classifier_mean_post_sinusoidal": dict(pooling="mean", norm="post", n_classes=3),
     "classifier_cls_pre_sinusoidal": dict(pooling="cls", norm="pre", n_classes=3),
     "classifier_mean_pre_learned": dict(pooling="mean", norm="pre", positional="learned", n_classes=1),
@@ -28,7 +29,7 @@ CLASSIFIERS = {
         layer_norm_eps=1e-12,
     ),
 }
-TRANSLATORS = {
+TRANSLATORS: dict[str, dict[str, Any]] = {
     "translator_tied_post_sinusoidal": dict(norm="post"),
     "translator_untied_pre_learned": dict(norm="pre", positional="learned", tie_embeddings=False),
 }

@@ -10,6 +10,7 @@ from torch.testing import assert_close
 from attnkit.config import TranslatorConfig
 from attnkit.interop.torch_nn import reference_transformer, to_torch_attn_mask, to_torch_key_padding_mask
 from attnkit.model.build import build_translator
+from attnkit.model.layers import DecoderLayerCache
 from attnkit.model.masking import causal_mask, padding_mask
 from attnkit.model.positional import sinusoidal_table
 from attnkit.model.transformer import Transformer
@@ -62,7 +63,7 @@ def test_cached_decoding_equals_full_pass(norm, chunks):
         memory, src_mask, _ = ours.encode(src)
         full, _, _ = ours.decode(tgt_in, memory, src_mask)  # (B, T, V)
 
-        cache = ours.start_cache(memory)
+        cache: list[DecoderLayerCache] | None = ours.start_cache(memory)
         ends = list(itertools.accumulate(chunks))
         for start, end in zip([0] + ends[:-1], ends):
             logits, _, cache = ours.decode(tgt_in[:, start:end], memory, src_mask, cache=cache, offset=start)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Any
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ from attnkit.tasks.translate import TranslatorRun
 from attnkit.tokenization import train_tokenizer
 
 TEXTS = ["the cat sat on the mat", "a dog ran in the park", "the bird sang a song"]
-SHAPE = {"d_model": 16, "n_heads": 2, "d_ff": 24, "n_layers": 1, "max_len": 24}
+SHAPE: dict[str, Any] = {"d_model": 16, "n_heads": 2, "d_ff": 24, "n_layers": 1, "max_len": 24}
 
 
 @pytest.fixture
@@ -30,12 +31,13 @@ def tiny_run(write_run):
     def make(run_dir, task: str, *, edit=lambda config: None):
         if task == "classify":
             tokenizer = train_tokenizer(TEXTS, vocab_size=60, min_freq=1)
-            cfg = ClassifierConfig(vocab_size=tokenizer.vocab_size, n_classes=2, **SHAPE)
-            model = build_classifier(cfg, pad_id=tokenizer.pad_id)
+            classifier = ClassifierConfig(vocab_size=tokenizer.vocab_size, n_classes=2, **SHAPE)
+            cfg: ClassifierConfig | TranslatorConfig = classifier
+            model: torch.nn.Module = build_classifier(classifier, pad_id=tokenizer.pad_id)
         else:
             tokenizer = train_tokenizer(TEXTS, kind="bpe", vocab_size=300, min_freq=1)  # > 5 + 256 byte ids
-            cfg = TranslatorConfig(vocab_size=tokenizer.vocab_size, **SHAPE)
-            model = build_translator(cfg, pad_id=tokenizer.pad_id)
+            translator = TranslatorConfig(vocab_size=tokenizer.vocab_size, **SHAPE)
+            cfg, model = translator, build_translator(translator, pad_id=tokenizer.pad_id)
         labels = ["neg", "pos"] if task == "classify" else None
         return write_run(run_dir, task, model, cfg, tokenizer, labels, edit), model
 

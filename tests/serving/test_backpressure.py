@@ -10,12 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from attnkit.serving.app import create_app
 from attnkit.serving.limits import Limits
-from attnkit.serving.models import load_model
+from attnkit.serving.models import ClassifierModel, load_model
 
 
 def held_app(model_dir, **limits):
     """An app whose classifier waits for ``gate`` before each batch (so requests pile up), and signals ``entered``."""
     model = load_model(model_dir)
+    assert isinstance(model, ClassifierModel)
     gate, entered = threading.Event(), threading.Event()
     classify = model.classify
 

@@ -99,6 +99,7 @@ def test_word_vocabulary_decodes_unknowns_as_a_visible_marker():
     assert tok.count_unknown([EXAMPLE + " zebra"]) == 2 == ids.count(tok.unk_id)
     assert tok.decode(ids) == "<unk> 정말 좋아요 <unk>"
     # Padding and sequence marks are still dropped.
+    assert tok.bos_id is not None and tok.eos_id is not None
     assert tok.decode([tok.bos_id, *ids, tok.eos_id, tok.pad_id]) == "<unk> 정말 좋아요 <unk>"
     assert tok.decode_batch([ids, [tok.pad_id]]) == ["<unk> 정말 좋아요 <unk>", ""]
 

@@ -33,7 +33,7 @@ class ToyTask:
     metric = "accuracy"
     higher_is_better = True
     unit = "sentences"
-    stats = ("accuracy",)
+    stats: tuple[str, ...] = ("accuracy",)
     d_model = 16
     fingerprint = "toy"
 

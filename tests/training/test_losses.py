@@ -30,7 +30,7 @@ def path(request, monkeypatch):
     blocked, block = PATHS[request.param]
     monkeypatch.setattr(losses, "blocked_loss", lambda logits: blocked)
     monkeypatch.setattr(losses, "_BLOCK", block)
-    calls = []
+    calls: list[int] = []
     monkeypatch.setattr(losses._SmoothedCrossEntropy, "apply", _counting(losses._SmoothedCrossEntropy.apply, calls))
     yield request.param
     assert bool(calls) == blocked  # the path asked for is the one that ran

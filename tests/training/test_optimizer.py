@@ -13,11 +13,11 @@ from attnkit.model.build import build_classifier
 from attnkit.training.optim import make_optimizer, set_learning_rate
 
 
-def _lr_of(optimizer: torch.optim.Optimizer, param: torch.nn.Parameter) -> float:
+def _lr_of(optimizer: torch.optim.Optimizer, param: torch.Tensor | torch.nn.Module) -> float:
     return next(g["lr"] for g in optimizer.param_groups if any(p is param for p in g["params"]))
 
 
-def _decay_of(optimizer: torch.optim.Optimizer, param: torch.nn.Parameter) -> float:
+def _decay_of(optimizer: torch.optim.Optimizer, param: torch.Tensor | torch.nn.Module) -> float:
     return next(g["weight_decay"] for g in optimizer.param_groups if any(p is param for p in g["params"]))
 
 
@@ -84,4 +84,6 @@ def test_fused_step_equals_the_per_parameter_loop(optimizer):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
     torch.manual_seed(0)
     start = torch.nn.Linear(8, 16)
-    assert not torch.allclose(fused_model[0].weight, start.weight)  # the steps moved the parameters
+    first = fused_model[0]
+    assert isinstance(first, torch.nn.Linear)
+    assert not torch.allclose(first.weight, start.weight)  # the steps moved the parameters

@@ -4,6 +4,7 @@ classification losses (cross-entropy with label smoothing, §5.4; binary cross-e
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -64,7 +65,7 @@ def test_constant_schedule_warms_up_then_stays():
 
 @pytest.mark.parametrize("schedule", ["noam", "linear", "constant"])
 def test_learning_rate_dispatches_by_name(schedule):
-    args = dict(peak=1e-3, factor=2.0, warmup=10, total=50, d_model=64)
+    args: dict[str, Any] = dict(peak=1e-3, factor=2.0, warmup=10, total=50, d_model=64)
     expected = {
         "noam": lambda step: noam(step, d_model=64, warmup=10, factor=2.0),
         "linear": lambda step: linear_warmup_decay(step, peak=1e-3, warmup=10, total=50),

@@ -207,6 +207,7 @@ def test_batching_reads_no_sentence_and_a_batch_reads_only_its_own(trained, task
     monkeypatch.setattr(
         IndexedTokens, "__getitem__", lambda self, i: read.append((self.prefix.name, i)) or getitem(self, i)
     )
+    task_: TranslationTask | ClassificationTask
     if task == "translate":
         data = _prepared_data(corpus, corpus.tokenizer)
         read.clear()  # the valid split is read whole, into lists

@@ -55,6 +55,7 @@ def write_prepared(directory: Path, n_pairs: int, seed: int = 0) -> Path:
     sidecar = prepare_corpus("translate", splits, directory, max_len=64, tokenizer=tokenizer)
     rng = np.random.default_rng(seed)
     eos, low, high = tokenizer.eos_id, 5, tokenizer.vocab_size
+    assert eos is not None
     dtype = token_dtype(tokenizer.vocab_size)
     for name, n in (("train", n_pairs), ("valid", 100)):
         files, tokens = {}, {}

@@ -113,22 +113,22 @@ PRECISION_HELP = (
 
 def cmd_translate_run(args: argparse.Namespace) -> None:
     device = device_of(args)
-    check_precision(args.precision, device, what="--precision")
     if args.engine == "ct2":
         from attnkit.interop.ct2 import CT2Translator
 
-        if args.precision != "fp32":
+        if args.precision != "fp32":  # refused before check_precision's notes about attnkit's own precisions
             raise InputError(
                 f"--precision {args.precision} is attnkit's; a CTranslate2 model's weight type is chosen when it is "
                 "exported (attnkit export ct2 --quantization)"
             )
-
+        check_precision(args.precision, device, what="--precision")
         ct2 = CT2Translator(args.model, device=device)
         run: CT2Translator | TranslatorRun = ct2
         max_len = ct2.max_len
     else:
         from attnkit.tasks.translate import TranslatorRun
 
+        check_precision(args.precision, device, what="--precision")
         run = TranslatorRun(args.model, precision=args.precision, device=device)
         max_len = run.model_cfg.max_len
     lines = [line.rstrip("\r\n") for line in sys.stdin]

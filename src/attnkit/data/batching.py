@@ -34,7 +34,7 @@ __all__ = [
 TOKEN_BUDGET_POOL = 10000  # pairs sorted together before token-budget batches are cut from them
 
 
-def pad(seqs: Sequence[Sequence[int]], pad_id: int) -> Tensor:
+def pad(seqs: Sequence[Sequence[int] | np.ndarray], pad_id: int) -> Tensor:
     """Right-pad to the longest sequence: list of B lists -> (B, L) long tensor."""
     width = max(len(s) for s in seqs)
     out = np.full((len(seqs), width), pad_id, dtype=np.int64)  # (B, L)

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import TracebackType
 
 import numpy as np
+import numpy.typing as npt
 
 from attnkit.atomic import open_atomic
 from attnkit.errors import InputError
@@ -63,7 +64,7 @@ class IndexedWriter:
     ``with`` block by an exception leaves neither.
     """
 
-    def __init__(self, prefix: str | Path, dtype: np.dtype):
+    def __init__(self, prefix: str | Path, dtype: npt.DTypeLike):
         self.prefix = Path(prefix)
         self.dtype = np.dtype(dtype)
         if self.dtype not in CODES:

@@ -10,6 +10,8 @@ int8 weights).
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from torch import nn
 
@@ -20,6 +22,8 @@ from attnkit.model.layers import DecoderLayer, EncoderLayer, PositionwiseFeedFor
 from attnkit.model.masked_lm import MaskedLanguageModel, MaskedLMHead
 from attnkit.model.quantize import quantize_int8_
 from attnkit.model.transformer import Decoder, Embeddings, Encoder, Transformer
+
+M = TypeVar("M", bound=nn.Module)  # prepare_for_inference returns the model it was given
 
 
 def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
@@ -134,7 +138,7 @@ def build_translator(cfg: TranslatorConfig, pad_id: int = 0) -> Transformer:
     )
 
 
-def prepare_for_inference(model: nn.Module) -> nn.Module:
+def prepare_for_inference(model: M) -> M:
     """Put ``model`` in eval mode (no dropout, §5.4 applies it in training only), fuse the W^Q, W^K, W^V of every
     attention module (``MultiHeadAttention.fuse_qkv``) and keep the output projection of an encoder-decoder
     transposed (``Transformer.transpose_output``). Call it once, after the weights are loaded; ``model.train()``
@@ -148,7 +152,7 @@ def prepare_for_inference(model: nn.Module) -> nn.Module:
     return model
 
 
-def quantize_for_inference(model: nn.Module) -> nn.Module:
+def quantize_for_inference(model: M) -> M:
     """``prepare_for_inference`` with every weight matrix rounded to int8 (``attnkit.model.quantize``): the model is
     cast to bfloat16, each ``nn.Linear`` and ``nn.Embedding`` whose input size is a multiple of 16 is replaced by
     its int8 counterpart, and the stacked W^Q, W^K, W^V and the output projection are kept in int8 too. Products of

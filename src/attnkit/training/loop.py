@@ -45,7 +45,7 @@ from attnkit.training.precision import autocast, check_precision, grad_scaler
 from attnkit.training.prefetch import prefetched, to_device
 from attnkit.training.schedules import Plan, plan
 from attnkit.training.state import STATE, FitState, load_fit_state, save_fit_state
-from attnkit.training.task import Batch, BatchLoss, Task, TrainContext
+from attnkit.training.task import Batch, BatchLoss, StepTask, Task, TrainContext
 
 TIME_PROBE_STEPS = 20  # steps timed before judging whether a warmup fits inside max_minutes
 
@@ -347,7 +347,7 @@ class _StepOutcome:
 def _train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    task: Task,
+    task: StepTask,
     batches: Sequence[tuple[int, Batch]],
     cfg: TrainConfig,
     context: TrainContext,

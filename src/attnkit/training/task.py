@@ -32,28 +32,34 @@ class BatchLoss:
     sums: dict[str, Tensor | float] = field(default_factory=dict)
 
 
-class Task(Protocol):
-    """What differs between tasks. Attributes, then the four calls the loop makes."""
+class StepTask(Protocol):
+    """The part of a ``Task`` that one optimizer step reads (``attnkit.training.loop._train_step``): its batches come
+    collated."""
+
+    stats: tuple[str, ...]  # the keys of every ``BatchLoss.sums`` (summed across processes in a fixed order)
+
+    def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
+        """Forward pass and loss of one batch (the model is in training mode; the loop runs it under autocast)."""
+        ...
+
+
+class Task(StepTask, Protocol):
+    """What differs between tasks. Attributes, then the four calls the loop makes (``loss`` is ``StepTask``'s)."""
 
     metric: str  # the evaluation metric that decides "better" (a key of ``evaluate``'s result)
     higher_is_better: bool  # for ``metric``; ties are broken by the lower validation "loss"
     unit: str  # what ``Batch.size`` counts ("sentences", "tokens"), for the log
-    stats: tuple[str, ...]  # the keys of every ``BatchLoss.sums`` (summed across processes in a fixed order)
     d_model: int  # model width, for the schedule of eq. 3 ("noam")
     fingerprint: str  # of the training data: a resume on other data is refused
-
-    def epoch_batches(self, generator: torch.Generator | None) -> Sequence[list[int]]:
-        """The example indices of each batch of one epoch, in training order, drawn from ``generator`` (None: a
-        deterministic order, used to count the batches). A list of lists, or ``data.batching.Batches``."""
-        ...
 
     def collate(self, indices: list[int]) -> Batch:
         """The padded tensors of one batch, on the CPU (the loop moves them), with every index the loss needs made
         here, so that a step never reads the device: a thread may call this while the device computes."""
         ...
 
-    def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
-        """Forward pass and loss of one batch (the model is in training mode; the loop runs it under autocast)."""
+    def epoch_batches(self, generator: torch.Generator | None) -> Sequence[list[int]]:
+        """The example indices of each batch of one epoch, in training order, drawn from ``generator`` (None: a
+        deterministic order, used to count the batches). A list of lists, or ``data.batching.Batches``."""
         ...
 
     def evaluate(self, model: nn.Module, device: torch.device) -> dict[str, float] | None:
