@@ -14,10 +14,12 @@ with N x ``accum_steps`` computes, and rank 0 writes the run.
 
 The library never prints: progress is a stream of typed events (``Event``) that the CLI renders.
 
-Why ~450 lines: ``fit`` is meant to be read top to bottom in one piece, like nanoGPT's train.py, and
-``_train_step`` is the one step every device, precision and process count takes (the task, the events, the
-schedule's sizing, precision and the collectives are already in task.py, events.py, schedules.py, precision.py and
-distributed.py); the helpers below are each a few lines that the loop names rather than spells out.
+The file reads in three parts: ``fit``, the loop itself, on one screen like nanoGPT's train.py or a torchtune
+recipe, with what it does at a run's start (``_open_run``), after each step (``_record_step``), at an evaluation
+(``evaluate``) and at a save (``save``) as functions of the run; ``_train_step``, the one optimizer step every device,
+precision and process count takes; and the small decisions the loop names rather than spells out. The task, the
+events, the schedule's sizing, precision, the kernels, the input pipeline and the collectives are in task.py,
+events.py, schedules.py, precision.py, kernels.py, prefetch.py and distributed.py.
 """
 
 from __future__ import annotations
@@ -104,14 +106,10 @@ def fit(
 
                 # Budgets, then the end of the epoch, then evaluation and saving, in that order.
                 elapsed = time.perf_counter() - started
-                if cfg.max_steps and state.step >= cfg.max_steps:
-                    stopped_by = "max_steps"
-                elif cfg.max_minutes and elapsed > 60 * cfg.max_minutes:
-                    stopped_by = "max_minutes"
+                stopped_by = _budget_spent(cfg, state, elapsed)
                 if cfg.max_minutes and not warned_time and (state.step % TIME_PROBE_STEPS == 0 or elapsed > 30):
                     warned_time = True
-                    note = _time_warning(the_plan, state.step, elapsed, cfg.max_minutes)
-                    if note:
+                    if note := _time_warning(the_plan, state.step, elapsed, cfg.max_minutes):
                         run.on_event(Warned(note))
                 epoch_done = state.batch_index >= len(batches)
                 if epoch_done:
@@ -217,19 +215,19 @@ def _open_run(
         )
     )
     return _Run(
-        model,
-        optimizer,
-        task,
-        cfg,
-        context,
-        run_dir,
-        state,
-        generator,
-        the_plan,
-        batches_per_epoch,
-        log,
-        scaler,
-        on_event,
+        model=model,
+        optimizer=optimizer,
+        task=task,
+        cfg=cfg,
+        context=context,
+        run_dir=run_dir,
+        state=state,
+        generator=generator,
+        plan=the_plan,
+        batches_per_epoch=batches_per_epoch,
+        log=log,
+        scaler=scaler,
+        on_event=on_event,
     )
 
 
@@ -431,6 +429,15 @@ def _dropout_seed(seed: int, step: int, index: int) -> int:
     the process that computes it, nor on where a resumed run restarted)."""
     digest = hashlib.blake2b(f"{seed}:{step}:{index}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+def _budget_spent(cfg: TrainConfig, state: FitState, elapsed: float) -> str:
+    """The budget that ends the run after this step ("max_steps", "max_minutes"), or ""."""
+    if cfg.max_steps and state.step >= cfg.max_steps:
+        return "max_steps"
+    if cfg.max_minutes and elapsed > 60 * cfg.max_minutes:
+        return "max_minutes"
+    return ""
 
 
 def _finished(cfg: TrainConfig, state: FitState) -> str:
