@@ -17,40 +17,13 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from attnkit.bench.dispatch import CallCount as Count
 from attnkit.config import task_configs
 from attnkit.data.readers import Pair
 from attnkit.model import transformer
 from attnkit.tasks.translate import train_translator
 from attnkit.training import loop, losses
-
-# The calls that make the host wait for a CUDA device: a scalar read (.item(), int(), bool(), float() of a tensor),
-# nonzero and what is built on it (masked_select, indexing by a boolean mask), comparisons of whole tensors.
-SYNC = {"aten._local_scalar_dense", "aten.nonzero", "aten.masked_select", "aten.is_nonzero", "aten.equal"}
-INDEX = {"aten.index", "aten.index_put", "aten.index_put_"}
-
-
-class Count(TorchDispatchMode):
-    """ATen calls, and among them the synchronising ones, by name."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-        self.syncs: collections.Counter[str] = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func.overloadpacket)
-        self.calls += 1
-        if name in SYNC:
-            self.syncs[name] += 1
-        elif name in INDEX and len(args) > 1 and any(_is_bool(t) for t in (args[1] or ())):
-            self.syncs[name + " (boolean mask)"] += 1
-        return func(*args, **(kwargs or {}))
-
-
-def _is_bool(t: object) -> bool:
-    return isinstance(t, torch.Tensor) and t.dtype == torch.bool
 
 
 @pytest.fixture
@@ -110,8 +83,7 @@ def per_step(tmp_path, data: list[Pair], max_tokens: int, steps: int) -> tuple[l
             yield mine
             if counts:
                 for count in collations:
-                    counts[-1].calls += count.calls
-                    counts[-1].syncs.update(count.syncs)
+                    counts[-1].add(count)
             collations.clear()
 
     with pytest.MonkeyPatch.context() as patch:
