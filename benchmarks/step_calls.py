@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import random
 import tempfile
 from pathlib import Path
 
@@ -32,16 +31,6 @@ from attnkit.model import transformer
 from attnkit.model.build import build_translator
 from attnkit.tasks.translate import train_translator
 from attnkit.training import losses
-
-
-def corpus(n: int = 12000, vocab: int = 300) -> list[Pair]:
-    r = random.Random(0)
-    words = [f"w{i}" for i in range(vocab)]
-    pairs = []
-    for line in range(n):
-        s = r.choices(words, k=r.randint(4, 20))
-        pairs.append(Pair(" ".join(s), " ".join(reversed(s)), line + 2))
-    return pairs
 
 
 def translate_train(data: list[Pair], tokens: int, steps: int, work: Path) -> CallCount:
@@ -83,7 +72,7 @@ def main() -> None:
         losses.blocked_loss = lambda logits: False
         transformer.skips_padding = lambda device: False
     print(f"choices: {'the GPU' if a.as_gpu else 'the CPU'}'s")
-    data = corpus()
+    data = train.reversal_pairs(12000)
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for tokens in (4096, 32768):

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import collections
 import copy
-import random
 from collections.abc import Callable
 
 import pytest
 import torch
 
 from attnkit.bench.dispatch import CallCount as Count
+from attnkit.bench.train import reversal_pairs
 from attnkit.config import task_configs
 from attnkit.data.readers import Pair
 from attnkit.model import transformer
@@ -31,17 +31,6 @@ def gpu_choices(monkeypatch):
     """The per-device choices a CUDA device makes, taken on the CPU."""
     monkeypatch.setattr(losses, "blocked_loss", lambda logits: False)
     monkeypatch.setattr(transformer, "skips_padding", lambda device: False)
-
-
-def pairs(n: int, vocab: int = 300, seed: int = 0) -> list[Pair]:
-    """n sentence pairs of 4-20 words from ``vocab`` word types, the target the source reversed."""
-    r = random.Random(seed)
-    words = [f"w{i}" for i in range(vocab)]
-    out = []
-    for line in range(n):
-        s = r.choices(words, k=r.randint(4, 20))
-        out.append(Pair(" ".join(s), " ".join(reversed(s)), line + 2))
-    return out
 
 
 def per_step(tmp_path, data: list[Pair], max_tokens: int, steps: int) -> tuple[list[Count], list[int]]:
@@ -99,7 +88,7 @@ def per_step(tmp_path, data: list[Pair], max_tokens: int, steps: int) -> tuple[l
 def test_a_steps_calls_do_not_grow_with_its_tokens(tmp_path, gpu_choices):
     """One optimizer step at 32,768 tokens a batch dispatches at most 1.1x the ATen calls of one at 4,096 (the loss
     over 16-row blocks made it 6.2x, ~23,500 launches a step on a GPU)."""
-    data = pairs(3000)
+    data = reversal_pairs(3000)
     small, _ = per_step(tmp_path, data, 4096, steps=3)
     large, _ = per_step(tmp_path, data, 32768, steps=3)
     small_calls, large_calls = small[-1].calls, large[-1].calls  # after the first step (the optimizer's state)
@@ -108,7 +97,7 @@ def test_a_steps_calls_do_not_grow_with_its_tokens(tmp_path, gpu_choices):
 
 def test_a_step_reads_the_device_at_most_once(tmp_path, gpu_choices):
     """Over 20 steps, the calls that synchronise on CUDA plus the loop's own read: at most one a step."""
-    counts, reads = per_step(tmp_path, pairs(800), 512, steps=20)
+    counts, reads = per_step(tmp_path, reversal_pairs(800), 512, steps=20)
     syncs = sum((count.syncs for count in counts), collections.Counter())
     assert sum(syncs.values()) + sum(reads) <= 20, (dict(syncs), sum(reads))
     assert reads == [1] * 20  # the loss, statistics and gradient norm come back together, once a step
@@ -116,7 +105,7 @@ def test_a_step_reads_the_device_at_most_once(tmp_path, gpu_choices):
 
 def test_on_a_cpu_too_a_step_reads_the_device_at_most_once(tmp_path):
     """The CPU's own choices (cache-sized loss blocks, real tokens packed from host-made rows) read nothing either."""
-    counts, reads = per_step(tmp_path, pairs(300), 512, steps=5)
+    counts, reads = per_step(tmp_path, reversal_pairs(300), 512, steps=5)
     syncs = sum((count.syncs for count in counts), collections.Counter())
     assert not syncs and reads == [1] * 5, dict(syncs)
 

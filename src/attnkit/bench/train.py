@@ -24,6 +24,7 @@ plan per shape cost 13 ms a call on an H200).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -49,6 +50,7 @@ from attnkit.bench.common import (
 from attnkit.bench.gpu import synchronizer
 from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig
 from attnkit.data.batching import token_budget_batches
+from attnkit.data.readers import Pair
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
 from attnkit.training.kernels import training_kernels
@@ -62,6 +64,18 @@ CONFIGS: dict[str, TranslatorConfig] = {
 LENGTHS = (32, 128)
 IMPLS = ("attnkit", "torch.nn", "transformers")
 LABEL_SMOOTHING = 0.1
+
+
+def reversal_pairs(n: int, *, vocab: int = 300, seed: int = 0) -> list[Pair]:
+    """``n`` sentence pairs of 4-20 words drawn from ``vocab`` word types, each target its source reversed: text for a
+    whole ``translate train`` run (tokenizer, token-budget batches, steps) where real data is not needed."""
+    r = random.Random(seed)
+    words = [f"w{i}" for i in range(vocab)]
+    pairs = []
+    for line in range(n):
+        s = r.choices(words, k=r.randint(4, 20))
+        pairs.append(Pair(" ".join(s), " ".join(reversed(s)), line + 2))
+    return pairs
 
 
 def make_batch(cfg: TranslatorConfig, length: int, tokens_per_batch: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
