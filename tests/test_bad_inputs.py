@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -46,14 +47,23 @@ class Case:
     stream: str = "stderr"
     files: dict[str, bytes] = field(default_factory=dict)
     runs: tuple[str, ...] = ()  # trained runs copied into the working directory ("clf", "mt")
-    stdin: str | None = None
+    stdin: str | bytes | None = None
     setup: Callable[[Path, pytest.MonkeyPatch], None] | None = None  # tamper with files, inject a fault
 
     def command(self) -> str:
-        line = "attnkit " + shlex.join(self.argv)
+        line = "attnkit " + " ".join(map(_shell_word, self.argv))
         if self.stdin is None:
             return line
-        return f"printf {shlex.quote(self.stdin.replace(chr(10), chr(92) + 'n'))} | {line}"
+        data = self.stdin if isinstance(self.stdin, bytes) else self.stdin.encode("utf-8")
+        return f"printf {_shell_word(data.decode('utf-8', 'surrogateescape')).replace(chr(10), chr(92) + 'n')} | {line}"
+
+
+def _shell_word(word: str) -> str:
+    """``word`` quoted for the shell; bytes that are not UTF-8 (surrogate-escaped, as Python hands them over) are
+    written as bash's ``$'\\xe9'``."""
+    if not any("\udc80" <= c <= "\udcff" for c in word):
+        return shlex.quote(word)
+    return "$'" + "".join(f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else c for c in word) + "'"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -100,6 +110,40 @@ def lock_the_output_parent(cwd: Path, monkeypatch) -> None:
     make_read_only(cwd / "locked", monkeypatch)
 
 
+def edit_the_run(name: str, file: str, edit: Callable[[Any], Any]) -> Callable[[Path, pytest.MonkeyPatch], None]:
+    """A setup that rewrites ``file`` of the copied run ``name`` with ``edit`` and renews the manifest to match, as
+    someone who meant harm would: only the checks of what the files say can tell."""
+
+    def setup(cwd: Path, monkeypatch) -> None:
+        from attnkit.runs import write_manifest
+
+        path = cwd / name / file
+        path.write_text(json.dumps(edit(json.loads(path.read_text(encoding="utf-8")))), encoding="utf-8")
+        write_manifest(cwd / name)
+
+    return setup
+
+
+def set_model_key(key: str, value: object) -> Callable[[Any], Any]:
+    def edit(config):
+        config["model"][key] = value
+        return config
+
+    return edit
+
+
+def hold_the_lock_of_run(cwd: Path, monkeypatch) -> None:
+    """Another training (here: this process, through another open file) holds the lock of ``run``."""
+    import fcntl
+
+    (cwd / "run").mkdir()
+    held = open(cwd / "run" / ".lock", "w")
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    held.write(json.dumps({"pid": 4242, "host": "gpu-7", "started": "2026-01-31 14:05:09"}))
+    held.flush()
+    AFTER_THE_CASE.append(held.close)  # which releases the lock
+
+
 def fill_the_disk(cwd: Path, monkeypatch) -> None:
     from test_disk_faults import fill_disk_at
 
@@ -109,7 +153,11 @@ def fill_the_disk(cwd: Path, monkeypatch) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # The table
 
+AFTER_THE_CASE: list[Callable[[], None]] = []  # what a setup leaves open until the case has run
+
 TRAIN = ("classify", "train", "--out", "run", "--quiet")
+TRANSLATE = ("translate", "train", "--train", "pairs.tsv", "--out", "run", "--quiet")
+PAIRS = b"source\ttarget\na b c\tc b a\nd e\te d\n"
 CASES = [
     # Input files
     Case(
@@ -300,6 +348,24 @@ CASES = [
         files={"train.tsv": GOOD_TSV},
     ),
     Case(
+        "unknown-key-in-config-file",
+        "unknown key in a `--config` file",
+        "`train.tsv`, `recipe.yaml` (its line 2: `colour: red`)",
+        (*TRAIN, "--train", "train.tsv", "--config", "recipe.yaml"),
+        2,
+        "error: recipe.yaml:2: unknown config key 'colour'; valid keys: accum_steps, activation, …",
+        files={"train.tsv": GOOD_TSV, "recipe.yaml": b"# a recipe\ncolour: red\n"},
+    ),
+    Case(
+        "wrong-type-in-config-file",
+        "a value of the wrong type in a `--config` file",
+        "`train.tsv`, `recipe.yaml` (its line 1: `d_model: 1.5`)",
+        (*TRAIN, "--train", "train.tsv", "--config", "recipe.yaml"),
+        2,
+        "error: recipe.yaml:1: config key d_model=1.5 is not a valid int",
+        files={"train.tsv": GOOD_TSV, "recipe.yaml": b"d_model: 1.5\n"},
+    ),
+    Case(
         "set-without-value",
         "`--set` item without `=`",
         "`train.tsv`",
@@ -334,6 +400,81 @@ CASES = [
         2,
         "error: config key d_model='abc' is not a valid int",
         files={"train.tsv": GOOD_TSV},
+    ),
+    *[
+        Case(
+            f"config-{key}-{value}",
+            f"`{key}={value}`",
+            "`train.tsv`",
+            (*TRAIN, "--train", "train.tsv", "--set", f"{key}={value}"),
+            2,
+            f"error: config key {key}={shown} must be {rule}",
+            files={"train.tsv": GOOD_TSV},
+        )
+        for key, value, shown, rule in [
+            ("lr", "nan", "nan", "a finite number"),
+            ("lr", "inf", "inf", "a finite number"),
+            ("lr", "0", "0.0", "positive"),
+            ("adam_eps", "nan", "nan", "a finite number"),
+            ("beta1", "1", "1.0", "in [0, 1)"),
+            ("beta2", "2", "2.0", "in [0, 1)"),
+            ("clip_norm", "nan", "nan", "a finite number"),
+            ("weight_decay", "nan", "nan", "a finite number"),
+            ("weight_decay", "-0.1", "-0.1", ">= 0"),
+            ("max_minutes", "nan", "nan", "a finite number"),
+            ("lr_factor", "nan", "nan", "a finite number"),
+            ("seed", "-1", "-1", ">= 0"),
+        ]
+    ],
+    Case(
+        "config-max-len-ceiling",
+        "a size past its ceiling",
+        "`train.tsv`",
+        (*TRAIN, "--train", "train.tsv", "--set", "max_len=100000000"),
+        2,
+        "error: config key max_len=100000000 must be in [1, 65,536] (attnkit's ceiling for it, far above any model "
+        "it trains; longer texts are truncated, as max_len_policy says)",
+        files={"train.tsv": GOOD_TSV},
+    ),
+    Case(
+        "model-too-big-for-memory",
+        "a model too big for the memory left (checked before anything is allocated)",
+        "`train.tsv`",
+        (*TRAIN, "--train", "train.tsv", "--set", "d_model=16384", "n_heads=16", "d_ff=262144", "n_layers=1024"),
+        2,
+        "error: the model (… parameters) needs … GiB to train (weights, gradients and Adam's two moments) but cpu "
+        "has … GiB available; make it smaller (vocab_size, d_model, d_ff, n_layers, max_len)",
+        files={"train.tsv": GOOD_TSV},
+    ),
+    # Command-line text
+    Case(
+        "argv-not-utf8",
+        "an argument that is not UTF-8",
+        "`clf`; the argument `caf\\xe9` (Latin-1)",
+        ("classify", "predict", "--model", "clf", "caf\udce9 au lait"),
+        2,
+        "error: argument 5 (caf\\xe9 au lait) is not valid UTF-8 (bytes e9); arguments must be UTF-8",
+        runs=("clf",),
+    ),
+    Case(
+        "stdin-not-utf8",
+        "standard input that is not UTF-8 (classify)",
+        "`clf`; line 2 of stdin has `caf\\xe9`",
+        ("classify", "predict", "--model", "clf"),
+        2,
+        "error: <stdin>:2: not valid UTF-8 (bytes e9); send UTF-8 text",
+        runs=("clf",),
+        stdin=b"good film\ncaf\xe9 au lait\n",
+    ),
+    Case(
+        "stdin-not-utf8-translate",
+        "standard input that is not UTF-8 (translate)",
+        "`mt`; line 1 of stdin has `\\xff`",
+        ("translate", "run", "--model", "mt", "--beam", "1"),
+        2,
+        "error: <stdin>:1: not valid UTF-8 (bytes ff); send UTF-8 text",
+        runs=("mt",),
+        stdin=b"a \xff b\n",
     ),
     # Run directories
     Case(
@@ -395,6 +536,100 @@ CASES = [
         "again) or a damaged one",
         runs=("clf",),
         setup=delete_the_manifest,
+    ),
+    Case(
+        "run-absurd-max-len",
+        "`config.json` with an absurd `max_len` and `manifest.json` rewritten to match",
+        "`clf` whose config says `max_len=400000000`",
+        ("classify", "predict", "--model", "clf", "some text"),
+        2,
+        "error: clf/config.json: config key max_len=400000000 must be in [1, 65,536] (…)",
+        runs=("clf",),
+        setup=edit_the_run("clf", "config.json", set_model_key("max_len", 400_000_000)),
+    ),
+    Case(
+        "serve-absurd-max-len",
+        "the same run given to the server",
+        "`clf` whose config says `max_len=400000000`",
+        ("serve", "clf", "--port", "0"),
+        2,
+        "error: clf/config.json: config key max_len=400000000 must be in [1, 65,536] (…)",
+        runs=("clf",),
+        setup=edit_the_run("clf", "config.json", set_model_key("max_len", 400_000_000)),
+    ),
+    Case(
+        "run-config-bigger-than-weights",
+        "`config.json` describing a larger model than its weights (manifest rewritten)",
+        "`clf` whose config says `n_layers=1000`",
+        ("classify", "predict", "--model", "clf", "some text"),
+        2,
+        "error: clf/config.json: describes a model of … parameters, but model.safetensors holds …; the config and "
+        "the weights do not belong together",
+        runs=("clf",),
+        setup=edit_the_run("clf", "config.json", set_model_key("n_layers", 1000)),
+    ),
+    Case(
+        "labels-extra-name",
+        "`labels.json` with a name the model has no class for (manifest rewritten)",
+        "`clf` whose labels are `negative, positive, neutral`",
+        ("classify", "predict", "--model", "clf", "some text"),
+        2,
+        "error: clf/labels.json: 3 label names for a model of 2 classes",
+        runs=("clf",),
+        setup=edit_the_run("clf", "labels.json", lambda labels: [*labels, "neutral"]),
+    ),
+    Case(
+        "labels-repeated-name",
+        "`labels.json` naming one label twice (manifest rewritten)",
+        "`clf` whose labels are `positive, positive`",
+        ("classify", "predict", "--model", "clf", "some text"),
+        2,
+        "error: clf/labels.json: label names must differ; repeated: 'positive'",
+        runs=("clf",),
+        setup=edit_the_run("clf", "labels.json", lambda labels: ["positive", "positive"]),
+    ),
+    # Runs that are one run
+    Case(
+        "out-locked",
+        "a run directory another training is writing",
+        "`run/`, locked by process 4242 on host gpu-7; `train.tsv`",
+        (*TRAIN, "--train", "train.tsv"),
+        2,
+        "error: run: another training is writing this run directory (process 4242 on gpu-7, started 2026-01-31 "
+        "14:05:09); wait for it to end, or choose another --out",
+        files={"train.tsv": GOOD_TSV},
+        setup=hold_the_lock_of_run,
+    ),
+    Case(
+        "resume-smaller-budget",
+        "`--resume` with a smaller budget",
+        "`mt`: a translator trained for 2 steps; `pairs.tsv`",
+        ("translate", "train", "--train", "pairs.tsv", "--out", "mt", "--resume", "--max-steps", "1"),
+        2,
+        "error: --resume: max_steps=1 is a smaller budget than the run's saved max_steps=2; a resumed run's epochs, "
+        "max_steps, max_minutes may grow, not shrink",
+        runs=("mt",),
+        files={"pairs.tsv": PAIRS},
+    ),
+    Case(
+        "init-from-architecture",
+        "`--init-from` with a setting its run fixes",
+        "`mt`; `pairs.tsv`",
+        (*TRANSLATE, "--init-from", "mt", "--set", "d_model=32", "tokenizer=word"),
+        2,
+        "error: --init-from mt: the run fixes the architecture and tokenizer; drop --set d_model, --set tokenizer",
+        runs=("mt",),
+        files={"pairs.tsv": PAIRS},
+    ),
+    Case(
+        "init-from-classifier",
+        "`--init-from` a run of another task",
+        "`clf`; `pairs.tsv`",
+        (*TRANSLATE, "--init-from", "clf"),
+        2,
+        "error: clf: is a 'classify' run, not a translator",
+        runs=("clf",),
+        files={"pairs.tsv": PAIRS},
     ),
     Case(
         "pickle-untrusted",
@@ -496,12 +731,15 @@ def test_bad_input(case, runs, tmp_path, monkeypatch, capsys):
     for name, data in case.files.items():
         (tmp_path / name).write_bytes(data)
     if case.stdin is not None:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(case.stdin))
+        data = case.stdin if isinstance(case.stdin, bytes) else case.stdin.encode("utf-8")
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
     try:
         if case.setup is not None:
             case.setup(tmp_path, monkeypatch)
         code = main(list(case.argv))
     finally:
+        while AFTER_THE_CASE:
+            AFTER_THE_CASE.pop()()
         monkeypatch.undo()
         for path in [tmp_path, *tmp_path.rglob("*")]:
             if path.is_dir():

@@ -1,4 +1,5 @@
-"""The documentation is checked like code: README.md and docs/*.md.
+"""The documentation is checked like code: README.md, README.ko.md, CHANGELOG.md and every page under docs/ (the
+Korean ones included).
 
 - every ``attnkit ...`` command in a code block parses with the CLI's own parser (parsed, never executed), and its
   ``--set`` keys are config keys; an ``attnkit ...`` span in running text is often a fragment (`attnkit average`,
@@ -23,9 +24,11 @@ from attnkit.cli import build_parser
 from attnkit.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "README.ko.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# Generated from the parser itself (tests/test_reference.py): its usage lines are argparse's templates, not commands.
+USAGE_DOCS = {ROOT / "docs" / "reference" / "cli.md"}
 # Top-level folders of the repository: a backticked path that starts with one of these must exist.
-REPO_DIRS = ("src/", "tests/", "docs/", "benchmarks/", "examples/", ".ci/")
+REPO_DIRS = ("src/", "tests/", "docs/", "benchmarks/", "examples/", "configs/", ".ci/")
 
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"(?<!`)`([^`\n]+(?:\n[^`\n]+)*)`(?!`)")  # an inline span may run over a line break
@@ -108,6 +111,8 @@ def documented_commands() -> list[tuple[str, list[str], bool]]:
     """(where, argv, complete): complete for code blocks, False for fragments in running text."""
     commands = []
     for path in DOCS:
+        if path in USAGE_DOCS:
+            continue
         text = path.read_text(encoding="utf-8")
         for block in FENCE.findall(text):
             for line in join_continuations(block):
@@ -129,6 +134,7 @@ def relaxed(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 relaxed(sub)
+            action.required = False  # `attnkit export` names the group, in running text
             continue
         action.required = False
         action.type = None
@@ -288,3 +294,44 @@ def test_code_reference_resolves(where, file, name):
 def test_code_reference_check_can_fail():
     source = "class A:\n    def f(self):\n        pass\nX = 1\ndef g():\n    pass\n"
     assert defined_names(source) == {"A", "A.f", "X", "g"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The Korean guide is the English guide, whole
+
+
+def guide_outline(path: Path) -> dict[str, object]:
+    text = path.read_text(encoding="utf-8")
+    headings = re.findall(r"^## (.*)$", text, re.MULTILINE)
+    commands = sorted(
+        " ".join(argv)
+        for block in FENCE.findall(text)
+        for line in join_continuations(block)
+        for argv in attnkit_argvs(line)
+    )
+    return {
+        "sections": len(headings),
+        "section numbers": [re.findall(r"§[\d.]+", h) for h in headings],
+        "figures": sorted(Path(target).name for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", text)),
+        "code references": sorted(set(CODE_REF.findall(text))),
+        "excerpts": re.findall(r"<!-- (?:excerpt|output): .+? -->", text),
+        "commands": commands,
+    }
+
+
+def test_the_korean_guide_has_every_section_of_the_english_guide():
+    # Same sections in the same order (the § numbers of their headings), the same figures, code references, excerpts
+    # and commands: a section added to one guide and not the other fails here.
+    english, korean = guide_outline(ROOT / "docs" / "guide.md"), guide_outline(ROOT / "docs" / "ko" / "guide.md")
+    for key, value in english.items():
+        assert korean[key] == value, f"docs/ko/guide.md differs from docs/guide.md in its {key}"
+
+
+def test_the_readme_is_a_front_door():
+    # Issue 30: a newcomer reads it in five minutes; the rest lives in docs/ (the site). The two commands, the Python
+    # API and the quickstart come first, and the Korean README is linked from the first lines.
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 300
+    headings = [line for line in lines if line.startswith("## ")]
+    assert headings[:3] == ["## Two commands", "## Python", "## Quickstart: the 20 sentences of the reference note"]
+    assert "README.ko.md" in "\n".join(lines[:5])

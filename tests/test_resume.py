@@ -156,26 +156,14 @@ def test_translator_killed_and_resumed_equals_uninterrupted(tmp_path, same_run):
         ).read_bytes()
 
 
-def test_resume_refuses_a_changed_config(tmp_path, capsys, sentiment_file):
+def test_resume_of_a_run_killed_before_its_directory_existed_starts_it(tmp_path, capsys, sentiment_file, same_run):
     from attnkit.cli import main
 
-    rng = random.Random(0)
-    sentiment_file(tmp_path / "train.tsv", 40, rng)
-    code = main(
-        [
-            "classify",
-            "train",
-            "--train",
-            str(tmp_path / "train.tsv"),
-            "--out",
-            str(tmp_path / "run"),
-            "--resume",
-            "--set",
-            "d_model=64",
-        ]
-    )
-    assert code == 2
-    assert "--resume" in capsys.readouterr().err
+    sentiment_file(tmp_path / "train.tsv", 40, random.Random(0))
+    argv = ["classify", "train", "--train", str(tmp_path / "train.tsv"), *TINY_CLASSIFIER]
+    assert main([*argv, "--out", str(tmp_path / "alone")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "never" / "made"), "--resume"]) == 0, capsys.readouterr().err
+    same_run(tmp_path / "alone", tmp_path / "never" / "made")
 
 
 def test_nan_guard_stops_the_run_naming_the_module_and_keeps_the_checkpoint(
@@ -281,7 +269,11 @@ def test_the_same_command_with_resume_appended_is_accepted(tmp_path, capsys, sen
 
 @pytest.mark.parametrize(
     ("changed", "named"),
-    [(["--epochs", "3"], ["epochs=3", "epochs=2"]), (["--set", "d_model=32"], ["d_model=32", "d_model=16"])],
+    [
+        (["--seed", "2"], ["seed=2", "seed=1"]),
+        (["--set", "d_model=32"], ["d_model=32", "d_model=16"]),
+        (["--epochs", "1"], ["epochs=1", "epochs=2", "may grow, not shrink"]),
+    ],
 )
 def test_resume_refuses_a_setting_that_differs_from_the_saved_one_naming_both_values(
     tmp_path, capsys, changed, named, sentiment_file

@@ -3,13 +3,15 @@
 Modules never see these objects: ``attnkit.model.build`` maps a config to module arguments, in one place.
 Every impossible value raises ``InputError`` (a ``ValueError``) naming the key and the value.
 
-Why one file of ~400 lines: every key a user can set is declared here, next to the one parser and checker of
-``--set`` / YAML values and the rule that routes a key to its config (model, or the task's training); split, the
-question "which keys exist and where do they go" would be answered in several places.
+Why one file of ~550 lines: every key a user can set is declared here, with the values it may take (``BOUNDS``,
+checked for every config however it was made), next to the one parser of ``--set`` / YAML values and the rule that
+routes a key to its config (model, or the task's training); split, the question "which keys exist, what may they
+hold and where do they go" would be answered in several places.
 """
 
 from __future__ import annotations
 
+import math
 import types
 import typing
 from dataclasses import dataclass, fields
@@ -38,24 +40,15 @@ class TransformerConfig:
     layer_norm_eps: float = 1e-5  # LayerNorm epsilon (PyTorch's default; BERT uses 1e-12)
 
     def __post_init__(self) -> None:
-        for key in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
-            if getattr(self, key) < 1:
-                raise InputError(f"config key {key}={getattr(self, key)} must be a positive integer")
+        check_fields(self)
         if self.d_head is None and self.d_model % self.n_heads != 0:
             raise InputError(
                 f"config: d_model={self.d_model} is not divisible by n_heads={self.n_heads} "
                 "(set d_head to decouple them)"
             )
-        if self.d_head is not None and self.d_head < 1:
-            raise InputError(f"config key d_head={self.d_head} must be a positive integer")
-        for key in ("dropout", "attention_dropout"):
-            if not 0.0 <= getattr(self, key) < 1.0:
-                raise InputError(f"config key {key}={getattr(self, key)} must be in [0, 1)")
         _check_choice("norm", self.norm, ("post", "pre"))
         _check_choice("positional", self.positional, ("sinusoidal", "learned"))
         _check_choice("activation", self.activation, ("relu", "gelu"))
-        if self.layer_norm_eps <= 0:
-            raise InputError(f"config key layer_norm_eps={self.layer_norm_eps} must be positive")
 
 
 @dataclass(frozen=True)
@@ -69,8 +62,6 @@ class ClassifierConfig(TransformerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.n_classes < 0:
-            raise InputError(f"config key n_classes={self.n_classes} must be >= 0 (0 = from the training labels)")
         _check_choice("pooling", self.pooling, ("mean", "cls"))
 
 
@@ -102,11 +93,6 @@ class MaskedLMConfig(TransformerConfig):
     n_token_types: int = 1  # one segment: single texts, no next-sentence pairs (BERT has 2)
     embedding_norm: bool = True  # BERT's LayerNorm after embeddings + positions
     layer_norm_eps: float = 1e-12  # BERT's
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.n_token_types < 0:
-            raise InputError(f"config key n_token_types={self.n_token_types} must be >= 0")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -161,6 +147,7 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        check_fields(self)
         _check_choice("optimizer", self.optimizer, ("adam", "adamw"))
         _check_choice("schedule", self.schedule, ("linear", "noam", "constant", "auto"))
         _check_choice("tokenizer", self.tokenizer, ("word", "bpe", "wordpiece"))
@@ -171,27 +158,6 @@ class TrainConfig:
             )
         _check_choice("max_len_policy", self.max_len_policy, ("truncate", "error"))
         _check_choice("precision", self.precision, ("fp32", "bf16", "fp16"))
-        for key in ("lr", "lr_factor", "adam_eps"):
-            if getattr(self, key) <= 0:
-                raise InputError(f"config key {key}={getattr(self, key)} must be positive")
-        for key in ("accum_steps", "epochs", "min_freq", "checkpoint_every"):
-            if getattr(self, key) < 1:
-                raise InputError(f"config key {key}={getattr(self, key)} must be >= 1")
-        for key in (
-            "warmup_steps",
-            "max_steps",
-            "patience",
-            "weight_decay",
-            "clip_norm",
-            "max_minutes",
-            "eval_every",
-            "keep_last",
-        ):
-            if getattr(self, key) < 0:
-                raise InputError(f"config key {key}={getattr(self, key)} must be >= 0")
-        for key in ("label_smoothing", "warmup_ratio"):
-            if not 0.0 <= getattr(self, key) < 1.0:
-                raise InputError(f"config key {key}={getattr(self, key)} must be in [0, 1)")
 
 
 @dataclass(frozen=True)
@@ -201,14 +167,6 @@ class ClassifierTrainConfig(TrainConfig):
     batch_size: int = 32  # sentences per batch
     bucket_factor: int = 50  # batches cut from length-sorted pools of bucket_factor batches; 1 = random
     layer_lr_decay: float = 1.0  # layer i of N (from the top) learns at lr * layer_lr_decay^i; 1 = one lr
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for key in ("batch_size", "bucket_factor"):
-            if getattr(self, key) < 1:
-                raise InputError(f"config key {key}={getattr(self, key)} must be >= 1")
-        if not 0.0 < self.layer_lr_decay <= 1.0:
-            raise InputError(f"config key layer_lr_decay={self.layer_lr_decay} must be in (0, 1]")
 
 
 @dataclass(frozen=True)
@@ -235,8 +193,6 @@ class TranslatorTrainConfig(TrainConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.max_tokens < 1:
-            raise InputError(f"config key max_tokens={self.max_tokens} must be >= 1")
         _check_choice("bleu_tokenize", self.bleu_tokenize, BLEU_TOKENIZERS)
 
 
@@ -256,16 +212,6 @@ class PretrainTrainConfig(TrainConfig):
     epochs: int = 10
     patience: int = 0  # pretraining is judged by its last epochs; 0 = never stop early
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for key in ("batch_size", "bucket_factor"):
-            if getattr(self, key) < 1:
-                raise InputError(f"config key {key}={getattr(self, key)} must be >= 1")
-        if not 0.0 < self.mask_prob < 1.0:
-            raise InputError(f"config key mask_prob={self.mask_prob} must be in (0, 1)")
-        if not 0.0 <= self.valid_fraction < 1.0:
-            raise InputError(f"config key valid_fraction={self.valid_fraction} must be in [0, 1)")
-
 
 TASK_TRAIN_CONFIGS: dict[str, type[TrainConfig]] = {
     "classify": ClassifierTrainConfig,
@@ -282,6 +228,120 @@ def train_config_class(task: str, key: str) -> type[TrainConfig]:
         if owners:
             raise InputError(f"config key {key!r} does not apply to {task} training (it is a {' / '.join(owners)} key)")
     return cls
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The values every number of a config may take, checked in one place (``check_fields``) for every config, however
+# it was made: --set, a YAML file, a run directory's config.json, or Python.
+
+INT64_MAX = 2**63 - 1  # every integer key is stored and used as a 64-bit integer (seeds, counts, tensor sizes)
+# Model sizes have ceilings far above any model attnkit trains (Table 3's "big": d_model 1024, d_ff 4096, 6 layers;
+# the largest vocabularies in use hold about 256,000 tokens), so that a typo or an untrusted run directory cannot
+# make attnkit allocate without bound: a run's weights must also hold the model its config describes (runs/load.py),
+# and a training must fit the device's memory (training/run_setup.py), both sized by model/size.py.
+SIZE_CEILING = "attnkit's ceiling for it, far above any model it trains"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The numbers a config key accepts: ``low`` to ``high``, each end included unless it is marked open."""
+
+    low: float
+    high: float = INT64_MAX
+    low_open: bool = False
+    high_open: bool = False
+    why: str = ""  # said when a value above ``high`` is refused
+
+    def admits(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def __str__(self) -> str:
+        if self.high in (INT64_MAX, math.inf):
+            return ("positive" if self.low_open else ">= 0") if self.low == 0 else f">= {_number(self.low)}"
+        left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+        return f"in {left}{_number(self.low)}, {_number(self.high)}{right}"
+
+
+def _number(x: float) -> str:
+    return f"{int(x):,}" if x == int(x) and abs(x) >= 1000 else f"{x:g}"
+
+
+_FRACTION = Bound(0.0, 1.0, high_open=True)  # [0, 1): a share of something that must leave some of it
+_POSITIVE = Bound(0.0, math.inf, low_open=True)
+_NON_NEGATIVE = Bound(0.0, math.inf)
+_COUNT = Bound(1)  # integers >= 1
+_OPTIONAL = Bound(0)  # integers >= 0, where 0 means none, or no limit
+BOUNDS: dict[str, Bound] = {
+    # Model configs
+    "vocab_size": Bound(1, 2**24, why=SIZE_CEILING),
+    "d_model": Bound(1, 2**16, why=SIZE_CEILING),
+    "n_heads": Bound(1, 2**12, why=SIZE_CEILING),
+    "d_head": Bound(1, 2**16, why=SIZE_CEILING),
+    "d_ff": Bound(1, 2**18, why=SIZE_CEILING),
+    "n_layers": Bound(1, 2**10, why=SIZE_CEILING),
+    # Attention's time and memory grow with the square of the length.
+    "max_len": Bound(1, 2**16, why=f"{SIZE_CEILING}; longer texts are truncated, as max_len_policy says"),
+    "n_classes": Bound(0, 2**20, why=SIZE_CEILING),
+    "n_token_types": Bound(0, 2**10, why=SIZE_CEILING),
+    "dropout": _FRACTION,
+    "attention_dropout": _FRACTION,
+    "layer_norm_eps": _POSITIVE,
+    # Training configs
+    "lr": _POSITIVE,
+    "lr_factor": _POSITIVE,
+    "beta1": _FRACTION,  # Adam's decay rates of its moment estimates: in [0, 1) (Kingma & Ba 2015, Algorithm 1)
+    "beta2": _FRACTION,
+    "adam_eps": _POSITIVE,
+    "weight_decay": _NON_NEGATIVE,
+    "label_smoothing": _FRACTION,
+    "clip_norm": _NON_NEGATIVE,
+    "warmup_ratio": _FRACTION,
+    "max_minutes": _NON_NEGATIVE,
+    "layer_lr_decay": Bound(0.0, 1.0, low_open=True),
+    "mask_prob": Bound(0.0, 1.0, low_open=True, high_open=True),
+    "valid_fraction": _FRACTION,
+    **dict.fromkeys(("accum_steps", "epochs", "min_freq", "checkpoint_every", "batch_size", "bucket_factor"), _COUNT),
+    "max_tokens": _COUNT,
+    **dict.fromkeys(("warmup_steps", "max_steps", "patience", "eval_every", "keep_last", "seed"), _OPTIONAL),
+}
+
+
+def _field_types(cls: type) -> dict[str, tuple[type, ...]]:
+    """Each field of config class ``cls`` -> the types its value may have (``int | None`` -> (int, NoneType))."""
+    out = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+        out[name] = typing.get_args(hint) if union else (hint,)
+    return out
+
+
+def _has_type(value: object, kinds: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):  # a bool is an int to Python, never a number to a config
+        return bool in kinds
+    if isinstance(value, int) and float in kinds:
+        return True
+    return any(isinstance(value, kind) for kind in kinds if kind is not bool)
+
+
+def check_fields(config: typing.Any) -> None:
+    """Every field of ``config`` (a config dataclass) has its declared type; every number is finite and inside its
+    ``BOUNDS``. Called by each config's ``__post_init__``, so no config with a NaN or an absurd size can exist."""
+    kinds_of = _field_types(type(config))
+    for f in fields(config):
+        key, value, kinds = f.name, getattr(config, f.name), kinds_of[f.name]
+        if not _has_type(value, kinds):
+            expected = " or ".join("None" if kind is type(None) else kind.__name__ for kind in kinds)
+            raise InputError(f"config key {key}={value!r} is not a valid {expected}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not math.isfinite(value):
+            raise InputError(f"config key {key}={value} must be a finite number")
+        bound = BOUNDS[key]
+        if not bound.admits(value):
+            why = f" ({bound.why})" if bound.why and value > bound.high else ""
+            raise InputError(f"config key {key}={value} must be {bound}{why}")
 
 
 def _check_choice(key: str, value: object, choices: tuple[str, ...]) -> None:
@@ -335,12 +395,7 @@ FINE_TUNE_SETTABLE_MODEL_KEYS = (
 
 def _parse_value(cls: type, key: str, raw: str) -> object:
     """Turn the string ``raw`` into the type of field ``key`` of ``cls``."""
-    hint = typing.get_type_hints(cls)[key]
-    options = (
-        typing.get_args(hint)
-        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
-        else (hint,)
-    )
+    options = _field_types(cls)[key]
     if type(None) in options and raw.lower() in ("none", "null", ""):
         return None
     target = next(t for t in options if t is not type(None))
@@ -371,20 +426,85 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def load_yaml(path: str | Path) -> dict[str, object]:
-    """A flat YAML mapping of config keys (the same keys as ``--set``)."""
+def load_config_file(path: str | Path, task: str) -> dict[str, object]:
+    """The config keys of a recipe file (``configs/*.yaml``, ``--config FILE``) for ``task``, each value checked.
+
+    A recipe is a flat YAML mapping of the keys ``--set`` takes (model and training keys alike). A key the task does
+    not have, a key given twice, a nested value or a value of the wrong type is an ``InputError`` naming the file,
+    the line and the key, before anything is trained.
+    """
     import yaml
 
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{path}: no such config file") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)  # nodes, for the line of each key
+        data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise InputError(f"{path}: not valid YAML ({err})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping of config keys")
-    return {str(k): v for k, v in data.items()}
+        raise InputError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
+    if root is None:
+        return {}  # an empty file (or comments only): no keys
+    if not isinstance(root, yaml.MappingNode) or not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping of config keys (key: value, one a line)")
+    model_cls, _, _ = TASK_PRESETS[task]
+    train_cls = TASK_TRAIN_CONFIGS[task]
+    model_keys, train_keys = {f.name for f in fields(model_cls)}, {f.name for f in fields(train_cls)}
+    seen: set[str] = set()
+    for key_node, value_node in root.value:
+        key, where = str(key_node.value), f"{path}:{key_node.start_mark.line + 1}"
+        try:
+            if key in seen:
+                raise InputError(f"config key {key!r} is given twice")
+            seen.add(key)
+            if key not in model_keys | train_keys:
+                train_config_class(task, key)  # a key of another task: named as such
+                valid = ", ".join(sorted(model_keys | train_keys))
+                raise InputError(f"unknown config key {key!r}; valid keys: {valid}")
+            if not isinstance(value_node, yaml.ScalarNode):
+                raise InputError(f"config key {key!r} takes one value, not a list or a mapping")
+            data[key] = _check_value(model_cls if key in model_keys else train_cls, key, data[key])
+        except InputError as err:
+            raise InputError(f"{where}: {err}") from None
+    return {str(key): value for key, value in data.items()}
+
+
+def load_config(task: str, path: str | Path | None = None, *, preset: str | None = None, **overrides: object) -> tuple:
+    """(model config, training config) of ``task`` ("classify", "translate" or "pretrain") as a train command builds
+    them: the ``preset`` (default: the task's), the recipe file ``path`` (``configs/*.yaml``, as ``--config``), then
+    ``overrides`` (as ``--set``: ``load_config("classify", "configs/rt-polarity.yaml", epochs=5)``)."""
+    if task not in TASK_PRESETS:
+        raise InputError(f"unknown task {task!r}; expected one of {', '.join(TASK_PRESETS)}")
+    settings = load_config_file(path, task) if path is not None else {}
+    settings.update(overrides)
+    return task_configs(task, preset, settings)
+
+
+def _check_value(cls: type, key: str, value: object) -> object:
+    """A YAML value for field ``key`` of ``cls``: strings are parsed as ``--set`` parses them (YAML reads ``1e-3``
+    as a string), other scalars must have the field's type (an int is a valid float, a bool is not a number)."""
+    if isinstance(value, str):
+        return _parse_value(cls, key, value)
+    hint = typing.get_type_hints(cls)[key]
+    options = (
+        typing.get_args(hint)
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+        else (hint,)
+    )
+    if value is None and type(None) in options:
+        return None
+    target = next(t for t in options if t is not type(None))
+    if target is bool and isinstance(value, bool):
+        return value
+    if target is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if target is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise InputError(f"config key {key}={value!r} is not a valid {target.__name__}")
 
 
 def task_of(model_cls: type) -> str:
@@ -419,15 +539,28 @@ def build_configs(model_cls: type, model_base: dict, train_base: dict, overrides
     return model_cls(**model_kwargs), train_cls(**train_kwargs)
 
 
-def check_resume_settings(saved: dict, requested: dict[str, object], model_cls: type) -> None:
+# The budgets a resumed run may be given more of: its schedule is then planned again over the new number of steps.
+BUDGET_KEYS = ("epochs", "max_steps", "max_minutes")
+
+
+def budget_grows(key: str, old: float, new: float) -> bool:
+    """``new`` allows at least as much training as ``old`` (for max_steps and max_minutes, 0 means no limit)."""
+    if key != "epochs" and (old == 0 or new == 0):
+        return new == 0
+    return new >= old
+
+
+def check_resume_settings(saved: dict, requested: dict[str, object], model_cls: type) -> dict[str, object]:
     """A resumed run continues with its saved configuration: ``requested`` settings (``--set`` strings or typed flag
-    values) equal to the saved ones are accepted, a differing one is refused naming the key and both values.
+    values) equal to the saved ones are accepted, a differing one is refused naming the key and both values. The
+    budgets (``BUDGET_KEYS``) may grow: returns those that do, with their new values.
 
     ``saved`` is the run's config.json. Two keys are resolved by the run itself and compared accordingly:
     ``vocab_size`` is the tokenizer's upper bound (the saved value is the size reached), ``n_classes=0`` means
     "one per label".
     """
     model_keys = {f.name for f in fields(model_cls)}
+    grown: dict[str, object] = {}
     for key, value in requested.items():
         if key in model_keys:
             section, cls = "model", model_cls
@@ -441,11 +574,22 @@ def check_resume_settings(saved: dict, requested: dict[str, object], model_cls: 
             continue
         if key == "n_classes" and value == 0:
             continue
-        if value != old:
+        if value == old:
+            continue
+        if key in BUDGET_KEYS and isinstance(old, (int, float)) and isinstance(value, (int, float)):
+            if budget_grows(key, old, value):
+                grown[key] = value
+                continue
             raise InputError(
-                f"--resume: {key}={value!r} differs from the run's saved {key}={old!r}; a resumed run "
-                f"continues with its saved configuration (drop the setting, or train into a new --out)"
+                f"--resume: {key}={value!r} is a smaller budget than the run's saved {key}={old!r}"
+                f"{' (no limit)' if old == 0 else ''}; a resumed run's {', '.join(BUDGET_KEYS)} may grow, not shrink"
             )
+        raise InputError(
+            f"--resume: {key}={value!r} differs from the run's saved {key}={old!r}; a resumed run continues with "
+            f"its saved configuration (drop the setting, or train into a new --out); only its "
+            f"{', '.join(BUDGET_KEYS)} may grow"
+        )
+    return grown
 
 
 def task_configs(

@@ -1,6 +1,6 @@
 """Where tensors live: ``--device auto|cpu|cuda|cuda:N|mps`` resolved to a ``torch.device`` that exists, the device a
-model is on, and the random-number state of a device (dropout on a GPU draws from the GPU's generator, so a bit-exact
-resume saves that one too).
+model is on, the random-number state of a device (dropout on a GPU draws from the GPU's generator, so a bit-exact
+resume saves that one too), and the memory a device has left.
 
 Run directories never depend on the device: weights are saved from CPU copies and loaded straight onto whichever
 device the reading command names, so a run trained on a GPU predicts on a CPU and back.
@@ -86,3 +86,20 @@ def set_rng_state(state: dict[str, torch.Tensor], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
     elif device.type == "mps" and "mps" in state:
         torch.mps.set_rng_state(state["mps"])
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes that ``device`` can still give: a GPU's free memory (CUDA), the memory the kernel reports as available
+    (Linux's MemAvailable, which counts reclaimable caches); None where neither can be read."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # reported in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -9,14 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnkit.analysis.params import (
-    Row,
-    classifier_param_formula,
-    format_table,
-    parameter_table,
-    to_json,
-    translator_param_formula,
-)
+from attnkit.analysis.params import Row, format_table, parameter_table, to_json
 from attnkit.config import (
     CLASSIFIER_PRESETS,
     TRANSLATOR_PRESETS,
@@ -26,6 +19,8 @@ from attnkit.config import (
     preset,
 )
 from attnkit.model.build import build_classifier, build_translator
+from attnkit.model.size import classifier_params as classifier_param_formula
+from attnkit.model.size import translator_params as translator_param_formula
 
 
 def _classifier_cfg(name: str, **overrides) -> ClassifierConfig:

@@ -113,7 +113,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def client_for(model_dir: Path | str, worker: str = "thread", **limits):
+def client_for(model_dir: Path | str, worker: str = "thread", api_key: str | None = None, **limits):
     """An in-process client; ``worker="process"`` runs the model in a child process, as ``attnkit serve`` does."""
     from fastapi.testclient import TestClient
 
@@ -123,7 +123,7 @@ def client_for(model_dir: Path | str, worker: str = "thread", **limits):
     from attnkit.serving.worker import ProcessRunner
 
     runner = ProcessRunner(str(model_dir), threads=1) if worker == "process" else None
-    return TestClient(create_app(load_model(model_dir), Limits(**limits), runner))
+    return TestClient(create_app(load_model(model_dir), Limits(**limits), runner, api_key))
 
 
 def wait_ready(client) -> None:
@@ -142,10 +142,54 @@ def serve_client():
     from contextlib import contextmanager
 
     @contextmanager
-    def make(model_dir: Path, worker: str = "thread", **limits):
-        with client_for(model_dir, worker, **limits) as client:
+    def make(model_dir: Path, worker: str = "thread", api_key: str | None = None, **limits):
+        with client_for(model_dir, worker, api_key, **limits) as client:
             wait_ready(client)
             yield client
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def live_server():
+    """A factory: ``with live_server(model_dir, http=None, **limits) as port:`` runs ``attnkit serve``'s HTTP server
+    (uvicorn with the guards of ``serving/server.py``; ``http``: its protocol class) in a thread, on a port of its
+    own on 127.0.0.1, with the model in a thread of the same process; stopped at the block's end."""
+    import socket
+    import threading
+    import time
+    import urllib.request
+    from contextlib import contextmanager
+
+    from attnkit.serving.app import create_app
+    from attnkit.serving.limits import Limits
+    from attnkit.serving.models import load_model
+    from attnkit.serving.server import make_server
+
+    @contextmanager
+    def make(model_dir: Path, http: type | None = None, **limits):
+        app = create_app(load_model(model_dir), Limits(**limits))
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        server = make_server(app, Limits(**limits), host="127.0.0.1", port=port, quiet=True, http=http)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+        thread.start()
+        try:
+            for _ in range(300):  # bounded: 30 s
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=1) as response:
+                        if response.status == 200:
+                            break
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                raise AssertionError("the server did not become ready in 30 s")
+            yield port
+        finally:
+            server.should_exit = True
+            thread.join(30)
+            listener.close()
 
     return make
 
@@ -161,4 +205,14 @@ def classifier_client(classifier_dir):
 def translator_client(translator_dir):
     with client_for(translator_dir, max_beam=8) as client:
         wait_ready(client)
+        yield client
+
+
+@pytest.fixture(scope="session")
+def keyed_translator_client(translator_dir):
+    """A client of a translator's server that needs an API key (the client's ``api_key``; it sends none itself)."""
+    key = "open sesame"
+    with client_for(translator_dir, max_beam=8, api_key=key) as client:
+        wait_ready(client)
+        client.api_key = key
         yield client

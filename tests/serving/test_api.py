@@ -133,6 +133,13 @@ def test_translator_attention_has_three_kinds(translator_client):
     assert torch.triu(dec[0, 0], diagonal=1).abs().max() == 0  # causal
 
 
+def test_attention_names_the_end_token_as_the_vocabulary_does(translator_client):
+    """The source's EOS and the output's are one token; they are named alike (`<eos>`, never `</s>` in one list)."""
+    body = translator_client.post("/v1/attention", json={"inputs": "c d e"}).json()  # stops at EOS (seed 0 weights)
+    assert body["tokens"][-1] == body["output_tokens"][-1] == "<eos>"
+    assert "</s>" not in body["tokens"] + body["output_tokens"] + body["input_tokens_decoder"]
+
+
 def test_libretranslate_shape(translator_client):
     ours = translator_client.post("/v1/translate", json={"inputs": ["a b c", "d e"], "beam": 4, "n_best": 3}).json()
     one = translator_client.post("/translate", json={"q": "a b c", "source": "en", "target": "de"}).json()
@@ -174,6 +181,19 @@ def test_openapi_and_playground(classifier_client):
     for asset in ("/static/app.js", "/static/style.css"):
         assert classifier_client.get(asset).status_code == 200
     assert "http" not in page.text.replace("http-equiv", "")  # no CDN: everything comes from this server
+
+
+def test_the_playground_is_sent_with_a_content_security_policy(classifier_client):
+    """Its page may run this server's script and style files and call this server, nothing else (the browser test
+    in test_live.py runs it under this policy); every answer forbids MIME sniffing."""
+    for path in ("/", "/static/index.html", "/static/app.js", "/static/style.css"):
+        headers = classifier_client.get(path).headers
+        policy = dict(part.strip().split(" ", 1) for part in headers["content-security-policy"].split(";"))
+        assert policy["default-src"] == "'none'" and policy["frame-ancestors"] == "'none'"
+        assert policy["script-src"] == policy["style-src"] == policy["connect-src"] == "'self'"
+        assert headers["x-content-type-options"] == "nosniff"
+    for path in ("/health", "/info", "/v2/nothing"):
+        assert classifier_client.get(path).headers["x-content-type-options"] == "nosniff"
 
 
 def test_minilm_server_embeddings_equal_attnkit_embed(serve_client):

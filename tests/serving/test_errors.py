@@ -1,12 +1,24 @@
 """Every kind of malformed request gets its 4xx and a message naming the problem, as JSON
-``{"error": ..., "error_type": ...}``; never a 500."""
+``{"error": ..., "error_type": ...}``; never a 500. The tables of requests that reach the app are here; those of
+connections that never finish a request (slow heads and bodies, which need a real server) are in
+test_slow_clients.py."""
 
 from __future__ import annotations
 
 import pytest
 
+FORM = "application/x-www-form-urlencoded"
+
+
+class Form(str):
+    """A body sent as it is with Content-Type: application/x-www-form-urlencoded (LibreTranslate's clients)."""
+
+
 LONG = "x" * 10_001
-# (method, path, body: dict, or str sent as raw JSON text, or None) -> (status, error_type, words in the message)
+SURROGATE = r'"\ud800"'  # JSON text of a string holding a lone UTF-16 surrogate, which is no character
+DEEP = "[" * 100_000 + "]" * 100_000  # past the recursion limit of Python's JSON parser (and pydantic's)
+# (method, path, body, status, error_type, words in the message[, request headers]); the body is a dict (sent as
+# JSON), a str (raw JSON text), bytes (raw, as application/json), a Form, or None (no body).
 CLASSIFIER_CASES = [
     ("POST", "/v1/classify", "{bad json", 422, "invalid_request", "malformed JSON"),
     ("POST", "/v1/classify", "", 422, "invalid_request", "body: Field required"),
@@ -29,6 +41,15 @@ CLASSIFIER_CASES = [
     ("POST", "/v1/classify", {"inputs": "good " * 40}, 422, "input_too_long", "40 tokens; the limit is 32"),
     ("POST", "/v1/classify", {"inputs": ["good", "good " * 40]}, 422, "input_too_long", "inputs[1] has 40 tokens"),
     ("POST", "/v1/classify", "x" * 1_000_001, 413, "body_too_large", "over 1000000 bytes"),
+    ("POST", "/v1/classify", f'{{"inputs": {SURROGATE}}}', 422, "invalid_request", "inputs: not Unicode text"),
+    ("POST", "/v1/classify", f'{{"inputs": ["ok", {SURROGATE}]}}', 422, "invalid_request", "inputs.1: not Unicode"),
+    ("POST", "/v1/attention", f'{{"inputs": {SURROGATE}}}', 422, "invalid_request", "lone surrogate \\ud800"),
+    ("POST", "/v1/embeddings", f'{{"input": "a", "model": {SURROGATE}}}', 422, "invalid_request", "model: not"),
+    ("POST", "/v1/classify", b'{"inputs": "caf\xe9"}', 422, "invalid_request", "not UTF-8 text"),
+    ("POST", "/v1/classify", b'\xff\xfe{"inputs": "a"}', 422, "invalid_request", "not UTF-8 text"),
+    ("POST", "/v1/classify", DEEP, 422, "invalid_request", "malformed JSON (nested deeper"),
+    ("POST", "/v1/classify", '{"inputs": ' + DEEP + "}", 422, "invalid_request", "malformed JSON (nested deeper"),
+    ("POST", "/v1/classify", Form("inputs=a+fine+film"), 422, "invalid_request", "must be JSON"),
     ("GET", "/v1/classify", None, 405, "method_not_allowed", "GET is not allowed on /v1/classify"),
     ("GET", "/v2/classify", None, 404, "not_found", "no such endpoint: /v2/classify"),
     ("POST", "/health", {}, 405, "method_not_allowed", "POST is not allowed"),
@@ -76,19 +97,50 @@ TRANSLATOR_CASES = [
     ("POST", "/translate", {"q": "a", "alternatives": -1}, 422, "invalid_request", "alternatives"),
     ("POST", "/translate", {"q": "a", "alternatives": 9}, 422, "invalid_request", "over this server's limit of 8"),
     ("POST", "/translate", {"q": "a", "format": "pdf"}, 422, "invalid_request", "format"),
+    ("POST", "/v1/translate", f'{{"inputs": {SURROGATE}}}', 422, "invalid_request", "inputs: not Unicode text"),
+    ("POST", "/translate", f'{{"q": {SURROGATE}}}', 422, "invalid_request", "q: not Unicode text"),
+    ("POST", "/translate", f'{{"q": "a", "target": {SURROGATE}}}', 422, "invalid_request", "target: not Unicode"),
+    ("POST", "/v1/attention", f'{{"inputs": {SURROGATE}}}', 422, "invalid_request", "inputs: not Unicode text"),
+    ("POST", "/translate", b'{"q": "\xc3"}', 422, "invalid_request", "not UTF-8 text"),
+    ("POST", "/translate", Form("source=en&target=de"), 422, "invalid_request", "q: Field required"),
+    ("POST", "/translate", Form("q=a&q=b"), 422, "invalid_request", "q: given more than once"),
+    ("POST", "/translate", Form("q=a&alternatives=two"), 422, "invalid_request", "alternatives: Input should be"),
+    ("POST", "/translate", Form("q=a&alternatives=9"), 422, "invalid_request", "over this server's limit of 8"),
+    ("POST", "/translate", Form("q=a&format=pdf"), 422, "invalid_request", "format"),
+    ("POST", "/translate", Form("q=%FF"), 422, "invalid_request", "the form is not UTF-8 text"),
+    ("POST", "/translate", Form("q=%ED%A0%80"), 422, "invalid_request", "the form is not UTF-8 text"),  # a surrogate
+    ("POST", "/translate", Form("q="), 422, "empty_input", "q is empty"),
+    ("POST", "/translate", Form('{"q": "a"}'), 422, "invalid_request", "q: Field required"),  # curl -d '{...}'
+    ("POST", "/translate?q=a&q=b", None, 422, "invalid_request", "q: given more than once"),
+    (
+        "POST",
+        "/translate",
+        b'--x\r\nContent-Disposition: form-data; name="q"\r\n\r\na\r\n--x--\r\n',  # what LibreTranslate's page sends
+        422,
+        "invalid_request",
+        "must be JSON sent with Content-Type: application/json or a form (application/x-www-form-urlencoded) (got "
+        "multipart/form-data; boundary=x)",
+        {"content-type": "multipart/form-data; boundary=x"},
+    ),
+    ("POST", "/translate?source=en", Form("q=a&source=de"), 422, "invalid_request", "source: given more than once"),
     ("POST", "/v1/classify", {"inputs": "a"}, 400, "wrong_model", "needs a classifier"),
     ("POST", "/v1/embed", {"inputs": "a"}, 400, "wrong_model", "needs a classifier or embedder"),
 ]
 
 
-def check(client, method, path, body, status, error_type, words):
+def check(client, method, path, body, status, error_type, words, headers=None):
+    headers = dict(headers or {})
     if body is None:
-        response = client.request(method, path)
-    elif isinstance(body, str):
-        response = client.request(method, path, content=body.encode(), headers={"content-type": "application/json"})
+        response = client.request(method, path, headers=headers)
+    elif isinstance(body, Form):
+        response = client.request(method, path, content=body.encode(), headers={"content-type": FORM, **headers})
+    elif isinstance(body, (str, bytes)):
+        raw = body.encode() if isinstance(body, str) else body
+        response = client.request(method, path, content=raw, headers={"content-type": "application/json", **headers})
     else:
-        response = client.request(method, path, json=body)
+        response = client.request(method, path, json=body, headers=headers)
     assert response.status_code == status, response.text
+    assert response.headers["x-content-type-options"] == "nosniff"
     payload = response.json()
     assert set(payload) == {"error", "error_type"}, payload
     assert payload["error_type"] == error_type, payload
@@ -103,6 +155,52 @@ def test_malformed_request_to_a_classifier(classifier_client, case):
 @pytest.mark.parametrize("case", TRANSLATOR_CASES, ids=lambda c: f"{c[0]} {c[1]} {str(c[2])[:40]}")
 def test_malformed_request_to_a_translator(translator_client, case):
     check(translator_client, *case)
+
+
+KEY = "open sesame"  # conftest's keyed_translator_client has it
+# The same, to a translator whose server needs an API key: without it, or with a wrong one, every request but the
+# public ones is a 401 (before anything else is looked at); with it, the request is judged as usual.
+KEYED_CASES = [
+    ("POST", "/v1/translate", {"inputs": "a b"}, 401, "unauthorized", "this server needs an API key"),
+    ("GET", "/info", None, 401, "unauthorized", "send Authorization: Bearer KEY"),
+    ("POST", "/v1/classify", {"inputs": "a"}, 401, "unauthorized", "needs an API key"),  # 401 before 400
+    ("POST", "/v1/translate", {"inputs": "a"}, 401, "unauthorized", "wrong API key", {"Authorization": "Bearer no"}),
+    ("POST", "/v1/translate", {"inputs": "a"}, 401, "unauthorized", "wrong", {"Authorization": f"Bearer {KEY}x"}),
+    ("POST", "/v1/translate", {"inputs": "a"}, 401, "unauthorized", "wrong", {"Authorization": f"Basic {KEY}"}),
+    ("POST", "/v1/translate", {"inputs": "a", "api_key": KEY}, 401, "unauthorized", "needs an API key"),
+    ("POST", "/translate", {"q": "a"}, 401, "unauthorized", "or the api_key field"),
+    ("POST", "/translate", {"q": "a", "api_key": "no"}, 401, "unauthorized", "missing or wrong API key"),
+    ("POST", "/translate", {"q": "a", "api_key": 5}, 401, "unauthorized", "missing or wrong API key"),
+    ("POST", "/translate", '{"q": "a", "api_key": "' + KEY, 401, "unauthorized", "missing or wrong API key"),
+    ("POST", "/translate", Form("q=a&api_key=no"), 401, "unauthorized", "missing or wrong API key"),
+    ("POST", "/translate?q=a&api_key=no", None, 401, "unauthorized", "missing or wrong API key"),
+    ("POST", "/translate", {"q": 5, "api_key": KEY}, 422, "invalid_request", "q"),
+    ("POST", "/translate", Form("alternatives=1&api_key=open+sesame"), 422, "invalid_request", "q: Field required"),
+    (
+        "POST",
+        "/v1/translate",
+        {"inputs": "a", "beam": 0},
+        422,
+        "invalid_request",
+        "beam",
+        {"Authorization": f"Bearer {KEY}"},
+    ),
+    (
+        "POST",
+        "/v1/translate",
+        {"inputs": "a", "api_key": KEY},
+        422,
+        "invalid_request",
+        "api_key: Extra inputs",
+        {"Authorization": f"Bearer {KEY}"},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", KEYED_CASES, ids=lambda c: f"{c[0]} {c[1]} {str(c[2])[:40]} {c[6:]}")
+def test_malformed_request_to_a_server_with_an_api_key(keyed_translator_client, case):
+    assert keyed_translator_client.api_key == KEY
+    check(keyed_translator_client, *case)
 
 
 def test_the_table_covers_at_least_30_malformed_requests():

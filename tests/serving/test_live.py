@@ -39,7 +39,7 @@ def post(url: str, body: dict, timeout: float = 30) -> tuple[int, dict]:
 
 
 class Server:
-    def __init__(self, model_dir: Path, *extra: str):
+    def __init__(self, model_dir: Path, *extra: str, env: dict[str, str] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
@@ -59,7 +59,7 @@ class Server:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             start_new_session=True,  # its own process group: the server and its inference process, nothing else
         )
         for _ in range(300):  # bounded: 60 s
@@ -110,6 +110,7 @@ def chrome():
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console: CSP violations are reported there
     for arg in (
         "--headless=new",
         "--no-sandbox",
@@ -120,6 +121,12 @@ def chrome():
     ):
         options.add_argument(arg)
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+def csp_violations(driver) -> list[str]:
+    """What the page's Content-Security-Policy blocked, from the browser's console (an empty list: the page ran
+    under it as it is written)."""
+    return [entry["message"] for entry in driver.get_log("browser") if "Content Security Policy" in entry["message"]]
 
 
 def test_playground_in_chromium_shows_the_apis_numbers_and_every_map(classifier_server, tmp_path):
@@ -171,8 +178,43 @@ def test_playground_in_chromium_shows_the_apis_numbers_and_every_map(classifier_
             "422" in driver.find_element(By.ID, "error").text
             and "inputs is empty" in driver.find_element(By.ID, "error").text
         )
+        assert csp_violations(driver) == []
+        # The policy is enforced: a script the page did not come with is refused, and the console says so.
+        inline = "const s = document.createElement('script'); s.textContent = '1'; document.body.append(s)"
+        driver.execute_script(inline)
+        assert any("script-src 'self'" in message for message in csp_violations(driver))
     finally:
         driver.quit()
+
+
+def test_playground_asks_for_the_api_key_and_sends_it(classifier_dir):
+    """A server with a key (here from ATTNKIT_API_KEY): the page asks for it on the first 401, then works."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = Server(classifier_dir, env={"ATTNKIT_API_KEY": "open sesame"})
+    try:
+        status, refusal = post(server.url + "/v1/classify", {"inputs": "a fine film"})
+        assert (status, refusal["error_type"]) == (401, "unauthorized")
+        driver = chrome()
+        try:
+            driver.get(server.url + "/")
+            wait = WebDriverWait(driver, 30)
+            wait.until(ec.visibility_of_element_located((By.ID, "key")))
+            driver.find_element(By.ID, "key").send_keys("open sesame")
+            driver.find_element(By.ID, "key-use").click()
+            wait.until(ec.text_to_be_present_in_element((By.ID, "model-info"), "classifier"))
+            driver.find_element(By.ID, "text").send_keys("a fine film")
+            driver.find_element(By.ID, "run").click()
+            wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state") == "done")
+            assert not driver.find_element(By.ID, "error").is_displayed()
+            assert len(driver.find_elements(By.CSS_SELECTOR, "#classes .bar-row")) == 2
+            assert csp_violations(driver) == []
+        finally:
+            driver.quit()
+    finally:
+        server.stop()
 
 
 @pytest.mark.parametrize("whole_group", [False, True], ids=["server", "process-group"])

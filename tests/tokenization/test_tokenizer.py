@@ -214,3 +214,43 @@ def test_any_text_encodes_to_ids_inside_the_vocabulary(kind, text):
     ids = tok.encode(text)
     assert all(0 <= i < tok.vocab_size for i in ids)
     assert len(tok.tokens(text)) == len(ids)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Long texts: only the part a model can read is encoded
+
+
+@KIND
+@pytest.mark.parametrize("add_cls", [False, True])
+@settings(max_examples=25, deadline=None)
+@given(
+    words=st.lists(st.sampled_from([*" ".join(CORPUS + UNKNOWN_WORDS).split(), "x" * 300, "", "a.b,c"]), max_size=80),
+    max_tokens=st.integers(1, 40),
+)
+def test_a_bounded_encoding_starts_as_the_whole_one(kind, add_cls, words, max_tokens):
+    tok = _cached_tokenizer(kind, add_cls)
+    texts = [" ".join(words), "  ".join(words), "short one"]
+    whole = tok.encode_batch(texts)
+    bounded = tok.encode_batch(texts, max_tokens)
+    for full, part in zip(whole, bounded):
+        assert part[:max_tokens] == full[:max_tokens]
+        assert len(part) > max_tokens or part == full  # a text cut short still shows it was longer than the limit
+
+
+_TOKENIZERS: dict[tuple[str, bool], Tokenizer] = {}
+
+
+def _cached_tokenizer(kind: str, add_cls: bool) -> Tokenizer:
+    if (kind, add_cls) not in _TOKENIZERS:
+        _TOKENIZERS[kind, add_cls] = tokenizer(kind, add_cls=add_cls)
+    return _TOKENIZERS[kind, add_cls]
+
+
+@KIND
+def test_a_20_mb_line_is_encoded_only_as_far_as_the_limit_reaches(kind):
+    """Encoded whole, a 20 MB line took 2.6 GB; bounded, only its beginning is read."""
+    tok = _cached_tokenizer(kind, False)
+    line = "the acting was amazing " * 900_000  # 20.7 MB
+    (ids,) = tok.encode_batch([line], 128)
+    assert 128 < len(ids) < 16 * 129
+    assert tok.count_unknown([line, line], 128) == 0

@@ -386,7 +386,40 @@ def test_resume_settings_equal_to_the_saved_ones_pass_and_a_differing_one_is_nam
     check_resume_settings(
         saved, {"epochs": 2, "d_model": "16", "lr": "1e-3", "vocab_size": "10000", "n_classes": "0"}, ClassifierConfig
     )
-    with pytest.raises(InputError, match=r"epochs=3 differs from the run's saved epochs=2"):
-        check_resume_settings(saved, {"seed": 1, "epochs": 3}, ClassifierConfig)
+    with pytest.raises(InputError, match=r"seed=2 differs from the run's saved seed=1"):
+        check_resume_settings(saved, {"seed": 2, "epochs": 2}, ClassifierConfig)
     with pytest.raises(InputError, match=r"d_model=32 differs from the run's saved d_model=16"):
         check_resume_settings(saved, {"d_model": "32"}, ClassifierConfig)
+
+
+def test_a_resumed_run_may_be_given_a_larger_budget_never_a_smaller_one():
+    from attnkit.config import ClassifierConfig, check_resume_settings
+
+    saved = {"model": {}, "train": {"epochs": 2, "max_steps": 40, "max_minutes": 0.0, "seed": 1}}
+    grown = check_resume_settings(saved, {"epochs": 3, "max_steps": "60", "seed": 1}, ClassifierConfig)
+    assert grown == {"epochs": 3, "max_steps": 60}
+    assert check_resume_settings(saved, {"max_steps": 0}, ClassifierConfig) == {"max_steps": 0}  # 0: no limit
+    with pytest.raises(InputError, match=r"epochs=1 is a smaller budget than the run's saved epochs=2"):
+        check_resume_settings(saved, {"epochs": 1}, ClassifierConfig)
+    with pytest.raises(InputError, match=r"max_minutes=5.0 is a smaller budget than the run's saved max_minutes=0.0 "):
+        check_resume_settings(saved, {"max_minutes": "5"}, ClassifierConfig)  # from no limit to one
+
+
+def test_a_finished_run_resumed_with_a_larger_budget_continues_and_says_its_schedule_is_planned_again(tmp_path):
+    cfg = config(epochs=50, max_steps=6, eval_every=2)
+    assert train(tmp_path, ToyTask(), cfg)[1].steps == 6
+    events: list = []
+    train(tmp_path, ToyTask(), cfg, events, resume=True)
+    (said,) = [e.message for e in events if isinstance(e, Warned)]
+    assert said.startswith("the run had already used its budget (max_steps): nothing to train")
+    assert not [e for e in events if isinstance(e, Step)]
+
+    bigger = dataclasses.replace(cfg, max_steps=10)
+    events = []
+    _, result = train(tmp_path, ToyTask(), bigger, events, resume=True)
+    steps = [e for e in events if isinstance(e, Step)]
+    assert result.steps == 10 and [e.step for e in steps] == [7, 8, 9, 10]
+    (said,) = [e.message for e in events if isinstance(e, Warned)]
+    assert said.startswith("the budget changed from 6 to 10 steps: the learning-rate schedule (linear")
+    expected, _ = plan(bigger, 6, ToyTask.d_model)  # 24 examples in batches of 4: 6 steps an epoch
+    assert [e.lr for e in steps] == [expected.lr(s) for s in (7, 8, 9, 10)] and steps[0].lr > 0

@@ -1,18 +1,9 @@
 """Parameter accounting: every parameter of an attnkit model in exactly one row, counted and in closed form.
 
-Symbols: V vocabulary, d = d_model, h heads, dh = d_head (d_k = d_v), d_ff, C classes, N layers.
-
-    attention   (§3.2.2)  W^Q, W^K, W^V: d -> h*dh and W^O: h*dh -> d, all with biases
-                          = 3(d*h*dh + h*dh) + h*dh*d + d, which is 4(d^2 + d) when h*dh = d (the paper's choice)
-    FFN         (eq. 2)   W_1: d -> d_ff, W_2: d_ff -> d, with biases = 2*d*d_ff + d_ff + d
-    LayerNorm             gain and bias = 2d
-    embedding   (§3.4)    V*d; the translator shares it with the pre-softmax projection, so it is counted once
-    positions   (§3.5)    sinusoids: nothing trainable (a max_len*d buffer); learned (Table 3 row E): max_len*d
-    head                  d*C + C
-
-A row's ``params`` is read from the module's parameter tensors; its ``formula_value`` is the closed form evaluated
-from the module's dimensions (``in_features``, ``n_heads``, ``normalized_shape``, ...), so each checks the other.
-``classifier_param_formula`` and ``translator_param_formula`` give the same totals from a config alone.
+The closed form of each concept (attention, FFN, LayerNorm, embeddings, positions, head) is in ``attnkit.model.size``,
+which also sizes a whole model from its config, before it is built. A row's ``params`` is read from the module's
+parameter tensors; its ``formula_value`` is the closed form evaluated from the module's dimensions (``in_features``,
+``n_heads``, ``normalized_shape``, ...), so each checks the other.
 """
 
 from __future__ import annotations
@@ -25,10 +16,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from attnkit.config import ClassifierConfig, TransformerConfig, TranslatorConfig
 from attnkit.model.attention import MultiHeadAttention
 from attnkit.model.layers import PositionwiseFeedForward
 from attnkit.model.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from attnkit.model.size import attention_params as _attention
+from attnkit.model.size import ffn_params as _ffn
+from attnkit.model.size import layer_norm_params as _layer_norm
 from attnkit.model.transformer import Transformer
 
 
@@ -56,27 +49,7 @@ class ParamReport:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Closed forms, one per concept, shared by the per-row check and the config totals
-
-
-def _attention(d: int, h: int, dh: int, bias: bool = True) -> tuple[str, int]:
-    """§3.2.2: four projections between d and h*dh."""
-    inner = h * dh
-    if bias:
-        formula = "4(d^2 + d)" if inner == d else "3(d*h*dh + h*dh) + h*dh*d + d"
-        return formula, 3 * (d * inner + inner) + inner * d + d
-    return ("4d^2" if inner == d else "4*d*h*dh"), 4 * d * inner
-
-
-def _ffn(d: int, d_ff: int) -> tuple[str, int]:
-    """Eq. 2: two linear maps with biases, d -> d_ff -> d."""
-    return "2*d*d_ff + d_ff + d", 2 * d * d_ff + d_ff + d
-
-
-def _layer_norm(d: int, affine: bool = True, bias: bool = True) -> tuple[str, int]:
-    if not affine:
-        return "0", 0
-    return ("2d", 2 * d) if bias else ("d", d)
+# Closed forms (model/size.py), and the one only the accounting needs
 
 
 def _linear(d_in: int, d_out: int, bias: bool, a: str, b: str) -> tuple[str, int]:
@@ -303,44 +276,3 @@ def format_memory(memory: MemoryEstimate) -> str:
         f"memory on {memory.device}: weights {size(memory.weights_bytes)} (float32), training with Adam "
         f"{size(memory.training_bytes)} (weights, gradients, 2 moments; activations not included){has}"
     )
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Closed-form totals from a config alone
-
-
-def _encoder_layer(cfg: TransformerConfig) -> int:
-    """Self-attention + FFN + two LayerNorms (§3.1)."""
-    d_head = cfg.d_head or cfg.d_model // cfg.n_heads
-    return _attention(cfg.d_model, cfg.n_heads, d_head)[1] + _ffn(cfg.d_model, cfg.d_ff)[1] + 2 * 2 * cfg.d_model
-
-
-def _decoder_layer(cfg: TransformerConfig) -> int:
-    """Masked self-attention + encoder-decoder attention + FFN + three LayerNorms (§3.1)."""
-    d_head = cfg.d_head or cfg.d_model // cfg.n_heads
-    return 2 * _attention(cfg.d_model, cfg.n_heads, d_head)[1] + _ffn(cfg.d_model, cfg.d_ff)[1] + 3 * 2 * cfg.d_model
-
-
-def _embeddings(cfg: TransformerConfig) -> int:
-    """V*d, plus max_len*d for learned positions (sinusoids are not parameters)."""
-    return cfg.vocab_size * cfg.d_model + (cfg.max_len * cfg.d_model if cfg.positional == "learned" else 0)
-
-
-def classifier_param_formula(cfg: ClassifierConfig) -> int:
-    """V*d [+ max_len*d] [+ types*d + 2d] + N(4(d^2 + d) + 2*d*d_ff + d_ff + d + 4d) [+ 2d pre-LN] + d*C + C."""
-    d = cfg.d_model
-    n_classes = cfg.n_classes or 2  # 0 = "from the training labels"; the builder makes a 2-class head for inspection
-    total = _embeddings(cfg) + cfg.n_layers * _encoder_layer(cfg) + d * n_classes + n_classes
-    total += cfg.n_token_types * d + (2 * d if cfg.embedding_norm else 0)
-    return total + (2 * d if cfg.norm == "pre" else 0)
-
-
-def translator_param_formula(cfg: TranslatorConfig) -> int:
-    """V*d [+ max_len*d] + N(encoder layer) + N(decoder layer) [+ 2 * 2d pre-LN] [+ V*d untied projection].
-
-    With the shared vocabulary and tied embeddings of §3.4: base (V = 37,000) 63,082,496; big 214,245,376.
-    """
-    d = cfg.d_model
-    total = _embeddings(cfg) + cfg.n_layers * (_encoder_layer(cfg) + _decoder_layer(cfg))
-    total += 2 * 2 * d if cfg.norm == "pre" else 0
-    return total + (0 if cfg.tie_embeddings else cfg.vocab_size * d)

@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     try:
+        argv = sys.argv[1:] if argv is None else argv
+        check_utf8(argv)
         args = build_parser().parse_args(argv)
         from attnkit.allocator import tune_malloc
 
@@ -66,3 +68,15 @@ def main(argv: list[str] | None = None) -> int:
         print("error: interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+def check_utf8(argv: list[str]) -> None:
+    """Every argument is UTF-8 text (file names included). Python hands the bytes of an argument that are not UTF-8
+    over as lone surrogates (surrogateescape), which fail later, wherever the text is printed or tokenized: refused
+    here, naming the argument and its bytes."""
+    for position, arg in enumerate(argv, start=1):
+        surrogates = {c for c in arg if "\ud800" <= c <= "\udfff"}
+        if surrogates:
+            shown = "".join(f"\\x{ord(c) & 0xFF:02x}" if c in surrogates else c for c in arg)
+            bad = " ".join(f"{ord(c) & 0xFF:02x}" for c in arg if c in surrogates)
+            raise InputError(f"argument {position} ({shown}) is not valid UTF-8 (bytes {bad}); arguments must be UTF-8")

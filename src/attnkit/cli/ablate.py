@@ -24,7 +24,7 @@ def cmd_ablate(args: argparse.Namespace) -> None:
     from attnkit.data.readers import read_labeled, read_parallel_tsv
 
     variants = parse_grid(args.grid)
-    base = config_overrides(args)
+    base = config_overrides(args, args.task)
     device = device_of(args)
     directory = fetch_dataset(args.dataset, args.pair) if args.dataset else None
     train_path = directory / "train.tsv" if directory else args.train

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnkit.cli.common import (
+    OUT_HELP,
+    RESUME_HELP,
     Parser,
     add_config_args,
     add_device_arg,
@@ -60,20 +62,26 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
 def _train_classifier(
     args: argparse.Namespace, train_path: Path | None, valid_path: Path | None, context: TrainContext
 ) -> TrainSummary:
-    from attnkit.config import CLASSIFIER_PRESETS, FINE_TUNE_TRAIN_DEFAULTS, ClassifierConfig, task_configs
+    from attnkit.config import (
+        CLASSIFIER_PRESETS,
+        FINE_TUNE_SETTABLE_MODEL_KEYS,
+        FINE_TUNE_TRAIN_DEFAULTS,
+        ClassifierConfig,
+        task_configs,
+    )
     from attnkit.data.prepared import PreparedCorpus, open_prepared
     from attnkit.data.readers import Example, read_labeled
     from attnkit.tasks.classify import train_classifier
 
-    overrides = config_overrides(args)
+    overrides = config_overrides(args, "classify")
     for key in ("epochs", "seed"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     if args.init_from:
-        check_init_from(args, overrides)
+        check_init_from(args, overrides, ClassifierConfig, FINE_TUNE_SETTABLE_MODEL_KEYS, "the pretrained encoder")
     train_base = dict(FINE_TUNE_TRAIN_DEFAULTS) if args.init_from else {}
     model_cfg, train_cfg = task_configs("classify", args.preset, overrides, train_base)
-    check_resume(args, overrides, ClassifierConfig, CLASSIFIER_PRESETS)
+    check_resume(args, overrides, ClassifierConfig, CLASSIFIER_PRESETS, context)
     train: list[Example] | PreparedCorpus
     if args.prepared:
         train, valid = open_prepared(args.prepared), None
@@ -147,12 +155,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="a corpus written by `attnkit data prepare --task classify` instead of files: its tokenizer, labels, "
         "train split (read through memory maps) and valid split",
     )
-    p.add_argument("--out", type=Path, required=True, help="run directory to write")
+    p.add_argument("--out", type=Path, required=True, help=OUT_HELP)
     p.add_argument("--preset", help="model preset: default (the default), vocab10k, tiny-binary")
     p.add_argument("--epochs", type=int)
     p.add_argument("--seed", type=int)
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
-    p.add_argument("--resume", action="store_true", help="continue the killed run in --out from its last saved state")
+    p.add_argument("--resume", action="store_true", help=RESUME_HELP)
     p.add_argument(
         "--init-from",
         metavar="DIR|minilm",

@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +17,14 @@ from attnkit.errors import InputError
 if TYPE_CHECKING:
     from attnkit.cli.progress import TrainingProgress
     from attnkit.training.task import TrainContext
+
+
+RESUME_HELP = (
+    "continue the run in --out from its last saved state: a killed run, or a finished one given a larger budget "
+    "(--epochs, --max-steps, --set max_minutes=M; the learning-rate schedule is planned again over it); a run killed "
+    "before it saved anything starts"
+)
+OUT_HELP = "run directory to write; locked while a training writes it, so that a second one fails at once"
 
 
 class Parser(argparse.ArgumentParser):
@@ -72,23 +80,35 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="config overrides, e.g. --set d_model=64 n_heads=2 dropout=0.2",
     )
-    p.add_argument("--config", type=Path, help="YAML file of config keys (applied before --set)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="a recipe: a YAML file of config keys (configs/*.yaml); --set overrides its keys",
+    )
 
 
-def config_overrides(args: argparse.Namespace) -> dict[str, object]:
-    from attnkit.config import load_yaml, parse_overrides
+def config_overrides(args: argparse.Namespace, task: str) -> dict[str, object]:
+    """The settings of ``task`` a command was given: the --config file's keys, then --set on top (a key in both
+    takes the --set value). The train commands' own flags (--epochs, --max-steps, ...) are applied after these."""
+    from attnkit.config import load_config_file, parse_overrides
 
-    merged: dict[str, object] = load_yaml(args.config) if getattr(args, "config", None) else {}
+    merged: dict[str, object] = load_config_file(args.config, task) if getattr(args, "config", None) else {}
     merged.update(parse_overrides(args.overrides))
     return merged
 
 
-def check_resume(args: argparse.Namespace, settings: dict[str, object], model_cls: type, presets: dict) -> None:
+def check_resume(
+    args: argparse.Namespace, settings: dict[str, object], model_cls: type, presets: dict, context: TrainContext
+) -> None:
     """A resumed run continues with the configuration it was started with. The same command with --resume appended
     is accepted: each setting (``--set``, --config and the flags, already merged into ``settings``; a --preset's
-    keys) must equal the saved one, and a differing one is refused naming the key and both values."""
+    keys) must equal the saved one, and a differing one is refused naming the key and both values. A larger budget
+    (epochs, max_steps, max_minutes) is the exception: rank 0 writes it into the run, which continues under it (its
+    schedule planned again, ``training.loop`` says so). Called with the run's lock held (``training_context``)."""
     from attnkit import runs
     from attnkit.config import check_resume_settings, preset
+    from attnkit.training.run_setup import grow_budget
 
     config = Path(args.out) / runs.CONFIG
     if not args.resume or not config.is_file():  # nothing saved yet: the run starts from the beginning
@@ -96,28 +116,29 @@ def check_resume(args: argparse.Namespace, settings: dict[str, object], model_cl
     saved = runs.read_json(config)
     chosen = getattr(args, "preset", None)  # pretrain has no presets
     requested = {**(preset(presets, chosen) if chosen else {}), **settings}
-    check_resume_settings(saved, requested, model_cls)
+    grown = check_resume_settings(saved, requested, model_cls)
     init_from = getattr(args, "init_from", None)
     if init_from is not None and str(init_from) != saved.get("init_from"):
         raise InputError(
             f"--resume: --init-from {init_from} differs from the run's saved init_from="
             f"{saved.get('init_from')!r}; a resumed run continues with its saved configuration"
         )
+    if grown and context.is_main:
+        grow_budget(Path(args.out), grown)
 
 
-def check_init_from(args: argparse.Namespace, overrides: dict) -> None:
-    """A pretrained encoder fixes its architecture and tokenizer; only the head, pooling and training can be set."""
+def check_init_from(
+    args: argparse.Namespace, overrides: dict, model_cls: type, settable: tuple[str, ...], source: str
+) -> None:
+    """Weights to start from (``--init-from``) fix the architecture and the tokenizer: of the model keys, only
+    ``settable`` ones may be given, and no --preset. ``source`` says what gives the weights, for the error."""
     from dataclasses import fields
 
-    from attnkit.config import FINE_TUNE_SETTABLE_MODEL_KEYS, ClassifierConfig
-
-    model_keys = {f.name for f in fields(ClassifierConfig)} - set(FINE_TUNE_SETTABLE_MODEL_KEYS)
-    fixed = sorted(k for k in overrides if k in model_keys or k in ("tokenizer", "min_freq"))
+    model_keys = {f.name for f in fields(model_cls)} - set(settable)
+    fixed = sorted(k for k in overrides if k in model_keys or k in ("tokenizer", "min_freq", "pretokenize"))
     if args.preset or fixed:
         what = ", ".join((["--preset"] if args.preset else []) + [f"--set {k}" for k in fixed])
-        raise InputError(
-            f"--init-from {args.init_from}: the pretrained encoder fixes the architecture and tokenizer; drop {what}"
-        )
+        raise InputError(f"--init-from {args.init_from}: {source} fixes the architecture and tokenizer; drop {what}")
 
 
 def print_json(obj: object) -> None:
@@ -128,7 +149,18 @@ def texts_from(args_texts: list[str]) -> list[str]:
     """TEXT arguments, or one text per stdin line when there are none (blank lines skipped)."""
     if args_texts:
         return args_texts
-    return [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
+    return [line for line in stdin_lines() if line.strip()]
+
+
+def stdin_lines() -> list[str]:
+    """Standard input's lines without their line ends, as strict UTF-8: bytes that are not are an error line naming
+    the line (``<stdin>:3: not valid UTF-8 (bytes e9)``), not a traceback."""
+    from attnkit.data.readers import stream_lines
+
+    raw = getattr(sys.stdin, "buffer", None)
+    if raw is None:  # a text stream put in its place (a caller's io.StringIO): decoded already
+        return [line.rstrip("\r\n") for line in sys.stdin]
+    return list(stream_lines(raw))
 
 
 def fetch_dataset(name: str, pair: str | None = None) -> Path:
@@ -171,12 +203,20 @@ def eval_file(args: argparse.Namespace) -> Path:
 @contextmanager
 def training_context(args: argparse.Namespace) -> Iterator[TrainContext]:
     """Where a train command trains. Started by torchrun (``torchrun --nproc-per-node N -m attnkit ... train``),
-    this process is one rank of a data-parallel run: it joins the process group here and leaves it at the end."""
+    this process is one rank of a data-parallel run: it joins the process group here and leaves it at the end.
+
+    The process that writes the run (rank 0) holds the lock of ``--out`` from here to the end, so that a second
+    training into the same directory fails at once, naming this one; the other ranks write nothing and take none."""
+    from attnkit.runs import run_lock
     from attnkit.training.distributed import context_from_environment, end_process_group
+
+    def taken_over(holder) -> None:
+        print(f"note: {args.out}: taking over the lock left by {holder}, which has ended", file=sys.stderr)
 
     context = context_from_environment(device_of(args))
     try:
-        yield context
+        with run_lock(args.out, on_stale=taken_over) if context.is_main else nullcontext():
+            yield context
     finally:
         end_process_group()
 

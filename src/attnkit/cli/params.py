@@ -17,7 +17,7 @@ def cmd_params(args: argparse.Namespace) -> None:
     from attnkit.model.build import build_classifier, build_translator
 
     with torch.device("meta"):  # shapes only: no memory is allocated, even for the big model
-        model_cfg, _ = task_configs(args.task, args.preset, config_overrides(args))
+        model_cfg, _ = task_configs(args.task, args.preset, config_overrides(args, args.task))
         build = build_classifier if args.task == "classify" else build_translator
         model: torch.nn.Module = build(model_cfg)
     report = parameter_table(model)

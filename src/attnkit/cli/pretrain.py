@@ -7,6 +7,8 @@ import argparse
 from pathlib import Path
 
 from attnkit.cli.common import (
+    OUT_HELP,
+    RESUME_HELP,
     add_config_args,
     add_device_arg,
     check_resume,
@@ -22,16 +24,16 @@ def cmd_pretrain(args: argparse.Namespace) -> None:
     from attnkit.data.readers import read_text_lines, read_texts
     from attnkit.tasks.pretrain import pretrain_encoder
 
-    # Everything is checked before the run directory is made: a bad key or file leaves nothing behind.
-    overrides = config_overrides(args)
+    # Everything is checked before the run is written: a bad key or file leaves nothing behind.
+    overrides = config_overrides(args, "pretrain")
     for key in ("epochs", "seed"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     model_cfg, train_cfg = task_configs("pretrain", None, overrides)
-    check_resume(args, overrides, MaskedLMConfig, {})
     tabular = args.text.suffix.lower() in (".tsv", ".csv", ".jsonl")  # a labelled file: its text column
     texts = [text for text, _ in (read_texts(args.text) if tabular else read_text_lines(args.text))]
     with training_context(args) as context:
+        check_resume(args, overrides, MaskedLMConfig, {}, context)
         with training_progress(args, context, train_cfg.precision) as progress:
             summary = pretrain_encoder(
                 texts,
@@ -69,11 +71,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         required=True,
         help="one text per line (blank lines skipped); a .tsv, .csv or .jsonl file gives its text column",
     )
-    p.add_argument("--out", type=Path, required=True, help="run directory to write")
+    p.add_argument("--out", type=Path, required=True, help=OUT_HELP)
     p.add_argument("--epochs", type=int)
     p.add_argument("--seed", type=int)
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
-    p.add_argument("--resume", action="store_true", help="continue the killed run in --out from its last saved state")
+    p.add_argument("--resume", action="store_true", help=RESUME_HELP)
     add_device_arg(p)
     add_config_args(p)
     p.set_defaults(func=cmd_pretrain)

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import os
+import socket
 import sys
 
 from attnkit.cli.common import add_device_arg, add_precision_arg, check_precision, device_of
 from attnkit.errors import InputError
 
+API_KEY_VARIABLE = "ATTNKIT_API_KEY"  # TEI reads its --api-key from API_KEY
+DEFAULT_MAX_CONNECTIONS = 512
+
 
 def cmd_serve(args: argparse.Namespace) -> None:
     try:
-        import uvicorn
-
         from attnkit.serving.app import Limits, create_app
         from attnkit.serving.models import load_model
+        from attnkit.serving.server import make_server
         from attnkit.serving.worker import ProcessRunner
     except ImportError as err:
         raise InputError(
@@ -40,12 +45,20 @@ def cmd_serve(args: argparse.Namespace) -> None:
         max_beam=args.max_beam,
         attention_max_tokens=args.attention_max_tokens,
         batching=not args.no_batching,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
+        max_connections=DEFAULT_MAX_CONNECTIONS if args.max_connections is None else args.max_connections,
     )
+    flags = {"timeout_s": "timeout", "header_timeout_s": "header_timeout", "body_timeout_s": "body_timeout"}
     for name, value in vars(limits).items():
         if isinstance(value, bool):
             continue
-        if value < 0 or (value == 0 and name != "max_wait_ms"):
-            raise InputError(f"--{name.replace('_', '-')} {value}: must be > 0")
+        if not value >= 0 or (value == 0 and name != "max_wait_ms"):  # "not >=": NaN too
+            raise InputError(f"--{flags.get(name, name).replace('_', '-')} {value}: must be > 0")
+    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_VARIABLE) or None
+    if api_key is not None and not api_key.strip():
+        raise InputError("--api-key: must not be empty or blank")
+    limits = fit_connections(limits, explicit=args.max_connections is not None)
     # The inference worker holds the GIL between torch calls; by default Python hands it over every 5 ms, which
     # would put up to 5 ms on every step of the event loop (a 429 must take microseconds). 0.5 ms keeps the loop
     # responsive at a small cost to the worker.
@@ -62,26 +75,55 @@ def cmd_serve(args: argparse.Namespace) -> None:
         runner = ProcessRunner(str(args.model), args.precision, str(device), args.threads)
     else:
         model = load_model(args.model, args.precision, device)
-    app = create_app(model, limits, runner)
+    app = create_app(model, limits, runner, api_key)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig, frame):  # SIGTERM / SIGINT: refuse new work at once, let in-flight work finish
-            app.state.batcher.drain()
-            super().handle_exit(sig, frame)
-
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level="warning" if args.quiet else "info",
-        timeout_graceful_shutdown=args.timeout + 5,
-    )
-    server = Server(config)
+    server = make_server(app, limits, host=args.host, port=args.port, quiet=args.quiet)
+    if api_key is None and not loopback_only(args.host):
+        print(
+            f"warning: --host {args.host} takes connections from other machines, and without an API key anyone who "
+            f"can reach port {args.port} can use the model: set {API_KEY_VARIABLE} (or --api-key)",
+            file=sys.stderr,
+        )
     print(
         f"attnkit serve: {model.task} {model.name} on http://{args.host}:{args.port}/ (Ctrl-C stops)", file=sys.stderr
     )
     server.run()
+
+
+def fit_connections(limits, *, explicit: bool):
+    """``limits`` with as many connections as the process may open files for (``server.descriptors_needed``), its
+    soft limit raised where it has to be: the default number is lowered to fit (said in a note), a number given on
+    the command line that does not fit is an error."""
+    from dataclasses import replace
+
+    from attnkit.serving.server import RESERVED_DESCRIPTORS, descriptors_needed, open_file_limit
+
+    needed = descriptors_needed(limits)
+    allowed = open_file_limit(needed)
+    if allowed is None or allowed >= needed:
+        return limits
+    fitted = (allowed - RESERVED_DESCRIPTORS) // 3
+    if explicit or fitted < 1:
+        raise InputError(
+            f"--max-connections {limits.max_connections}: needs about {needed} open files, and this process may "
+            f"open {allowed} (ulimit -n): lower --max-connections or raise the limit"
+        )
+    print(f"note: --max-connections {fitted}: the most that {allowed} open files allow (ulimit -n)", file=sys.stderr)
+    return replace(limits, max_connections=fitted)
+
+
+def loopback_only(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback one (127.0.0.0/8, ::1): only this machine can connect.
+    A name that does not resolve is not (binding it will fail anyway)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -110,6 +152,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "thread of the server's process (one copy of the weights)",
     )
     p.add_argument("--quiet", action="store_true", help="no access log")
+    p.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help=f"require this key (default: ${API_KEY_VARIABLE}, which keeps it out of the process list): "
+        "'Authorization: Bearer KEY', or LibreTranslate's api_key field on /translate; 401 without it. "
+        "/health, /ready, /metrics, /openapi.json, /docs and the playground's files stay open",
+    )
     limits = p.add_argument_group("limits")
     limits.add_argument("--max-body-bytes", type=int, default=1_000_000, help="request body (413 beyond)")
     limits.add_argument("--max-inputs", type=int, default=64, help="texts per request (413 beyond)")
@@ -122,4 +171,27 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     limits.add_argument("--max-beam", type=int, default=8, help="largest beam and n_best")
     limits.add_argument("--attention-max-tokens", type=int, default=64, help="input length of /v1/attention")
     limits.add_argument("--no-batching", action="store_true", help="one request at a time (for comparison)")
+    slow = p.add_argument_group("slow and idle clients")
+    slow.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="a request's line and headers must arrive within this, from connect or the previous answer (408; "
+        "default 10)",
+    )
+    slow.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a request's body must arrive within this once its headers are in (408; default 30)",
+    )
+    slow.add_argument(
+        "--max-connections",
+        type=int,
+        help=f"open connections; past it the one waiting longest for its headers is closed, or 503 (default "
+        f"{DEFAULT_MAX_CONNECTIONS}, or fewer where the open-file limit is lower; the process's soft limit is raised "
+        "to 3x this + 64 where it can be)",
+    )
     p.set_defaults(func=cmd_serve)

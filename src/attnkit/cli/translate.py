@@ -7,10 +7,13 @@ import sys
 from pathlib import Path
 
 from attnkit.cli.common import (
+    OUT_HELP,
+    RESUME_HELP,
     Parser,
     add_config_args,
     add_device_arg,
     add_precision_arg,
+    check_init_from,
     check_precision,
     check_resume,
     config_overrides,
@@ -21,12 +24,15 @@ from attnkit.cli.common import (
     non_negative_float,
     positive_int,
     print_json,
+    stdin_lines,
     training_context,
     training_progress,
 )
 from attnkit.config import BLEU_TOKENIZERS
 from attnkit.errors import InputError
 
+# What --init-from leaves to the new training: the rest of the model is the run's.
+INIT_SETTABLE_KEYS = ("dropout", "attention_dropout")
 TEXT_DATA_FLAGS = ("train", "train_src", "train_tgt", "valid", "valid_src", "valid_tgt", "dataset", "pair")
 
 
@@ -70,14 +76,16 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
                     "translate train: give --train FILE, --train-src A --train-tgt B, --dataset NAME or --prepared DIR"
                 )
             valid = _read_pairs(args.valid, args.valid_src, args.valid_tgt, "valid")
-        overrides = config_overrides(args)
+        overrides = config_overrides(args, "translate")
         for key in ("epochs", "max_steps", "max_tokens", "seed"):
             if getattr(args, key) is not None:
                 overrides[key] = getattr(args, key)
         if args.epochs is not None and args.max_steps is not None:
             raise InputError("give --max-steps or --epochs, not both")
+        if args.init_from:
+            check_init_from(args, overrides, TranslatorConfig, INIT_SETTABLE_KEYS, "the run")
         model_cfg, train_cfg = task_configs("translate", args.preset, overrides)
-        check_resume(args, overrides, TranslatorConfig, TRANSLATOR_PRESETS)
+        check_resume(args, overrides, TranslatorConfig, TRANSLATOR_PRESETS, context)
         with training_progress(args, context, train_cfg.precision) as progress:
             summary = train_translator(
                 train,
@@ -86,6 +94,7 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
                 train_cfg=train_cfg,
                 out_dir=args.out,
                 resume=args.resume,
+                init_from=args.init_from,
                 on_event=progress,
                 context=context,
             )
@@ -131,7 +140,7 @@ def cmd_translate_run(args: argparse.Namespace) -> None:
         check_precision(args.precision, device, what="--precision")
         run = TranslatorRun(args.model, precision=args.precision, device=device)
         max_len = run.model_cfg.max_len
-    lines = [line.rstrip("\r\n") for line in sys.stdin]
+    lines = stdin_lines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             raise InputError(f"<stdin>:{number}: empty source line")
@@ -142,7 +151,7 @@ def cmd_translate_run(args: argparse.Namespace) -> None:
         print(
             f"note: {n_truncated} source line(s) longer than max_len={max_len} tokens were truncated", file=sys.stderr
         )
-    n_unknown = run.tokenizer.count_unknown(lines)
+    n_unknown = run.tokenizer.count_unknown(lines, max_len)
     if n_unknown:
         print(
             f"note: {n_unknown} source token(s) are not in the vocabulary and were read as <unk>; an unknown token in "
@@ -197,7 +206,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="a corpus written by `attnkit data prepare --task translate` instead of text: its tokenizer, its train "
         "split (read through memory maps) and its valid split",
     )
-    p.add_argument("--out", type=Path, required=True, help="run directory to write")
+    p.add_argument("--out", type=Path, required=True, help=OUT_HELP)
     p.add_argument("--preset", help="small (CPU-sized, the default), base or big (Table 3)")
     p.add_argument("--max-steps", type=int)
     p.add_argument("--epochs", type=int)
@@ -206,7 +215,14 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=int)
     p.add_argument("--quiet", action="store_true")
-    p.add_argument("--resume", action="store_true", help="continue the killed run in --out from its last saved state")
+    p.add_argument("--resume", action="store_true", help=RESUME_HELP)
+    p.add_argument(
+        "--init-from",
+        type=Path,
+        metavar="RUN",
+        help="start from the weights of a translator run (its architecture and tokenizer; a new optimizer and "
+        "schedule); only dropout and attention_dropout of the model may be set",
+    )
     add_device_arg(p)
     add_config_args(p)
     p.set_defaults(func=cmd_translate_train)

@@ -162,8 +162,8 @@ def prepare_parallel(
     with IndexedWriter(f"{prefix}.src", dtype) as src_out, IndexedWriter(f"{prefix}.tgt", dtype) as tgt_out:
         for chunk in _chunks(pairs, lambda pair: len(pair.source) + len(pair.target)):
             lines = [p.line for p in chunk]
-            src = [ids + [eos] for ids in tokenizer.encode_batch([p.source for p in chunk])]
-            tgt = tokenizer.encode_batch([p.target for p in chunk])
+            src = [ids + [eos] for ids in tokenizer.encode_batch([p.source for p in chunk], max_len)]
+            tgt = tokenizer.encode_batch([p.target for p in chunk], max_len)
             src_out.add_many(src_tally.apply(src, lines))
             tgt_out.add_many(tgt_tally.apply(tgt, lines))
         src_tally.check()  # training refuses over-long sources before it looks at the targets
@@ -205,7 +205,7 @@ def prepare_labelled(
                 if ex.label not in label_id:
                     raise InputError(f"{name}:{ex.line}: label {ex.label!r} is not one of the labels {labels}")
             label_spool.write(np.array([label_id[ex.label] for ex in chunk], dtype="<i8").tobytes())
-            seqs = tokenizer.encode_batch([ex.text for ex in chunk])
+            seqs = tokenizer.encode_batch([ex.text for ex in chunk], max_len)
             text_out.add_many(tally.apply(seqs, [ex.line for ex in chunk]))
         tally.check()
         text_out.finish()

@@ -31,6 +31,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from attnkit.errors import InputError
 
@@ -104,6 +105,21 @@ def _utf8_error(path: Path) -> InputError:
                 return InputError(f"{path}:{line}: not valid UTF-8 (bytes {bad}); save the file as UTF-8")
             number += _count_breaks(chunk)
     return InputError(f"{path}: not valid UTF-8; save the file as UTF-8")
+
+
+def stream_lines(stream: BinaryIO, name: str = "<stdin>") -> Iterator[str]:
+    """The lines of a byte stream (standard input), each without its line end (CRLF, LF), decoded as files are:
+    strict UTF-8, a leading BOM dropped; bytes that are not UTF-8 are an InputError naming ``name``, the line and
+    the bytes."""
+    for number, raw in enumerate(stream, start=1):
+        if number == 1 and raw.startswith(_UTF8_BOM):
+            raw = raw[len(_UTF8_BOM) :]
+        try:
+            line = raw.decode("utf-8", errors="strict")
+        except UnicodeDecodeError as err:
+            bad = raw[err.start : err.end].hex(" ")
+            raise InputError(f"{name}:{number}: not valid UTF-8 (bytes {bad}); send UTF-8 text") from None
+        yield line.rstrip("\r\n")
 
 
 def _count_breaks(raw: bytes) -> int:

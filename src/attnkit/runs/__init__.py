@@ -1,8 +1,9 @@
 """Run directories (layer 3): the files a training run writes, the manifest that checks them, the format version,
-atomic writing of JSON and weights, the metrics log, and ``load_run``, which loads any run for inference.
+atomic writing of JSON and weights, the metrics log, the lock a training holds on its directory, and ``load_run``,
+which loads any run for inference.
 
-``files`` holds the file names and the reading and writing, ``metrics`` the metrics log, ``load`` the dispatch on
-the task. Everything is importable from ``attnkit.runs``.
+``files`` holds the file names and the reading and writing, ``metrics`` the metrics log, ``lock`` the lock,
+``load`` the dispatch on the task. Everything is importable from ``attnkit.runs``.
 """
 
 from attnkit.atomic import atomic_write_bytes, atomic_write_json
@@ -12,6 +13,7 @@ from attnkit.runs.files import (
     FORMAT,
     FORMAT_BEFORE_VERSIONING,
     LABELS,
+    LOCK,
     MANIFEST,
     METRICS,
     READABLE_FORMATS,
@@ -32,7 +34,8 @@ from attnkit.runs.files import (
     state_dict_for_saving,
     write_manifest,
 )
-from attnkit.runs.load import TASKS, LoadedRun, load_run
+from attnkit.runs.load import TASKS, LoadedRun, RunFiles, load_run, read_run
+from attnkit.runs.lock import Holder, run_lock
 from attnkit.runs.metrics import MetricsLog, read_metrics
 
 __all__ = [
@@ -41,13 +44,16 @@ __all__ = [
     "FORMAT",
     "FORMAT_BEFORE_VERSIONING",
     "LABELS",
+    "LOCK",
     "MANIFEST",
     "METRICS",
     "READABLE_FORMATS",
     "TASKS",
     "TOKENIZER",
     "WEIGHTS",
+    "Holder",
     "LoadedRun",
+    "RunFiles",
     "MetricsLog",
     "atomic_write_bytes",
     "atomic_write_json",
@@ -57,12 +63,14 @@ __all__ = [
     "check_state_dict",
     "config_header",
     "load_run",
+    "read_run",
     "load_weights",
     "prepare_run_dir",
     "read_json",
     "read_labels",
     "read_metrics",
     "remove_temporary_files",
+    "run_lock",
     "save_weights",
     "sha256_file",
     "state_dict_for_saving",

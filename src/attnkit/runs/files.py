@@ -8,6 +8,7 @@ A run directory holds
     metrics.jsonl      one JSON object per logged step / epoch
     manifest.json      the sha256 of every file above but the metrics log, checked on load
     checkpoints/       step_N.safetensors, the last K weights of a translator (for averaging, §6.1)
+    .lock              while a training writes the directory: who it is (runs/lock.py)
 
 Every file is written to a temporary name in the same directory, flushed, fsynced and renamed over the old one,
 so a kill at any moment leaves either the previous file or the new one, never half of one.
@@ -39,6 +40,7 @@ LABELS = "labels.json"
 METRICS = "metrics.jsonl"
 MANIFEST = "manifest.json"
 CHECKPOINTS = "checkpoints"
+LOCK = ".lock"  # held by the training writing the directory (runs/lock.py); not an artifact of the run
 
 # The run-directory format written into config.json. Runs of the first release carry no "format" key; they are
 # format 0 and differ from format 1 only by that key, so both load.
@@ -198,7 +200,7 @@ def prepare_run_dir(out_dir: str | Path, resume: bool) -> Path:
         return out_dir
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir}: exists and is not a directory")
-    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / CONFIG).is_file():
+    if out_dir.exists() and any(p.name != LOCK for p in out_dir.iterdir()) and not (out_dir / CONFIG).is_file():
         raise InputError(f"{out_dir}: exists and is not an attnkit run directory; choose a new --out")
     out_dir.mkdir(parents=True, exist_ok=True)
     return out_dir

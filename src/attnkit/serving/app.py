@@ -4,8 +4,10 @@ Handlers validate and tokenize in the event loop, then await the inference worke
 the model themselves, so the loop keeps answering (health, metrics, 429s) while a batch runs. Every error a client
 can cause is a 4xx with JSON ``{"error": message, "error_type": kind}``; a 500 would be a bug.
 
-This file is the app's wiring and its route handlers only (~300 lines, one short handler per endpoint); the limits
-and input checks are ``limits.py``, the error handlers and middleware ``http.py``, running a batch ``models.py``.
+This file is the app's wiring and its route handlers only (one short handler per endpoint); the limits and input
+checks are ``limits.py``, the error handlers ``http.py``, the middleware in front (API key, early 429, body limit,
+headers) ``gate.py``, running a batch ``models.py``, the HTTP server and its defences against slow clients
+``server.py``.
 """
 
 from __future__ import annotations
@@ -25,18 +27,23 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from attnkit.serving.auth import ApiKey
 from attnkit.serving.batcher import Batcher, Draining, QueueFull
-from attnkit.serving.http import ApiError, Gate, error_response, install_error_handlers
+from attnkit.serving.gate import Gate, Route
+from attnkit.serving.http import ApiError, error_response, install_error_handlers
 from attnkit.serving.limits import Limits, check_beam, encode_inputs
 from attnkit.serving.metrics import Metrics
 from attnkit.serving.models import ServedModel, finite, run_batch, warm_up
 from attnkit.serving.schemas import (
+    FORM,
     AttentionRequest,
     ClassifyRequest,
     EmbeddingsRequest,
     EmbedRequest,
+    LibreTranslateForm,
     LibreTranslateRequest,
     TranslateRequest,
+    libretranslate_form,
 )
 from attnkit.serving.worker import ProcessRunner, WorkerDied
 
@@ -45,14 +52,19 @@ STATIC = files("attnkit.serving") / "static"
 
 
 def create_app(
-    model: ServedModel | Callable[[], ServedModel], limits: Limits | None = None, runner: ProcessRunner | None = None
+    model: ServedModel | Callable[[], ServedModel],
+    limits: Limits | None = None,
+    runner: ProcessRunner | None = None,
+    api_key: str | None = None,
 ) -> FastAPI:
     """The app for ``model`` (or a loader, run in a thread at startup: /ready answers 503 until it has loaded and
     warmed up). The inference worker starts and stops with the app's lifespan.
 
     ``runner``: where batches run. None: on the batcher's thread, with ``model`` itself (in-process tests). A
     ``ProcessRunner`` (what ``attnkit serve`` uses): in a child process with its own copy of the model, so that the
-    model and the event loop do not share a GIL; ``model`` then serves tokenization and metadata only."""
+    model and the event loop do not share a GIL; ``model`` then serves tokenization and metadata only.
+
+    ``api_key``: requests need it (``auth.py`` says which and how), or None: no key."""
     limits = limits or Limits()
     metrics = Metrics()
     state: dict = {"model": None, "ready": False, "load_error": None}
@@ -113,16 +125,18 @@ def create_app(
     )
     app.state.batcher, app.state.metrics, app.state.limits, app.state.serving = batcher, metrics, limits, state
     app.state.runner = runner
-    direct: dict = {}  # path -> (request schema, handler): the inference endpoints, for Gate's direct path
-    app.add_middleware(Gate, limit=limits.max_body_bytes, metrics=metrics, batcher=batcher, direct=direct)
-    install_error_handlers(app)
+    direct: dict[str, Route] = {}  # the inference endpoints, for Gate's direct path
+    key = ApiKey(api_key) if api_key is not None else None
+    app.add_middleware(Gate, limits=limits, metrics=metrics, batcher=batcher, direct=direct, api_key=key)
+    install_error_handlers(app, form_paths=("/translate",))
 
-    def post(path: str):
-        """``@app.post(path)``, and the handler is also answered directly by Gate (see there)."""
+    def post(path: str, form: Callable[[bytes, bytes], Any] | None = None, **route_options: Any):
+        """``@app.post(path)``, and the handler is also answered directly by Gate (see there), with ``form``
+        reading the form shape of its request where it has one."""
 
         def register(handler: Callable) -> Callable:
-            direct[path] = (get_type_hints(handler)["body"], handler)
-            return app.post(path)(handler)
+            direct[path] = Route(get_type_hints(handler)["body"], handler, form)
+            return app.post(path, **route_options)(handler)
 
         return register
 
@@ -248,9 +262,14 @@ def create_app(
             )
         return JSONResponse({"model": m.name, "results": results})
 
-    @post("/translate")
+    # Gate reads the form; FastAPI's schema only describes it (the form shape carries one text).
+    form_body = {"content": {FORM: {"schema": LibreTranslateForm.model_json_schema()}}}
+
+    @post("/translate", form=libretranslate_form, openapi_extra={"requestBody": form_body})
     async def libretranslate(body: LibreTranslateRequest):
-        """LibreTranslate's shape: ``{"q": ..., "source": ..., "target": ...}`` -> ``{"translatedText": ...}``."""
+        """LibreTranslate's shape: ``{"q": ..., "source": ..., "target": ...}`` -> ``{"translatedText": ...}``, as
+        JSON, or as a form (``application/x-www-form-urlencoded`` or the query string) as its client libraries
+        send it."""
         m = served("translator")
         beam = max(4, body.alternatives + 1)
         check_beam(beam, body.alternatives + 1, limits)

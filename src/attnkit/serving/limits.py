@@ -27,6 +27,10 @@ class Limits:
     max_beam: int = 8  # beam and n_best (422 beyond)
     attention_max_tokens: int = 64  # /v1/attention input length (422 beyond): the maps grow as its square
     batching: bool = True  # False: one request at a time (the load benchmark's baseline)
+    # Slow and idle clients (enforced by ``server.py``): each connection costs a file descriptor until it is closed.
+    header_timeout_s: float = 10.0  # a request's line and headers, from connect or the previous answer (408)
+    body_timeout_s: float = 30.0  # a request's body, once its headers are in (408)
+    max_connections: int = 512  # open connections; beyond, the oldest waiting for a head is closed, else 503
 
 
 def encode_inputs(

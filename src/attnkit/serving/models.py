@@ -64,9 +64,6 @@ class ServedModel:
     def token_ids(self, text: str) -> list[int]:
         raise NotImplementedError
 
-    def tokens(self, text: str) -> list[str]:
-        return self.tokenizer.tokens(text)
-
     def config(self) -> dict:
         raise NotImplementedError
 
@@ -176,9 +173,6 @@ class TranslatorModel(ServedModel):
     def token_ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text) + [self.eos_id]  # as ``translate run`` encodes a source
 
-    def tokens(self, text: str) -> list[str]:
-        return self.tokenizer.tokens(text) + ["</s>"]
-
     @torch.inference_mode()
     def translate(
         self, seqs: list[list[int]], *, beam: int, alpha: float, length_penalty: str, n_best: int
@@ -247,8 +241,10 @@ class TranslatorModel(ServedModel):
         )
         # Decoder position t (BOS at 0) predicted output token t. When decoding stopped at EOS the rows are the
         # output tokens and EOS; when it ran to the length limit there was no EOS, and position len(out) (which may
-        # be past max_len) predicted nothing: as in ``analysis.attention.translator_attention``.
-        out_tokens = [tok.backend.id_to_token(i) for i in out] + (["</s>"] if len(out) < limit else [])
+        # be past max_len) predicted nothing: as in ``analysis.attention.translator_attention``. EOS is named as the
+        # vocabulary names it, as in the source's ``tokens``.
+        eos = [tok.backend.id_to_token(self.eos_id)] if len(out) < limit else []
+        out_tokens = [tok.backend.id_to_token(i) for i in out] + eos
         fed = [self.bos_id] + out[: len(out_tokens) - 1]
         tgt_in = torch.tensor([fed], device=src.device)  # (1, T), T = len(out_tokens)
         memory, src_mask, enc_maps = model.encode(src, layers)  # (1, S, D)

@@ -3,14 +3,16 @@ impossible decoding parameters are 422s naming the field.
 
 Strict types: ``"beam": "4"`` is refused, not converted, so a client's mistake does not pass silently. Unknown
 fields are refused (a typo such as ``beam_size`` would otherwise be ignored), except in the OpenAI and
-LibreTranslate shapes, whose clients send fields this server has no use for.
+LibreTranslate shapes, whose clients send fields this server has no use for. Every string must be Unicode text
+(``Text``). LibreTranslate's ``/translate`` also takes its fields as a form (``libretranslate_form``).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
+from urllib.parse import parse_qsl
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from attnkit.decoding.penalty import LENGTH_PENALTIES
 
@@ -18,7 +20,22 @@ from attnkit.decoding.penalty import LENGTH_PENALTIES
 # beam x memory for little gain (§6.1 used 4).
 MAX_BEAM = 16
 
-Inputs = StrictStr | list[StrictStr]
+
+def _unicode(text: str) -> str:
+    """JSON may escape a lone UTF-16 surrogate (``"\\ud800"``), which is no character: Python's JSON parser passes
+    it on, and the tokenizer (and the UTF-8 of the answer) could not take it. Refused, not replaced: the client's
+    text is not what it meant to send."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"not Unicode text: a lone surrogate \\u{ord(text[err.start]):04x} at character {err.start}"
+        ) from None
+    return text
+
+
+Text = Annotated[StrictStr, AfterValidator(_unicode)]
+Inputs = Text | list[Text]
 Alpha = Annotated[float, Field(ge=0.0, le=10.0, allow_inf_nan=False, strict=True)]
 
 
@@ -43,10 +60,10 @@ class EmbeddingsRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
     input: Inputs
-    model: StrictStr | None = None
+    model: Text | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: StrictInt | None = Field(None, ge=1)
-    user: StrictStr | None = None
+    user: Text | None = None
 
 
 class TranslateRequest(_Strict):
@@ -70,12 +87,46 @@ class LibreTranslateRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
     q: Inputs
-    source: StrictStr = "auto"
-    target: StrictStr = ""
+    source: Text = "auto"
+    target: Text = ""
     format: Literal["text", "html"] = "text"
     alternatives: StrictInt = Field(0, ge=0, le=MAX_BEAM - 1)
-    api_key: StrictStr | None = None
+    api_key: Text | None = Field(None, description="the server's API key, if it has one (or send it as a Bearer token)")
+
+
+class LibreTranslateForm(LibreTranslateRequest):
+    """The same fields sent as a form: one text, and every value is text, so ``alternatives`` is read as a number."""
+
+    q: Text
+    alternatives: int = Field(0, ge=0, le=MAX_BEAM - 1)
+
+
+FORM = "application/x-www-form-urlencoded"
+
+
+def form_fields(query: bytes, body: bytes) -> dict[str, str]:
+    """The fields of a LibreTranslate form request, as its server reads them (Flask's ``request.values``): those of
+    the URL's query string (some clients send ``POST /translate?q=...`` with no body) and of the urlencoded body.
+    ``ValueError`` naming the problem for text that is not UTF-8 and for a field given twice (LibreTranslate would
+    keep one value and drop the rest silently; a form carries one text, a JSON list several)."""
+    fields: dict[str, str] = {}
+    for part in (query, body):
+        try:
+            pairs = parse_qsl(part.decode("utf-8"), keep_blank_values=True, encoding="utf-8", errors="strict")
+        except UnicodeDecodeError as err:
+            bad = err.object[err.start : err.end]
+            raise ValueError(f"the form is not UTF-8 text ({err.reason}: {bad!r})") from None
+        for name, value in pairs:
+            if name in fields:
+                raise ValueError(f"{name}: given more than once (send JSON with a list for several texts)")
+            fields[name] = value
+    return fields
+
+
+def libretranslate_form(query: bytes, body: bytes) -> LibreTranslateForm:
+    """The request of a form (``form_fields``); ``ValueError`` or pydantic's ``ValidationError`` naming the field."""
+    return LibreTranslateForm.model_validate(form_fields(query, body))
 
 
 class AttentionRequest(_Strict):
-    inputs: StrictStr = Field(description="one text (its length is capped: see /info)")
+    inputs: Text = Field(description="one text (its length is capped: see /info)")

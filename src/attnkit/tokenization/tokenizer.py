@@ -108,16 +108,33 @@ class Tokenizer:
         """Ids of ``text``, with the CLS token first when the tokenizer has one."""
         return self.backend.encode(self._pre(text)).ids
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [encoding.ids for encoding in self.backend.encode_batch([self._pre(text) for text in texts])]
+    def encode_batch(self, texts: list[str], max_tokens: int | None = None) -> list[list[int]]:
+        """Ids of each text. With ``max_tokens``, a long text is encoded only as far as it gives more than
+        ``max_tokens`` ids, which are then the first ids of the whole text: what a model of that length can read
+        costs memory in proportion to it, whatever the text's length (a 20 MB line encoded whole took 2.6 GB)."""
+        if max_tokens is None:
+            return [encoding.ids for encoding in self.backend.encode_batch([self._pre(text) for text in texts])]
+        ids: list[list[int]] = [[] for _ in texts]
+        todo, chars = list(range(len(texts))), CHARS_PER_TOKEN * (max_tokens + 1)
+        while todo:
+            heads = [_head(texts[i], chars) for i in todo]
+            again = []
+            for i, head, seq in zip(todo, heads, self.encode_batch(heads)):
+                if len(seq) > max_tokens or len(head) == len(texts[i]):
+                    ids[i] = seq
+                else:  # long tokens (or many spaces): a longer part of the text
+                    again.append(i)
+            todo, chars = again, 2 * chars
+        return ids
 
     def tokens(self, text: str) -> list[str]:
         """The token strings of ``text`` (for attention-map labels and for reading what the model sees)."""
         return self.backend.encode(self._pre(text)).tokens
 
-    def count_unknown(self, texts: list[str]) -> int:
-        """How many tokens of ``texts`` are <unk> (always 0 for a lossless tokenizer)."""
-        return sum(ids.count(self.unk_id) for ids in self.encode_batch(texts))
+    def count_unknown(self, texts: list[str], max_tokens: int | None = None) -> int:
+        """How many tokens of ``texts`` (of their first ``max_tokens``, the part a model reads) are <unk> (always 0
+        for a lossless tokenizer)."""
+        return sum(ids[:max_tokens].count(self.unk_id) for ids in self.encode_batch(texts, max_tokens))
 
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> text, subwords joined (detokenized); padding and the sequence-marking specials are dropped, and
@@ -182,6 +199,21 @@ class Tokenizer:
         cls_id = backend.token_to_id("<cls>")
         add_cls = cls_id is not None and backend.encode("a").ids[:1] == [cls_id]
         return cls(backend, kind, SpecialTokens(cls="<cls>" if add_cls else None))
+
+
+# How far into a text ``encode_batch(texts, max_tokens)`` first looks: this many characters per token wanted (a token
+# of English or Korean text is a few characters; a longer part is encoded when this gives too few).
+CHARS_PER_TOKEN = 16
+
+
+def _head(text: str, chars: int) -> str:
+    """The beginning of ``text``, about ``chars`` characters, cut before a space: every pre-tokenizer here splits
+    text at spaces, so the tokens of the part are the whole text's first tokens. A text with no space there (one
+    long word) is cut at ``chars``."""
+    if len(text) <= chars:
+        return text
+    cut = text.rfind(" ", 0, chars + 1)
+    return text[:cut] if cut > 0 else text[:chars]
 
 
 def is_lossless(backend: Backend) -> bool:

@@ -81,6 +81,8 @@ def fit(
     state, generator, the_plan = run.state, run.generator, run.plan
     loss_fn = compiled(task.loss) if cfg.compile else task.loss
     stopped_by = _finished(cfg, state)  # "" unless resuming a run that had already stopped
+    if stopped_by:
+        on_event(Warned(_nothing_left(stopped_by, cfg)))
     warned_time = False
     model.train()
     with training_kernels(tf32=cfg.tf32, device=run.context.device), closing(run.log):
@@ -202,6 +204,9 @@ def _open_run(
         log = _metrics_log(run_dir, cfg, keep_rows=None, context=context)
     broadcast_from_main(model, context)  # every rank starts from rank 0's weights, whatever each built or loaded
     the_plan, warnings = plan(cfg, -(-batches_per_epoch // state.batches_per_step), task.d_model)
+    if state.planned_steps and state.planned_steps != the_plan.total_steps:  # a resumed run given a new budget
+        notes.append(_replanned(the_plan, state))
+    state.planned_steps = the_plan.total_steps
     for message in notes + warnings:
         on_event(Warned(message))
     on_event(
@@ -449,6 +454,24 @@ def _finished(cfg: TrainConfig, state: FitState) -> str:
     if cfg.patience and state.stale >= cfg.patience:
         return "patience"
     return ""
+
+
+def _nothing_left(stopped_by: str, cfg: TrainConfig) -> str:
+    if stopped_by == "patience":
+        return f"the run had stopped early (patience={cfg.patience} evaluations without improvement): nothing to train"
+    return (
+        f"the run had already used its budget ({stopped_by}): nothing to train; resume with a larger --max-steps or "
+        "--epochs to continue it"
+    )
+
+
+def _replanned(the_plan: Plan, state: FitState) -> str:
+    """What changes when a resumed run has a new budget: the schedule, planned over the new number of steps."""
+    return (
+        f"the budget changed from {state.planned_steps} to {the_plan.total_steps} steps: the learning-rate schedule "
+        f"({the_plan.schedule}, {the_plan.warmup} warmup steps) is planned again over {the_plan.total_steps} steps; "
+        f"step {state.step + 1} trains at lr {the_plan.lr(state.step + 1):.3g}"
+    )
 
 
 def _improves(metrics: dict[str, float], state: FitState, task: Task) -> bool:

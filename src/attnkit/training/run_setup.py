@@ -1,5 +1,6 @@
 """Opening a training run's directory, shared by every task: a fresh run, a resumed one, or a resumed one that was
-killed before it saved anything (which simply starts).
+killed before it saved anything (which simply starts), a resumed one given a larger budget; and whether the model
+to train fits the device's memory.
 
 In a data-parallel run, rank 0 alone prepares the directory, trains the tokenizer and writes the run's files; the
 other ranks wait in ``open_run`` until ``write_run_files`` has written them, then read them as a resumed run reads
@@ -12,9 +13,13 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from attnkit import runs
 from attnkit.config import TrainConfig, TransformerConfig
+from attnkit.devices import available_memory
 from attnkit.errors import InputError
+from attnkit.model.size import model_size
 from attnkit.tokenization import Tokenizer
 from attnkit.training.distributed import main_done, wait_for_main
 from attnkit.training.task import TrainContext
@@ -29,16 +34,15 @@ class RunDir:
 
 def open_run(out_dir: str | Path, resume: bool, context: TrainContext | None = None) -> RunDir:
     """The directory to train into. Resuming removes what atomic writes killed part-way left behind; a run killed
-    before it wrote its config has nothing to continue, so it starts from the beginning (as it would have).
+    before it wrote its config (or before it made its directory) has nothing to continue, so it starts from the
+    beginning, as it would have.
 
     On ranks other than 0: once rank 0 has written the run's files, the run as rank 0 wrote it (``saved`` set)."""
     out_dir = Path(out_dir)
     if context is not None and not context.is_main:
         wait_for_main(context)
         return RunDir(out_dir, runs.read_json(out_dir / runs.CONFIG), resume)
-    if resume:
-        if not out_dir.is_dir():
-            raise InputError(f"--resume: {out_dir} does not exist; there is no run to continue")
+    if resume and out_dir.is_dir():
         runs.remove_temporary_files(out_dir)
         if (out_dir / runs.CONFIG).is_file():
             path = runs.prepare_run_dir(out_dir, resume=True)
@@ -87,3 +91,28 @@ def _write_run_files(
     tokenizer.save(run.path / runs.TOKENIZER)
     for name, value in files.items():
         runs.atomic_write_json(run.path / name, value)
+
+
+def grow_budget(run_dir: Path, grown: dict[str, object]) -> None:
+    """Write a resumed run's larger budget (``config.check_resume_settings`` allowed it) into its config.json, and
+    that file's new hash into the manifest: the run continues under it, and its files still check."""
+    config = runs.read_json(run_dir / runs.CONFIG)
+    config["train"].update(grown)
+    runs.atomic_write_json(run_dir / runs.CONFIG, config)
+    manifest_path = run_dir / runs.MANIFEST
+    if manifest_path.is_file():
+        manifest = runs.read_json(manifest_path)
+        manifest.setdefault("sha256", {})[runs.CONFIG] = runs.sha256_file(run_dir / runs.CONFIG)
+        runs.atomic_write_json(manifest_path, manifest)
+
+
+def check_memory(model_cfg: TransformerConfig, device: torch.device) -> None:
+    """Before the model is built: its weights, gradients and Adam's two moments must fit the memory ``device`` has
+    left (activations come on top), or the training is refused now rather than killed by the kernel later."""
+    size, free = model_size(model_cfg), available_memory(device)
+    if free is not None and size.training_bytes > free:
+        raise InputError(
+            f"the model ({size.params:,} parameters) needs {size.training_bytes / 2**30:.1f} GiB to train (weights, "
+            f"gradients and Adam's two moments) but {device} has {free / 2**30:.1f} GiB available; make it smaller "
+            f"(vocab_size, d_model, d_ff, n_layers, max_len)"
+        )

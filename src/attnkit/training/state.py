@@ -60,6 +60,7 @@ class FitState:
     skipped: int = 0  # non-finite steps skipped (skip_nonfinite)
     log_rows: int = 0  # rows in the metrics log when the state was saved: a resume drops the rows after them
     batches_per_step: int = 0  # over all processes: accum_steps x world_size when the run started (0: not recorded)
+    planned_steps: int = 0  # the steps the learning-rate schedule was planned over (0: not recorded)
 
 
 def save_fit_state(

@@ -4,18 +4,37 @@
 const $ = (id) => document.getElementById(id);
 let info = null;
 let attention = null;
+// A server started with --api-key answers 401 without it: the page asks for the key once and keeps it for the tab.
+let apiKey = sessionStorage.getItem("attnkit-api-key") || "";
 
 async function api(path, body) {
-  const response = await fetch(path, body === undefined ? {} : {
-    method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body),
+  const headers = apiKey ? {"Authorization": `Bearer ${apiKey}`} : {};
+  const response = await fetch(path, body === undefined ? {headers: headers} : {
+    method: "POST", headers: {...headers, "Content-Type": "application/json"}, body: JSON.stringify(body),
   });
   let data = null;
   try { data = await response.json(); } catch (e) { data = null; }
   if (!response.ok) {
     const message = data && data.error ? `${data.error_type}: ${data.error}` : `HTTP ${response.status}`;
-    throw new Error(`${path} answered ${response.status}. ${message}`);
+    const err = new Error(`${path} answered ${response.status}. ${message}`);
+    err.status = response.status;
+    throw err;
   }
   return data;
+}
+
+function askForKey() {
+  $("key-form").hidden = false;
+  $("key").focus();
+  return new Promise((resolve) => {
+    $("key-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      apiKey = $("key").value;
+      sessionStorage.setItem("attnkit-api-key", apiKey);
+      $("key-form").hidden = true;
+      resolve();
+    }, {once: true});
+  });
 }
 
 function showError(err) {
@@ -31,7 +50,8 @@ async function loadInfo() {
       break;
     } catch (err) {
       $("model-info").textContent = String(err.message);
-      await new Promise((resolve) => setTimeout(resolve, 1000));
+      if (err.status === 401) await askForKey();
+      else await new Promise((resolve) => setTimeout(resolve, 1000));
     }
   }
   if (!info) return;

@@ -36,7 +36,7 @@ def encode_examples(
 ) -> tuple[list[list[int]], Truncation]:
     """Ids of ``texts``, cut to ``max_len`` (keeping a trailing [SEP]) or refused, as ``policy`` says."""
     return apply_length_policy(
-        tokenizer.encode_batch(texts),
+        tokenizer.encode_batch(texts, max_len),
         max_len,
         policy,
         what="text",

@@ -48,6 +48,9 @@ def predicted_class_ids(logits: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Prediction:
+    """One classified text: its label (the most probable class), every label's probability, and how many of its
+    tokens the vocabulary lacks."""
+
     text: str
     label: str
     probs: dict[str, float]
@@ -73,20 +76,27 @@ class ClassifierRun:
         self.model: TransformerClassifier = loaded.model
         self.run_dir = loaded.run_dir
 
-    def logits(self, texts: list[str]) -> torch.Tensor:
+    def _ids(self, texts: list[str]) -> list[list[int]]:
         seqs, _ = encode_examples(self.tokenizer, texts, self.model_cfg.max_len, self.max_len_policy)
+        return seqs
+
+    def _logits(self, seqs: list[list[int]]) -> torch.Tensor:
         with autocast(self.precision, self.device):
             return predict_ids(self.model, seqs, self.tokenizer.pad_id)
+
+    def logits(self, texts: list[str]) -> torch.Tensor:
+        return self._logits(self._ids(texts))
 
     def predict(self, texts: list[str]) -> list[Prediction]:
         for i, text in enumerate(texts, start=1):
             if not text.strip():
                 raise InputError(f"input text #{i} is empty")
-        probs = class_probabilities(self.logits(texts))  # (N, C)
+        seqs = self._ids(texts)
+        probs = class_probabilities(self._logits(seqs))  # (N, C)
         out = []
-        for text, row in zip(texts, probs.tolist()):
+        for text, ids, row in zip(texts, seqs, probs.tolist()):
             best = max(range(len(row)), key=row.__getitem__)
-            unknown = self.tokenizer.count_unknown([text])
+            unknown = ids.count(self.tokenizer.unk_id)  # of the tokens the model read
             out.append(Prediction(text, self.labels[best], {label: p for label, p in zip(self.labels, row)}, unknown))
         return out
 

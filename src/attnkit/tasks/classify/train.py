@@ -31,7 +31,7 @@ from attnkit.training.events import Event, Prepared
 from attnkit.training.loop import fit
 from attnkit.training.losses import classification_loss
 from attnkit.training.optim import make_optimizer
-from attnkit.training.run_setup import open_run, write_run_files
+from attnkit.training.run_setup import check_memory, open_run, write_run_files
 from attnkit.training.state import fingerprint_texts
 from attnkit.training.task import Batch, BatchLoss, TrainContext
 
@@ -267,6 +267,7 @@ def train_classifier(
     vocab_size, n_truncated = tokenizer.vocab_size, truncation.n_truncated
     on_event(Prepared(n_train, n_valid, valid_source, vocab_size, n_truncated, model_cfg.max_len, labels))
 
+    check_memory(model_cfg, context.device)
     model = build_classifier(model_cfg, pad_id=tokenizer.pad_id)
     if initial is not None:
         model.load_state_dict(initial.state_dict())  # the same weights, in a model built with this run's dropout

@@ -39,10 +39,10 @@ def sentence_embeddings(
         raise InputError(f"pool={pool!r}; expected one of {', '.join(POOLINGS)}")
     if tokenizer.pad_id != model.pad_id:
         raise ValueError(f"tokenizer pad id {tokenizer.pad_id} differs from the model's pad_id {model.pad_id}")
-    seqs = tokenizer.encode_batch(list(texts))
+    max_len = model.embeddings.position.max_len
     seqs, truncation = apply_length_policy(
-        seqs,
-        model.embeddings.position.max_len,
+        tokenizer.encode_batch(list(texts), max_len),
+        max_len,
         max_len_policy,
         what="text",
         keep_last=tokenizer.n_trailing_specials or None,

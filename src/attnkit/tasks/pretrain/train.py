@@ -30,7 +30,7 @@ from attnkit.tokenization.tokenizer import SPECIAL_TOKENS
 from attnkit.training.events import Event, Prepared
 from attnkit.training.loop import fit
 from attnkit.training.optim import make_optimizer
-from attnkit.training.run_setup import open_run, write_run_files
+from attnkit.training.run_setup import check_memory, open_run, write_run_files
 from attnkit.training.state import fingerprint_texts
 from attnkit.training.task import Batch, BatchLoss, TrainContext
 
@@ -179,10 +179,10 @@ def pretrain_encoder(
     mask_id = tokenizer.backend.token_to_id(MASK_TOKEN)
     assert mask_id is not None  # added by _tokenizer_for
     train_ids, truncation = apply_length_policy(
-        tokenizer.encode_batch(train_texts), model_cfg.max_len, train_cfg.max_len_policy, what="text"
+        tokenizer.encode_batch(train_texts, model_cfg.max_len), model_cfg.max_len, train_cfg.max_len_policy, what="text"
     )
     valid_ids, _ = apply_length_policy(
-        tokenizer.encode_batch(valid_texts), model_cfg.max_len, train_cfg.max_len_policy, what="text"
+        tokenizer.encode_batch(valid_texts, model_cfg.max_len), model_cfg.max_len, train_cfg.max_len_policy, what="text"
     )
     valid_source = f"{train_cfg.valid_fraction:g} of the lines held out" if valid_texts else "none"
     on_event(
@@ -197,6 +197,7 @@ def pretrain_encoder(
         )
     )
 
+    check_memory(model_cfg, context.device)
     model = build_masked_lm(model_cfg, pad_id=tokenizer.pad_id)
     model.to(context.device)  # before the optimizer is made: its state lives beside the parameters
     optimizer = make_optimizer(model, train_cfg)

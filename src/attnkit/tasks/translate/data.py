@@ -35,8 +35,8 @@ def bos_eos(tokenizer: Tokenizer) -> tuple[int, int]:
 def encode_pairs(tokenizer: Tokenizer, pairs: list[Pair], max_len: int, policy: str) -> ParallelData:
     """Source = tokens + EOS (at most ``max_len``); target tokens at most ``max_len - 1`` (room for BOS / EOS)."""
     _, eos = bos_eos(tokenizer)
-    src = [ids + [eos] for ids in tokenizer.encode_batch([p.source for p in pairs])]
-    tgt = tokenizer.encode_batch([p.target for p in pairs])
+    src = [ids + [eos] for ids in tokenizer.encode_batch([p.source for p in pairs], max_len)]
+    tgt = tokenizer.encode_batch([p.target for p in pairs], max_len)
     lines = [p.line for p in pairs]
     src, src_cut = apply_length_policy(src, max_len, policy, what="source sentence", keep_last=1, lines=lines)
     tgt, tgt_cut = apply_length_policy(tgt, max_len - 1, policy, what="target sentence", lines=lines)
@@ -83,6 +83,6 @@ def encode_sources(tokenizer: Tokenizer, texts: list[str], max_len: int, policy:
         if not text.strip():
             raise InputError(f"source line {i} is empty")
     _, eos = bos_eos(tokenizer)
-    ids = [s + [eos] for s in tokenizer.encode_batch(texts)]
+    ids = [s + [eos] for s in tokenizer.encode_batch(texts, max_len)]
     ids, cut = apply_length_policy(ids, max_len, policy, what="source sentence", keep_last=1)
     return ids, cut.n_truncated

@@ -32,8 +32,8 @@ from attnkit.training.events import Event, Prepared
 from attnkit.training.loop import fit
 from attnkit.training.losses import sequence_loss
 from attnkit.training.optim import make_optimizer
-from attnkit.training.run_setup import open_run, write_run_files
-from attnkit.training.state import fingerprint_texts
+from attnkit.training.run_setup import check_memory, open_run, write_run_files
+from attnkit.training.state import STATE, fingerprint_texts
 from attnkit.training.task import Batch, BatchLoss, TrainContext
 
 
@@ -169,6 +169,7 @@ def train_translator(
     train_cfg: TranslatorTrainConfig,
     out_dir: str | Path,
     resume: bool = False,
+    init_from: str | Path | None = None,
     on_event: Callable[[Event], None] = lambda event: None,
     context: TrainContext | None = None,
 ) -> TranslateSummary:
@@ -177,23 +178,27 @@ def train_translator(
     ``train`` is parallel text, or a prepared corpus (``data.prepared.open_prepared``; ``valid`` is then None and
     the corpus's valid split, if any, validates): its tokenizer is the run's, and its train split is read from the
     memory maps a batch at a time. With ``resume``, continue a killed run from its last saved state, bit-exactly
-    (configs come from the run). ``context`` says where to train (the device, default the CPU, and the process's
-    rank in a data-parallel run; see ``fit``); the run directory it writes does not depend on it.
+    (configs come from the run). ``init_from``, a translator's run directory: start from its weights (fairseq's
+    ``--restore-file --reset-optimizer``), architecture and tokenizer, with a new optimizer and schedule;
+    ``model_cfg`` then gives only the dropout. ``context`` says where to train (the device, default the CPU, and
+    the process's rank in a data-parallel run; see ``fit``); the run directory it writes does not depend on it.
     """
     prepared = train if isinstance(train, PreparedCorpus) else None
     if prepared is not None and valid is not None:
         raise ValueError("a prepared corpus brings its own valid split; pass valid=None")
     context = context or TrainContext()
     run = open_run(out_dir, resume, context)
+    source = runs.read_run(init_from, task="translate") if init_from is not None else None
     if run.saved is not None:
         model_cfg = TranslatorConfig(**run.saved["model"])
         train_cfg = TranslatorTrainConfig(**run.saved["train"])
         tokenizer = Tokenizer.load(run.path / runs.TOKENIZER, run.saved["tokenizer"])
-        if prepared is not None and prepared.tokenizer.fingerprint() != tokenizer.fingerprint():
-            raise InputError(
-                f"{prepared.directory}: prepared with another tokenizer than the run in {run.path}; resume on the "
-                "corpus the run was started on"
-            )
+    elif source is not None:
+        assert isinstance(source.model_cfg, TranslatorConfig)  # read_run checked the task
+        tokenizer = source.tokenizer
+        model_cfg = dataclasses.replace(
+            source.model_cfg, dropout=model_cfg.dropout, attention_dropout=model_cfg.attention_dropout
+        )
     elif prepared is not None:
         tokenizer = prepared.tokenizer  # the corpus's ids are this vocabulary's
         model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
@@ -208,6 +213,12 @@ def train_translator(
             pretokenize=train_cfg.pretokenize,
         )
         model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
+    if prepared is not None and prepared.tokenizer.fingerprint() != tokenizer.fingerprint():
+        owner = f"the run in {run.path}" if run.saved is not None else f"the run {init_from} (--init-from)"
+        raise InputError(
+            f"{prepared.directory}: prepared with another tokenizer than {owner}; prepare it with that run's "
+            "tokenizer (attnkit data prepare --tokenizer RUN)"
+        )
     if train_cfg.valid_bleu:
         bleu_metric(train_cfg.bleu_tokenize)  # a missing analyser (ko-mecab) fails now, not at the first evaluation
     torch.manual_seed(train_cfg.seed)
@@ -229,11 +240,15 @@ def train_translator(
         )
     )
 
+    check_memory(model_cfg, context.device)
     model = build_translator(model_cfg, pad_id=tokenizer.pad_id).to(
         context.device
     )  # before the optimizer: its state too
+    if source is not None and not (run.resume and (run.path / STATE).is_file()):  # weights only, no optimizer state
+        runs.load_weights(model, source.run_dir / runs.WEIGHTS)
     optimizer = make_optimizer(model, train_cfg)
-    write_run_files(run, "translate", model_cfg, train_cfg, tokenizer, context=context)
+    extra = {"init_from": str(init_from)} if init_from is not None else {}
+    write_run_files(run, "translate", model_cfg, train_cfg, tokenizer, files=None, context=context, **extra)
     task = TranslationTask(
         data.train, data.valid, data.valid_targets, tokenizer, train_cfg, model_cfg.d_model, data.fingerprint
     )
