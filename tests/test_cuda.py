@@ -206,8 +206,87 @@ def test_fp16_overflow_is_skipped_by_the_scaler_not_reported_as_divergence():
     scaler = torch.amp.GradScaler("cuda", init_scale=2.0**24)  # float16 gradients overflow at 65504
     x, y = torch.randn(8, 4) * 100, torch.randint(0, 2, (8,))
     cfg = ClassifierTrainConfig(precision="fp16")
-    outcome = _train_step(model, optimizer, Task(), [list(range(8))], cfg, TrainContext(cuda()), scaler, step=1)
+    batches = [(0, Task().collate(list(range(8))))]
+    outcome = _train_step(model, optimizer, Task(), batches, cfg, TrainContext(cuda()), scaler, step=1)
     # The loss is finite; its gradient, scaled by 2^24 and cast to float16 for the linear layer, is not.
     assert outcome.problem is None
     assert scaler.get_scale() == 2.0**23  # halved
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # the update was skipped
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A training step does not wait for the host (tests/training/test_step_costs.py counts the same on a CPU)
+
+
+def _pairs(tmp_path: Path, n: int = 200) -> Path:
+    """``n`` sentence pairs of 2-12 words (the target reversed): token-budget batches of varied, padded shapes."""
+    import random
+
+    r = random.Random(0)
+    words = [f"w{i}" for i in range(60)]
+    lines = ["source\ttarget"]
+    for _ in range(n):
+        s = r.choices(words, k=r.randint(2, 12))
+        lines.append(" ".join(s) + "\t" + " ".join(reversed(s)))
+    path = tmp_path / "pairs.tsv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_a_training_step_synchronises_only_to_read_its_sums(tmp_path, quietly, tiny, monkeypatch, precision):
+    """From the second step on (the first one starts the CUDA context, cuBLAS and the optimizer's state), every step
+    runs under ``torch.cuda.set_sync_debug_mode("error")``, which raises at any call that makes the host wait for the
+    GPU, except the step's one read of its loss, statistics and gradient norm (``loop.read_step``)."""
+    from attnkit.training import loop
+
+    real_step, real_read = loop._train_step, loop.read_step
+    steps: list[int] = []
+
+    def strict_step(*args, **kwargs):
+        steps.append(kwargs["step"])
+        if kwargs["step"] == 1:
+            return real_step(*args, **kwargs)
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return real_step(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    def allowed_read(values: torch.Tensor) -> list[float]:
+        mode = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("default")
+        try:
+            return real_read(values)
+        finally:
+            torch.cuda.set_sync_debug_mode(mode)
+
+    monkeypatch.setattr(loop, "_train_step", strict_step)
+    monkeypatch.setattr(loop, "read_step", allowed_read)
+    out = tmp_path / "run"
+    command = [
+        "translate", "train", "--train", str(_pairs(tmp_path)), "--out", str(out), "--quiet", "--device", "cuda",
+        "--set", *tiny.SET, "tokenizer=word", "valid_bleu=false", "max_tokens=256", "max_steps=12",
+        "checkpoint_every=100", f"precision={precision}",
+    ]  # fmt: skip
+    quietly(*command)
+    assert steps == list(range(1, 13))
+    quietly(*tiny.classify_train(tmp_path / "c", "epochs=2", f"precision={precision}"), "--device", "cuda")
+
+
+def test_the_compiled_step_computes_the_eager_steps_loss_on_the_gpu(tmp_path, quietly, tiny):
+    """``compile=true`` (Inductor's kernels, one graph: a graph break raises) trains to the eager run's losses, step
+    by step, on token-budget batches of varied shapes (float32, no TF32, no dropout: the same arithmetic)."""
+    losses = {}
+    for compile_ in (False, True):
+        out = tmp_path / f"compile-{compile_}"
+        command = [
+            "translate", "train", "--train", str(_pairs(tmp_path, 60)), "--out", str(out), "--quiet", "--device",
+            "cuda", "--set", *tiny.SET, "tokenizer=word", "valid_bleu=false", "max_tokens=256", "max_steps=8",
+            "dropout=0", "tf32=false", f"compile={str(compile_).lower()}",
+        ]  # fmt: skip
+        quietly(*command)
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        losses[compile_] = [row["loss"] for row in rows if "loss" in row]
+    assert len(losses[True]) == 8
+    assert losses[True] == pytest.approx(losses[False], rel=1e-4)

@@ -156,7 +156,9 @@ def step_with(scaler, clip_norm=0.0, x_scale=1.0):
     task = LinearTask()
     task.x *= x_scale
     cfg = ClassifierTrainConfig(clip_norm=clip_norm)
-    outcome = _train_step(model, optimizer, task, [list(range(8))], cfg, TrainContext(), scaler, step=1)
+    outcome = _train_step(
+        model, optimizer, task, [(0, task.collate(list(range(8))))], cfg, TrainContext(), scaler, step=1
+    )
     return model, outcome
 
 

@@ -135,6 +135,9 @@ class TrainConfig:
     # autocast with a gradient scaler (CUDA only)
     precision: str = "fp32"
     tf32: bool = True  # CUDA: float32 matrix multiplications on TF32 tensor cores (Ampere and newer); ignored elsewhere
+    # torch.compile the forward pass and loss of a batch into fused kernels (training.kernels); the first steps pay
+    # the compilation. Off by default on every device until a GPU measures that it pays (docs/gpu.md)
+    compile: bool = False
     tensorboard: bool = False  # also log every metric to RUN/tensorboard (needs `pip install tensorboard`)
     tokenizer: str = "word"  # "word" (lower-cased words and punctuation), "bpe" (lossless) or "wordpiece"
     # "morphemes": the word vocabulary's units are Korean morphemes (MeCab-ko, `pip install 'attnkit[ko]'`); "none"

@@ -34,6 +34,17 @@ def test_the_data_sheet_table_names_the_dense_bf16_peak(name, tflops):
     assert gpu.datasheet_bf16_tflops(name) == tflops
 
 
+@pytest.mark.parametrize(
+    ("name", "float32", "tf32"),
+    [("NVIDIA H100 80GB HBM3", 67.0, 494.5), ("NVIDIA H200", 67.0, 494.5), ("NVIDIA A100-SXM4-80GB", 19.5, 156.0)],
+)
+def test_the_data_sheet_table_names_the_float32_and_tf32_peaks(name, float32, tf32):
+    """float32 rows are measured against the float32 peak and TF32 rows against TF32's (dense: half the sparse
+    figure NVIDIA prints), not against bfloat16's."""
+    assert (gpu.datasheet_tflops(name, "float32"), gpu.datasheet_tflops(name, "tf32")) == (float32, tf32)
+    assert all(set(peaks) == set(gpu.DTYPES) for _, peaks in gpu.DATASHEET_TFLOPS)
+
+
 def test_every_timed_call_waits_for_the_device_before_and_after():
     """Kernels are queued, not finished, when a GPU call returns: the clock must be read after a sync on both sides,
     or a step would be timed by how fast it is queued."""
@@ -72,25 +83,30 @@ def _cuda() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def _reference(results) -> float:
-    """The GFLOP/s MFU is relative to: the data-sheet row, or the measured bfloat16 ceiling for an unknown GPU."""
-    sheet = [r for r in results if r.impl == "data sheet"]
-    if sheet and sheet[0].gflop_per_s:
-        return sheet[0].gflop_per_s
-    return max(r.gflop_per_s or 0.0 for r in results if r.impl == "matmul" and r.dtype == "bfloat16")
+def _references(results) -> dict[str, float]:
+    """The GFLOP/s MFU is relative to, by arithmetic: the data-sheet rows, or the measured ceilings for an unknown
+    GPU."""
+    sheet = {r.dtype: r.gflop_per_s for r in results if r.impl == "data sheet"}
+    return sheet or {r.dtype: r.gflop_per_s for r in results if r.impl == "matmul"}
 
 
 @pytest.mark.cuda
-def test_train_suite_on_a_gpu_reports_mfu_against_the_bf16_ceiling():
+def test_train_suite_on_a_gpu_reports_mfu_against_the_peak_of_each_rows_arithmetic():
+    """float32, TF32 and bfloat16 rows, at fixed shapes and on token-budget batches; a float32 row's MFU is relative
+    to the float32 peak, never to bfloat16's."""
     results = train.run(
         quick=True, threads=1, configs={"tiny": TINY}, lengths=(8,), tokens_per_batch=256, device=_cuda()
     )
-    reference = _reference(results)
+    references = _references(results)
+    assert set(references) == {"float32", "tf32", "bfloat16"}
+    assert references["float32"] < references["tf32"] < references["bfloat16"]
     rows = [r for r in results if r.impl not in ("matmul", "data sheet")]
-    assert {r.dtype for r in rows} == {"float32", "bfloat16"}
+    assert {(r.dtype, r.variant) for r in rows} == {
+        (dtype, variant) for dtype in ("float32", "tf32", "bfloat16") for variant in (None, "token-budget")
+    }
     for r in rows:
         assert r.mfu is not None and r.gflop_per_s is not None
-        assert r.mfu == pytest.approx(r.gflop_per_s / reference, rel=1e-3) and 0 < r.mfu < 1
+        assert r.mfu == pytest.approx(r.gflop_per_s / references[r.dtype], rel=1e-3) and 0 < r.mfu < 1
 
 
 @pytest.mark.cuda

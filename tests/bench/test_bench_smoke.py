@@ -197,10 +197,30 @@ def test_train_suite_smoke():
     assert {r.dtype for r in results if r.impl == "torch.nn"} == expected
 
 
+def test_the_token_budget_variant_feeds_new_padded_shapes_to_every_implementation():
+    """Token-budget batches as training cuts them: within the budget, padded, a new (B, S, T) nearly every step;
+    every implementation gets a row of them."""
+    cycles = train.token_budget_cycles(TINY, 24, 512, cycles=3, seed=0)
+    batches = [batch for cycle in cycles for batch in cycle]
+    assert [len(cycle) for cycle in cycles] == [train.CYCLE] * 3
+    shapes = {(src.shape, tgt_in.shape) for src, tgt_in, _ in batches}
+    assert len(shapes) >= len(batches) // 2
+    for src, tgt_in, tgt_out in batches:
+        assert src.numel() + tgt_in.numel() <= 512 and tgt_in.shape == tgt_out.shape
+        assert (tgt_in[:, 0] == BOS_ID).all() and ((tgt_out == EOS_ID).sum(dim=1) == 1).all()
+        assert ((tgt_in == PAD_ID) == (tgt_out == PAD_ID)).all()  # BOS y_1 .. y_n-1 against y_1 .. y_n-1 EOS
+    results = train.run(
+        quick=True, threads=1, configs={"tiny": TINY}, lengths=(12,), tokens_per_batch=256, variants=("token-budget",)
+    )
+    rows = [r for r in results if r.impl != "matmul"]
+    assert {r.impl for r in rows} == {"attnkit", "torch.nn"} | _installed("transformers")
+    assert all(r.variant == "token-budget" and (r.tgt_tok_per_s or 0) > 0 for r in rows)
+
+
 def test_bfloat16_ceiling_is_skipped_without_native_bfloat16(monkeypatch):
     monkeypatch.setattr(common, "native_bf16", lambda: False)
-    results, fp32_gflops = common.ceiling_results("train", threads=1, quick=True)
-    assert [r.dtype for r in results] == ["float32"] and fp32_gflops > 0
+    results, references = common.ceiling_results("train", threads=1, quick=True)
+    assert [r.dtype for r in results] == ["float32"] and references["float32"] > 0
 
 
 @pytest.mark.slow

@@ -75,3 +75,31 @@ def test_learning_curve_tfidf_baseline_scores_every_size(tmp_path):
     runs = json.loads(out_json.read_text())["runs"]
     assert [run["sentences"] for run in runs] == [423, 846]
     assert all(0.55 < run["test"] < 1.0 and run["C"] > 0 for run in runs)  # above chance (0.5) at 423 sentences
+
+
+@pytest.mark.slow
+def test_the_gpu_check_runs_the_bible_recipe_from_carried_data_and_summarises_it(tmp_path):
+    """benchmarks/gpu_check.py at its smallest on a CPU (``--device cpu``), on a Bible of a few verses in a folder
+    shaped like attnkit's cache (what a machine without network is given): the recipe trains, John is scored, and
+    the figures land in the output folder."""
+    data = tmp_path / "data" / "bible" / "en-de"
+    data.mkdir(parents=True)
+    verses = [f"In the beginning {i} was the Word.\tIm Anfang {i} war das Wort." for i in range(12)]
+    for split, lines in (("train", verses), ("valid", verses[:3]), ("test", verses[3:6])):
+        (data / f"{split}.tsv").write_text("source\ttarget\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    printed = run_script(
+        "gpu_check.py", str(out), "--device", "cpu", "--parts", "bible", "--data", str(tmp_path / "data")
+    )
+    assert "steps in" in printed and "John, beam 1: BLEU" in printed
+    assert sorted(p.name for p in out.iterdir()) == [
+        "bible_eval.json", "bible_metrics.jsonl", "check.log", "gpu.txt", "summary.txt",
+    ]  # fmt: skip
+    assert json.loads((out / "bible_eval.json").read_text())["bleu"] >= 0
+
+
+def test_the_gpu_check_skips_the_bible_without_its_data(tmp_path):
+    printed = run_script(
+        "gpu_check.py", str(tmp_path / "out"), "--device", "cpu", "--parts", "bible", "--data", str(tmp_path)
+    )
+    assert "bible     skipped: no " in printed and "attnkit data fetch bible --pair en-de" in printed

@@ -125,3 +125,26 @@ def test_sinusoidal_table_is_a_non_persistent_buffer():
     # And it is what the embeddings add: token * sqrt(d_model) + PE (§3.4, §3.5).
     ids = _ids([5], 5)
     assert_close(model.embeddings(ids), model.embeddings.token(ids) * math.sqrt(D) + sinusoidal_table(5, D))
+
+
+@NORMS
+@pytest.mark.parametrize("src_padding", [True, False])
+def test_the_training_pass_with_host_made_positions_equals_the_padded_pass(norm, src_padding):
+    """The packed training pass (causal self-attention by the kernel's flag, rows made on the host, no source mask
+    where the source has no padding) gives the logits of the padded pass at the real target positions."""
+    from attnkit.data.batching import real_positions
+
+    torch.manual_seed(0)
+    model = _model(norm=norm)
+    src_lengths = [6, 3, 5] if src_padding else [6, 6, 6]
+    tgt_lengths = [4, 7, 1]
+    src, tgt_in = _ids(src_lengths, 6), _ids(tgt_lengths, 7)  # (B, S), (B, T)
+    positions = real_positions(tgt_lengths, tgt_in.size(1))  # (N,)
+    src_rows = real_positions(src_lengths, src.size(1))  # (N_src,)
+    with torch.no_grad():
+        packed = model(src, tgt_in, positions, src_rows=src_rows)  # (N, V)
+        by_mask = model(src, tgt_in, tgt_in != PAD)  # (N, V)
+        padded = model(src, tgt_in)  # (B, T, V)
+    assert packed.shape == (sum(tgt_lengths), V)
+    assert_close(packed, padded[tgt_in != PAD], atol=1e-5, rtol=1e-5)
+    assert_close(by_mask, packed, atol=1e-5, rtol=1e-5)

@@ -81,3 +81,47 @@ def test_a_batch_without_padding_keeps_the_padded_layout(monkeypatch):
     monkeypatch.setattr(Unpadded, "of", classmethod(lambda cls, mask: pytest.fail("packed a batch with no padding")))
     with torch.no_grad():
         model(ids)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rows made on the host (training's batches), and the layout a GPU takes
+
+
+@NORMS
+@pytest.mark.parametrize("on_cpu", [True, False], ids=["cpu-packs", "gpu-pads"])
+def test_host_made_rows_give_the_padded_layouts_output_without_reading_the_mask(norm, on_cpu, monkeypatch):
+    """With the real tokens' rows given (``real_positions``), the encoder never reads the mask (no ``bool`` of it,
+    no ``nonzero``), packs on a CPU and computes the padding where a GPU would, with the same output either way."""
+    from attnkit.data.batching import real_positions
+    from attnkit.model import transformer
+
+    model = _model(norm).eval()
+    ids = _batch()
+    rows = real_positions([17, 3, 9, 1, 12], 17)  # (N,)
+    assert torch.equal(rows, padding_mask(ids, PAD).reshape(-1).nonzero().squeeze(1))
+    monkeypatch.setattr(transformer, "skips_padding", lambda device: on_cpu)
+    monkeypatch.setattr(Unpadded, "of", classmethod(lambda cls, mask: pytest.fail("read the mask")))
+    packs: list[bool] = []
+    real_from_rows = Unpadded.from_rows
+    monkeypatch.setattr(
+        Unpadded, "from_rows", classmethod(lambda cls, r, m: packs.append(True) or real_from_rows(r, m))
+    )
+    with torch.no_grad():
+        hidden, _ = model.encoder(model.embeddings(ids), padding_mask(ids, PAD), rows=rows)  # (B, S, D)
+        reference = padded_reference(model, ids)
+    assert packs == ([True] if on_cpu else [])
+    assert_close(hidden, reference, atol=1e-5, rtol=0)
+
+
+def test_the_gpu_layout_never_reads_the_mask(monkeypatch):
+    """Off the CPU, an encoder called without rows (inference) computes the padding: no read of the mask."""
+    from attnkit.model import transformer
+
+    model = _model("post").eval()
+    ids = _batch()
+    monkeypatch.setattr(transformer, "skips_padding", lambda device: False)
+    monkeypatch.setattr(torch.Tensor, "__bool__", lambda self: pytest.fail("read a tensor on the host"))
+    with torch.no_grad():
+        hidden, _, _ = model.encode(ids)
+    monkeypatch.undo()
+    assert_close(hidden, padded_reference(model, ids), atol=1e-5, rtol=0)

@@ -20,10 +20,32 @@ def batch():
     return logits, targets
 
 
-@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
-@pytest.mark.parametrize("block", [1 << 17, 37 * 3])  # one block; blocks of 3 rows with a ragged last one
-def test_sequence_loss_equals_torch_cross_entropy(batch, smoothing, block, monkeypatch):
+# The loss's two paths (``losses.blocked_loss`` chooses by device): blocks of rows in cache (one block; blocks of 3
+# rows with a ragged last one) and the fused pass that GPUs and compiled graphs take.
+PATHS = {"one block": (True, 1 << 17), "blocks of 3 rows": (True, 37 * 3), "fused": (False, 1 << 17)}
+
+
+@pytest.fixture(params=list(PATHS))
+def path(request, monkeypatch):
+    blocked, block = PATHS[request.param]
+    monkeypatch.setattr(losses, "blocked_loss", lambda logits: blocked)
     monkeypatch.setattr(losses, "_BLOCK", block)
+    calls: list[int] = []
+    monkeypatch.setattr(losses._SmoothedCrossEntropy, "apply", _counting(losses._SmoothedCrossEntropy.apply, calls))
+    yield request.param
+    assert bool(calls) == blocked  # the path asked for is the one that ran
+
+
+def _counting(fn, calls):
+    def wrapper(*args):
+        calls.append(1)
+        return fn(*args)
+
+    return wrapper
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+def test_sequence_loss_equals_torch_cross_entropy(batch, smoothing, path):
     logits, targets = batch
     expected = F.cross_entropy(
         logits.reshape(-1, 37), targets.reshape(-1), ignore_index=PAD, label_smoothing=smoothing, reduction="sum"
@@ -37,14 +59,14 @@ def test_sequence_loss_equals_torch_cross_entropy(batch, smoothing, block, monke
     assert grad[1, 4:].abs().sum() == 0 and grad[3, 1:].abs().sum() == 0  # padded targets get no gradient
 
 
-def test_all_padding_gives_zero_loss_and_gradient():
+def test_all_padding_gives_zero_loss_and_gradient(path):
     logits = torch.randn(4, 9, requires_grad=True)
     loss = smoothed_cross_entropy(logits, torch.full((4,), PAD), PAD, 0.1)
     loss.backward()
     assert loss.item() == 0.0 and logits.grad is not None and logits.grad.abs().sum() == 0
 
 
-def test_gradient_is_softmax_minus_smoothed_target():
+def test_gradient_is_softmax_minus_smoothed_target(path):
     """dL/dz = p - q with q = (1 - eps) onehot(y) + eps / V (§5.4): the rows of the gradient sum to zero."""
     logits = torch.randn(3, 11, requires_grad=True)
     targets = torch.tensor([2, 5, 10])
@@ -93,7 +115,7 @@ def test_packed_output_projection_equals_padded(smoothing):
         torch.testing.assert_close(grads_packed[name], grad, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_bfloat16_logits_are_read_in_float32():
+def test_bfloat16_logits_are_read_in_float32(path):
     """bfloat16 logits give the loss of their float32 copy, and the gradient that copy's, rounded once."""
     gen = torch.Generator().manual_seed(3)
     logits = (torch.randn(6, 300, generator=gen) * 4).bfloat16().requires_grad_()
@@ -106,3 +128,9 @@ def test_bfloat16_logits_are_read_in_float32():
     assert loss.dtype == torch.float32 and grad.dtype == torch.bfloat16
     torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-5)
     torch.testing.assert_close(grad, expected_grad.bfloat16(), rtol=0, atol=0)
+
+
+def test_the_blocks_are_for_cpus_only():
+    """Logits on any device but the CPU take the fused pass, a CPU's the blocks, of any vocabulary."""
+    assert losses.blocked_loss(torch.empty(4, 8000)) and losses.blocked_loss(torch.empty(4, 37000))
+    assert not losses.blocked_loss(torch.empty(4, 8000, device="meta"))  # any device but the CPU

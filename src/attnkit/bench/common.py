@@ -23,7 +23,7 @@ freed by an earlier measurement may stay resident in the allocator and be reused
 suite that reports memory runs every measurement in a fresh subprocess (``scaling``).
 
 Model FLOPs (for MFU, model FLOPs utilisation = model FLOP/s / the machine's ceiling: the measured float32 matmul on
-a CPU, the data sheet's dense bfloat16 peak on a GPU, see ``ceiling_results``). Only matrix
+a CPU, the data sheet's dense peak of the row's arithmetic on a GPU, see ``ceiling_results``). Only matrix
 multiplications are counted, 2 FLOPs per multiply-add, over real (non-pad) tokens, D = d_model, F = d_ff, V = vocab:
 
     forward = 2 * sum over tokens of (weights that token is multiplied by) + attention scores and weighted sums
@@ -54,9 +54,10 @@ from pathlib import Path
 
 import torch
 
-from attnkit.bench.gpu import datasheet_bf16_tflops, synchronizer
+from attnkit.bench.gpu import datasheet_tflops as gpu_datasheet_tflops
+from attnkit.bench.gpu import synchronizer
 from attnkit.bench.isolated import Elapsed
-from attnkit.training.precision import native_bf16
+from attnkit.training.precision import native_bf16, set_tf32
 
 # attnkit's tokenizers give the special tokens the first ids (attnkit.tokenization.tokenizer.SPECIAL_TOKENS);
 # benchmark inputs draw ordinary tokens from FIRST_ORDINARY_ID up.
@@ -235,15 +236,25 @@ def _proc_status_kib(key: str) -> int:
 
 
 def matmul_ceiling(
-    dtype: torch.dtype, *, n: int = 2048, warmup: int = 2, reps: int = 5, device: torch.device | None = None
+    dtype: torch.dtype,
+    *,
+    n: int = 2048,
+    warmup: int = 2,
+    reps: int = 5,
+    device: torch.device | None = None,
+    tf32: bool = False,
 ) -> Timing:
-    """Time ``C = A B`` for square (n, n) matrices of ``dtype`` on ``device`` (default the CPU);
-    GFLOP/s = 2 n^3 / median / 1e9 (``gflops``)."""
+    """Time ``C = A B`` for square (n, n) matrices of ``dtype`` on ``device`` (default the CPU), float32 products on
+    TF32 tensor cores where ``tf32`` (CUDA); GFLOP/s = 2 n^3 / median / 1e9 (``gflops``)."""
     device = device or torch.device("cpu")
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     c = torch.empty(n, n, dtype=dtype, device=device)
-    return measure(lambda: torch.mm(a, b, out=c), warmup=warmup, reps=reps, sync=synchronizer(device))
+    restore = set_tf32(tf32, device)
+    try:
+        return measure(lambda: torch.mm(a, b, out=c), warmup=warmup, reps=reps, sync=synchronizer(device))
+    finally:
+        restore()
 
 
 def gflops(flop: float, seconds: float) -> float:
@@ -252,16 +263,17 @@ def gflops(flop: float, seconds: float) -> float:
 
 def ceiling_results(
     suite: str, *, threads: int, quick: bool, device: torch.device | None = None
-) -> tuple[list[Result], float]:
-    """The float32 and bfloat16 ceilings as results, and the GFLOP/s that MFU is relative to.
+) -> tuple[list[Result], dict[str, float]]:
+    """The matrix-multiplication ceilings as results, and the GFLOP/s that MFU is relative to for each arithmetic a
+    row computes in ("float32", "tf32", "bfloat16").
 
     A ceiling is the fastest of square matrix multiplications of a few sizes: which size a BLAS runs fastest
     differs between CPUs (on an AVX2 EPYC, 1024 ran at ~158 GFLOP/s and 2048 at ~107, which made a model's
-    training step look faster than "the ceiling"). On the CPU, MFU is relative to the measured float32 ceiling, and
-    the bfloat16 one is measured only where the CPU has native bfloat16 (``native_bf16``: emulated, it takes
-    minutes and means nothing). On a GPU (``attnkit.bench.gpu``), MFU is relative to the data sheet's dense
-    bfloat16 peak, a row of its own (impl "data sheet"), or to the measured bfloat16 ceiling for a GPU the table
-    does not know.
+    training step look faster than "the ceiling"). On the CPU, MFU is relative to the measured float32 ceiling for
+    every row, and the bfloat16 one is measured only where the CPU has native bfloat16 (``native_bf16``: emulated, it
+    takes minutes and means nothing). On a GPU (``attnkit.bench.gpu``) TF32 is measured too, and MFU is relative to
+    the data sheet's dense peak of the row's arithmetic (rows of their own, impl "data sheet"), or to the measured
+    ceiling of that arithmetic for a GPU the table does not know.
     """
     device = device or torch.device("cpu")
     on_gpu = device.type == "cuda"
@@ -271,12 +283,15 @@ def ceiling_results(
         sizes = (512, 1024) if quick else (512, 1024, 2048)
     with_bf16 = torch.cuda.is_bf16_supported() if on_gpu else native_bf16()
     results: list[Result] = []
-    rates: dict[str, float] = {}  # dtype name -> the best measured GFLOP/s
-    dtypes = [(torch.float32, "float32")] + ([(torch.bfloat16, "bfloat16")] if with_bf16 else [])
-    for dtype, name in dtypes:
+    rates: dict[str, float] = {}  # arithmetic -> the best measured GFLOP/s
+    kinds = [("float32", torch.float32, False)] + ([("tf32", torch.float32, True)] if on_gpu else [])
+    kinds += [("bfloat16", torch.bfloat16, False)] if with_bf16 else []
+    for name, dtype, tf32 in kinds:
         per_size: list[tuple[float, Result]] = []
         for n in sizes:
-            timing = matmul_ceiling(dtype, n=n, warmup=1 if quick else 3, reps=3 if quick else 10, device=device)
+            timing = matmul_ceiling(
+                dtype, n=n, warmup=1 if quick else 3, reps=3 if quick else 10, device=device, tf32=tf32
+            )
             rate = gflops(2 * n**3, timing.median_s)
             result = Result(
                 suite=suite,
@@ -295,24 +310,30 @@ def ceiling_results(
         results.append(best)
         rates[name] = rate
     if not on_gpu:
-        return results, rates["float32"]
+        return results, dict.fromkeys(rates, rates["float32"])
     gpu_name = torch.cuda.get_device_name(device)
-    peak = datasheet_bf16_tflops(gpu_name)
-    if peak is None:
-        reference = rates.get("bfloat16", rates["float32"])
-        results[-1].settings = f"MFU reference ({gpu_name} is not in attnkit.bench.gpu's data-sheet table)"
-        return results, reference
-    sheet = Result(
-        suite=suite,
-        impl="data sheet",
-        config=gpu_name,
-        seq_len=None,
-        search=None,
-        dtype="bfloat16",
-        gflop_per_s=peak * 1e3,
-        settings="dense tensor-core peak; the MFU reference",
-    )
-    return [*results, sheet], peak * 1e3
+    if gpu_datasheet_tflops(gpu_name, "bfloat16") is None:
+        for result in results:
+            result.settings = f"MFU reference ({gpu_name} is not in attnkit.bench.gpu's data-sheet table)"
+        return results, rates
+    references: dict[str, float] = {}
+    for name in rates:
+        peak = gpu_datasheet_tflops(gpu_name, name)
+        assert peak is not None  # a GPU in the table has every figure
+        references[name] = peak * 1e3
+        results.append(
+            Result(
+                suite=suite,
+                impl="data sheet",
+                config=gpu_name,
+                seq_len=None,
+                search=None,
+                dtype=name,
+                gflop_per_s=peak * 1e3,
+                settings="dense peak; the MFU reference of the rows in this arithmetic",
+            )
+        )
+    return results, references
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -7,10 +7,12 @@ CPU it is None and nothing waits.
 
 Ceiling. On a CPU, MFU is relative to the float32 matrix multiplication the machine was measured to run
 (``common.ceiling_results``): a CPU has no published peak that its BLAS reaches. On a GPU the convention is the data
-sheet's dense bfloat16 tensor-core peak (PaLM's MFU; torchtitan and Megatron report it so), which is what
-``BF16_DATASHEET_TFLOPS`` holds for the GPUs it names (dense, without the 2:4 sparsity figure NVIDIA also quotes).
-For a GPU not in the table, MFU is relative to the fastest bfloat16 matrix multiplication measured on it, and the
-ceiling row says so.
+sheet's dense tensor-core peak of the arithmetic a row computes in (PaLM's MFU; torchtitan and Megatron report it
+so): bfloat16 rows against the bfloat16 peak, TF32 rows (float32 with TF32 matrix products, training's default)
+against the TF32 peak, IEEE float32 rows against the float32 peak. ``DATASHEET_TFLOPS`` holds them for the GPUs it
+names (dense: NVIDIA prints the TF32 and bfloat16 figures with 2:4 sparsity, twice these). For a GPU not in the
+table, MFU is relative to the fastest matrix multiplication measured on it in the same arithmetic, and the ceiling
+rows say so.
 
 Memory. ``PeakCUDA`` is ``common.PeakRSS``'s counterpart: the peak of PyTorch's CUDA allocator during the block
 above what was allocated just before it (activations, gradients, optimizer state; not the weights and inputs that
@@ -23,18 +25,18 @@ from collections.abc import Callable
 
 import torch
 
-# Dense bfloat16 tensor-core peak, TFLOP/s, from NVIDIA's data sheets; keys are matched against
-# torch.cuda.get_device_name in order, so the more specific names come first.
-BF16_DATASHEET_TFLOPS: tuple[tuple[str, float], ...] = (
-    ("H100 PCIe", 756.0),
-    ("H100 NVL", 835.0),
-    ("H100", 989.0),  # SXM5 ("NVIDIA H100 80GB HBM3")
-    ("H200", 989.0),
-    ("GH200", 989.0),
-    ("A100", 312.0),
-    ("L40S", 362.0),
-    ("L4", 121.0),
+# Dense peaks, TFLOP/s, from NVIDIA's data sheets: IEEE float32, TF32 tensor cores, bfloat16 tensor cores. Keys are
+# matched against torch.cuda.get_device_name in order, so the more specific names come first.
+DATASHEET_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
+    ("H100 PCIe", {"float32": 51.0, "tf32": 378.0, "bfloat16": 756.0}),
+    ("H100 NVL", {"float32": 60.0, "tf32": 417.5, "bfloat16": 835.0}),
+    ("H100", {"float32": 67.0, "tf32": 494.5, "bfloat16": 989.0}),  # SXM5 ("NVIDIA H100 80GB HBM3")
+    ("H200", {"float32": 67.0, "tf32": 494.5, "bfloat16": 989.0}),  # the H100's die, faster memory (GH200 too)
+    ("A100", {"float32": 19.5, "tf32": 156.0, "bfloat16": 312.0}),
+    ("L40S", {"float32": 91.6, "tf32": 183.0, "bfloat16": 362.0}),
+    ("L4", {"float32": 30.3, "tf32": 60.0, "bfloat16": 121.0}),
 )
+DTYPES = ("float32", "tf32", "bfloat16")  # the arithmetic of a training row on a GPU
 
 
 def synchronizer(device: torch.device) -> Callable[[], None] | None:
@@ -44,13 +46,18 @@ def synchronizer(device: torch.device) -> Callable[[], None] | None:
     return None
 
 
-def datasheet_bf16_tflops(name: str) -> float | None:
-    """The data sheet's dense bfloat16 peak of the GPU named ``name`` (as ``torch.cuda.get_device_name`` spells
-    it), None for a GPU the table does not know."""
-    for key, tflops in BF16_DATASHEET_TFLOPS:
+def datasheet_tflops(name: str, dtype: str) -> float | None:
+    """The data sheet's dense peak in ``dtype`` ("float32", "tf32" or "bfloat16") of the GPU named ``name`` (as
+    ``torch.cuda.get_device_name`` spells it), None for a GPU the table does not know."""
+    for key, peaks in DATASHEET_TFLOPS:
         if key.lower() in name.lower():
-            return tflops
+            return peaks[dtype]
     return None
+
+
+def datasheet_bf16_tflops(name: str) -> float | None:
+    """The data sheet's dense bfloat16 peak of the GPU named ``name`` (``datasheet_tflops``)."""
+    return datasheet_tflops(name, "bfloat16")
 
 
 def gpu_info(device: torch.device) -> dict:

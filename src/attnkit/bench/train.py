@@ -11,11 +11,22 @@ with ``F.cross_entropy(label_smoothing=0.1)``, PyTorch's own, which is what thei
 
 Peers: ``torch.nn`` (``nn.Transformer`` with attnkit's embeddings and weights; its layers also drop out attention
 weights, which ``nn.TransformerEncoderLayer`` does not let a user separate), Hugging Face ``MarianMTModel``.
+
+On a GPU, as training sees it. Every implementation runs in IEEE float32, in float32 with TF32 matrix products
+(``translate train``'s default on a GPU, ``tf32=true``) and under bfloat16 autocast; MFU is relative to the data
+sheet's peak of that arithmetic (``bench.gpu``). attnkit runs with the kernels ``translate train`` chooses
+(``training.kernels``: no cuDNN attention), the peers with PyTorch's defaults, as their users run them. A second
+row per length, variant "token-budget", replays what a real run feeds: token-budget batches (``data.batching``) of
+sentences of varied lengths, padded, a new (B, S, T) at every step, never one seen before in the timing; each timed
+call is a cycle of ``CYCLE`` such steps (ms is per step). Fixed shapes hide what new shapes cost (a cuDNN attention
+plan per shape cost 13 ms a call on an H200).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -38,10 +49,13 @@ from attnkit.bench.common import (
 )
 from attnkit.bench.gpu import synchronizer
 from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig
+from attnkit.data.batching import token_budget_batches
+from attnkit.data.readers import Pair
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
+from attnkit.training.kernels import training_kernels
 from attnkit.training.losses import sequence_loss
-from attnkit.training.precision import autocast, native_bf16
+from attnkit.training.precision import autocast, native_bf16, set_tf32
 
 CONFIGS: dict[str, TranslatorConfig] = {
     "small": TranslatorConfig(**TRANSLATOR_PRESETS["small"]),
@@ -50,6 +64,18 @@ CONFIGS: dict[str, TranslatorConfig] = {
 LENGTHS = (32, 128)
 IMPLS = ("attnkit", "torch.nn", "transformers")
 LABEL_SMOOTHING = 0.1
+
+
+def reversal_pairs(n: int, *, vocab: int = 300, seed: int = 0) -> list[Pair]:
+    """``n`` sentence pairs of 4-20 words drawn from ``vocab`` word types, each target its source reversed: text for a
+    whole ``translate train`` run (tokenizer, token-budget batches, steps) where real data is not needed."""
+    r = random.Random(seed)
+    words = [f"w{i}" for i in range(vocab)]
+    pairs = []
+    for line in range(n):
+        s = r.choices(words, k=r.randint(4, 20))
+        pairs.append(Pair(" ".join(s), " ".join(reversed(s)), line + 2))
+    return pairs
 
 
 def make_batch(cfg: TranslatorConfig, length: int, tokens_per_batch: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -65,10 +91,11 @@ def make_batch(cfg: TranslatorConfig, length: int, tokens_per_batch: int, seed: 
     return src, tgt_in, tgt_out
 
 
-def batch_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
-    """Mean label-smoothed cross-entropy per target token, as attnkit trains: logits (N, V) of the N real targets."""
-    loss, n_tokens = sequence_loss(logits, tgt_out, PAD_ID, smoothing=LABEL_SMOOTHING)
-    return loss / n_tokens
+def batch_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean label-smoothed cross-entropy per target token, as attnkit trains: logits (N, V) of the N real targets
+    (N, known on the host, as a batch knows its token count when it is built)."""
+    loss, _ = sequence_loss(logits, targets, PAD_ID, smoothing=LABEL_SMOOTHING)
+    return loss / targets.numel()
 
 
 def reference_loss(logits: Tensor, tgt_out: Tensor) -> Tensor:
@@ -108,22 +135,90 @@ def training_step(
     """A closure running one optimizer step on the batch (model and batch on one device); the model is put in
     training mode (dropout on). ``precision="bf16"`` runs the forward pass under bfloat16 autocast, as
     ``--set precision=bf16`` trains."""
+    return training_steps(model, forward, [(src, tgt_in, tgt_out)], precision, per_call=1)
+
+
+def training_steps(
+    model: nn.Module,
+    forward: Callable,
+    batches: list[tuple[Tensor, Tensor, Tensor]],
+    precision: str = "fp32",
+    *,
+    per_call: int,
+) -> Callable[[], float]:
+    """A closure running ``per_call`` optimizer steps, each on the next batch of ``batches`` (src, tgt_in, tgt_out,
+    on the model's device; round again at the end); returns the last step's loss. "tf32" is float32 with TF32
+    matrix products. attnkit runs under the kernels ``translate train`` chooses (``training.kernels``)."""
     model.train()
-    device = src.device
+    device = batches[0][0].device
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     ours = isinstance(model, Transformer)
-    real = tgt_out != PAD_ID  # (B, T)
+    # What ``translate train``'s batches bring from the host (``tasks.translate.data.training_batch``): the flat
+    # positions of the real target and source tokens and the targets there, made once, before the steps.
+    prepared = []
+    for src, tgt_in, tgt_out in batches:
+        positions = (tgt_out != PAD_ID).flatten().nonzero().squeeze(1)  # (N,)
+        src_rows = (src != PAD_ID).flatten().nonzero().squeeze(1)  # (N_src,)
+        prepared.append((src, tgt_in, tgt_out, positions, tgt_out.flatten()[positions], src_rows))
+    settings = training_kernels if ours else _tf32_only
+    cursor = 0
 
     def step() -> float:
-        with autocast(precision, device):
-            logits = model(src, tgt_in, positions=real) if ours else forward(src, tgt_in)  # (N, V) or (B, T, V)
-        loss = batch_loss(logits, tgt_out[real]) if ours else reference_loss(logits.float(), tgt_out)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        nonlocal cursor
+        with settings(tf32=precision == "tf32", device=device):
+            for _ in range(per_call):
+                src, tgt_in, tgt_out, positions, targets, src_rows = prepared[cursor % len(prepared)]
+                cursor += 1
+                with autocast(precision, device):
+                    if ours:
+                        logits = model(src, tgt_in, positions, src_rows=src_rows)  # (N, V)
+                    else:
+                        logits = forward(src, tgt_in)  # (B, T, V)
+                loss = batch_loss(logits, targets) if ours else reference_loss(logits.float(), tgt_out)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
         return loss.item()
 
     return step
+
+
+@contextmanager
+def _tf32_only(*, tf32: bool, device: torch.device) -> Iterator[None]:
+    """A peer's settings: PyTorch's defaults, with float32 products in TF32 or not."""
+    restore = set_tf32(tf32, device)
+    try:
+        yield
+    finally:
+        restore()
+
+
+CYCLE = 8  # steps per timed call of the token-budget variant
+
+
+def token_budget_cycles(
+    cfg: TranslatorConfig, length: int, tokens_per_batch: int, cycles: int, seed: int
+) -> list[list[tuple[Tensor, Tensor, Tensor]]]:
+    """``cycles`` lists of ``CYCLE`` batches as ``translate train`` cuts them: sentence pairs of lengths drawn
+    uniformly from L/4 .. L (the target within 3 tokens of its source), cut into batches of at most
+    ``tokens_per_batch`` source + target tokens, padding included (``data.batching.token_budget_batches``), each
+    batch padded to its longest; the shapes vary from batch to batch."""
+    gen = torch.Generator().manual_seed(seed)
+    n = cycles * CYCLE * max(1, tokens_per_batch // length) * 2  # more pairs than the batches need
+    src_len = torch.randint(max(2, length // 4), length + 1, (n,), generator=gen)  # (n,)
+    tgt_len = (src_len + torch.randint(-3, 4, (n,), generator=gen)).clamp(2, length)  # (n,) counting BOS / EOS
+    batches = []
+    for indices in token_budget_batches(src_len.numpy(), tgt_len.numpy(), tokens_per_batch, gen)[: cycles * CYCLE]:
+        s_len, t_len = src_len[indices], tgt_len[indices]  # (B,), (B,)
+        B, S, T = len(indices), int(s_len.max()), int(t_len.max())
+        src = torch.randint(FIRST_ORDINARY_ID, cfg.vocab_size, (B, S), generator=gen)  # (B, S)
+        words = torch.randint(FIRST_ORDINARY_ID, cfg.vocab_size, (B, T), generator=gen)  # (B, T)
+        tgt_in = torch.cat([torch.full((B, 1), BOS_ID), words[:, : T - 1]], dim=1)  # (B, T) BOS y_1 .. y_{n-1}
+        tgt_out = words.scatter(1, (t_len - 1)[:, None], EOS_ID)  # (B, T) y_1 .. y_{n-1} EOS
+        src = src.masked_fill(torch.arange(S) >= s_len[:, None], PAD_ID)
+        tgt_pad = torch.arange(T) >= t_len[:, None]  # (B, T)
+        batches.append((src, tgt_in.masked_fill(tgt_pad, PAD_ID), tgt_out.masked_fill(tgt_pad, PAD_ID)))
+    return [batches[i : i + CYCLE] for i in range(0, len(batches), CYCLE)]
 
 
 def iter_results(
@@ -138,10 +233,13 @@ def iter_results(
     reps: int | None = None,
     seed: int = 0,
     device: torch.device | None = None,
+    variants: tuple[str, ...] | None = None,
 ) -> Iterator[Result]:
-    """Yield the matmul ceilings, then one result per (config, length, implementation). ``quick``: small, L = 32,
-    1,024 tokens per batch, 1 warm-up and 2 timed steps. On a GPU (``device``) batches hold 8x the tokens
-    (32,768: a GPU is not busy with 4,096) and every implementation also runs under bfloat16 autocast."""
+    """Yield the matmul ceilings, then one result per (config, length, variant, precision, implementation).
+    ``quick``: small, L = 32, 1,024 tokens per batch, 1 warm-up and 2 timed steps. On a GPU (``device``) batches
+    hold 8x the tokens (32,768: a GPU is not busy with 4,096), every implementation also runs in TF32 and under
+    bfloat16 autocast, and the variants are "fixed" and "token-budget" (see the module docstring); on a CPU "fixed"
+    alone unless ``variants`` says otherwise."""
     device = device or torch.device("cpu")
     on_gpu = device.type == "cuda"
     configs = configs or ({"small": CONFIGS["small"]} if quick else CONFIGS)
@@ -150,58 +248,97 @@ def iter_results(
     chosen = [i for i in (impls or IMPLS) if i != "transformers" or peers.available("transformers")]
     warmup = warmup if warmup is not None else (1 if quick else 2)
     reps = reps if reps is not None else (2 if quick else 5)
+    variants = variants or (("fixed", "token-budget") if on_gpu else ("fixed",))
+    # Every implementation also in TF32 (a GPU's) and with bfloat16 autocast (attnkit's --set precision=bf16) where
+    # the device has native bfloat16, so that like is compared with like.
+    with_bf16 = torch.cuda.is_bf16_supported() if on_gpu else native_bf16()
+    precisions = ("fp32", *(("tf32",) if on_gpu else ()), *(("bf16",) if with_bf16 else ()))
 
     with fixed_threads(threads):
-        ceilings, ceiling_gflops = ceiling_results("train", threads=threads, quick=quick, device=device)
+        ceilings, references = ceiling_results("train", threads=threads, quick=quick, device=device)
         yield from ceilings
         for name, cfg in configs.items():
             for length in lengths:
-                batch = make_batch(cfg, length, tokens_per_batch, seed)
-                src, tgt_in, tgt_out = (t.to(device) for t in batch)
-                B = src.size(0)
-                flop = training_flops(
-                    seq2seq_forward_flops(
-                        [length] * B,
-                        [length] * B,
-                        d_model=cfg.d_model,
-                        d_ff=cfg.d_ff,
-                        n_layers=cfg.n_layers,
-                        vocab_size=cfg.vocab_size,
-                    )
-                )
-                torch.manual_seed(seed)
-                ours = build_translator(cfg, pad_id=PAD_ID).to(device)
-                # Every implementation also with bfloat16 autocast (attnkit's --set precision=bf16) where the device
-                # has native bfloat16, so that bfloat16 is compared with bfloat16.
-                with_bf16 = torch.cuda.is_bf16_supported() if on_gpu else native_bf16()
-                precisions = ("fp32", "bf16") if with_bf16 else ("fp32",)
-                runs = [(impl, precision) for precision in precisions for impl in chosen]
-                steps = []
-                for impl, precision in runs:
-                    torch.manual_seed(seed)  # same dropout masks' seed and, for peers, same initialisation seed
-                    model, forward = forward_fn(impl, cfg, ours)
-                    steps.append(training_step(model.to(device), forward, src, tgt_in, tgt_out, precision))
-                timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0, sync=synchronizer(device))
-                for (impl, precision), timing in zip(runs, timings):
-                    t = timing.median_s
-                    yield Result(
-                        suite="train",
-                        impl=impl,
-                        config=name,
-                        seq_len=length,
-                        search=None,
-                        dtype="bfloat16" if precision == "bf16" else "float32",
-                        mode="train",
-                        batch=B,
-                        tgt_tok_per_s=tgt_out.numel() / t,
-                        sentences_per_s=B / t,
-                        ms=t * 1e3,
-                        gflop_per_s=gflops(flop, t),
-                        mfu=mfu(flop, t, ceiling_gflops),
-                        threads=threads,
-                        reps=len(timing.times_s),
-                    )
-                del steps, ours
+                if length > cfg.max_len:
+                    raise ValueError(f"length={length} is past the model's max_len={cfg.max_len}")
+                for variant in variants:
+                    if variant == "fixed":
+                        cycles = [[make_batch(cfg, length, tokens_per_batch, seed)]]
+                    else:
+                        cycles = token_budget_cycles(cfg, length, tokens_per_batch, warmup + reps, seed)
+                    yield from _timed_rows(
+                        name, cfg, length, variant, cycles, chosen, precisions, references, threads, warmup, reps,
+                        seed, device,
+                    )  # fmt: skip
+
+
+def _timed_rows(
+    name: str,
+    cfg: TranslatorConfig,
+    length: int,
+    variant: str,
+    cycles: list[list[tuple[Tensor, Tensor, Tensor]]],
+    chosen: list[str],
+    precisions: tuple[str, ...],
+    references: dict[str, float],
+    threads: int,
+    warmup: int,
+    reps: int,
+    seed: int,
+    device: torch.device,
+) -> Iterator[Result]:
+    """One result per (implementation, precision): each timed call runs the steps of the next cycle of batches
+    (one batch at fixed shapes), every implementation on the same batches, in turns."""
+    batches = [(src.to(device), tgt_in.to(device), tgt_out.to(device)) for c in cycles for src, tgt_in, tgt_out in c]
+    per_call = len(cycles[0])
+    tgt_tokens = sum(int((b[2] != PAD_ID).sum()) for b in batches) / len(batches)  # a step's, on average
+    sentences = sum(b[0].size(0) for b in batches) / len(batches)
+    flop = sum(training_flops(_forward_flops(cfg, src, tgt_out)) for src, _, tgt_out in batches) / len(batches)
+    torch.manual_seed(seed)
+    ours = build_translator(cfg, pad_id=PAD_ID).to(device)
+    runs = [(impl, precision) for precision in precisions for impl in chosen]
+    steps = []
+    for impl, precision in runs:
+        torch.manual_seed(seed)  # same dropout masks' seed and, for peers, same initialisation seed
+        model, forward = forward_fn(impl, cfg, ours)
+        steps.append(training_steps(model.to(device), forward, batches, precision, per_call=per_call))
+    timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0, sync=synchronizer(device))
+    for (impl, precision), timing in zip(runs, timings):
+        t = timing.median_s / per_call  # one step
+        dtype = DTYPE_NAMES[precision]
+        yield Result(
+            suite="train",
+            impl=impl,
+            config=name,
+            seq_len=length,
+            search=None,
+            dtype=dtype,
+            mode="train",
+            variant=None if variant == "fixed" else variant,
+            batch=round(sentences),
+            tgt_tok_per_s=tgt_tokens / t,
+            sentences_per_s=sentences / t,
+            ms=t * 1e3,
+            gflop_per_s=gflops(flop, t),
+            mfu=mfu(flop, t, references[dtype]),
+            threads=threads,
+            reps=len(timing.times_s),
+        )
+
+
+DTYPE_NAMES = {"fp32": "float32", "tf32": "tf32", "bf16": "bfloat16"}  # --set precision -> the row's arithmetic
+
+
+def _forward_flops(cfg: TranslatorConfig, src: Tensor, tgt_out: Tensor) -> float:
+    """One teacher-forced forward pass over the real tokens of a batch (``common.seq2seq_forward_flops``)."""
+    return seq2seq_forward_flops(
+        (src != PAD_ID).sum(dim=1).tolist(),
+        (tgt_out != PAD_ID).sum(dim=1).tolist(),
+        d_model=cfg.d_model,
+        d_ff=cfg.d_ff,
+        n_layers=cfg.n_layers,
+        vocab_size=cfg.vocab_size,
+    )
 
 
 def run(*, quick: bool = False, **kwargs) -> list[Result]:

@@ -21,7 +21,15 @@ from torch import Tensor
 
 from attnkit.data.lengths import Truncation, apply_length_policy
 
-__all__ = ["Batches", "Truncation", "apply_length_policy", "bucketed_batches", "pad", "token_budget_batches"]
+__all__ = [
+    "Batches",
+    "Truncation",
+    "apply_length_policy",
+    "bucketed_batches",
+    "pad",
+    "real_positions",
+    "token_budget_batches",
+]
 
 TOKEN_BUDGET_POOL = 10000  # pairs sorted together before token-budget batches are cut from them
 
@@ -33,6 +41,16 @@ def pad(seqs: Sequence[Sequence[int] | np.ndarray], pad_id: int) -> Tensor:
     for row, s in enumerate(seqs):
         out[row, : len(s)] = s
     return torch.from_numpy(out)
+
+
+def real_positions(lengths: Sequence[int] | np.ndarray, width: int) -> Tensor:
+    """The flat positions ``b * width + i`` (i < lengths[b]) of the real tokens of a right-padded (B, width) batch, in
+    row-major order: (N,) int64, N = sum(lengths). Made on the host with the batch, so that a model picks its real
+    tokens with ``index_select``: a boolean mask would have to be read back from a GPU to be applied."""
+    lengths = np.asarray(lengths, dtype=np.int64)  # (B,)
+    starts = np.repeat(np.arange(len(lengths), dtype=np.int64) * width, lengths)  # (N,) b * width
+    within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)  # (N,)
+    return torch.from_numpy(starts + within)
 
 
 def _lengths(lengths: Sequence[int] | np.ndarray) -> np.ndarray:

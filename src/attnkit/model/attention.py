@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.model.masking import Unpadded
+from attnkit.model.masking import Unpadded, causal_mask
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -40,9 +40,12 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     return attn_weights @ v, attn_weights  # (B, H, T, Dh), (B, H, T, S)
 
 
-def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
+def fused_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, *, causal: bool = False
+) -> Tensor:
     """Eq. 1 through PyTorch's fused kernel: q (B, H, T, Dh), k and v (B, H, S, Dh), mask True = may attend.
-    Returns (B, H, T, Dh).
+    Returns (B, H, T, Dh). ``causal`` (no ``mask`` then) is §3.2.3's mask of the decoder's own positions as the
+    kernel's ``is_causal`` flag: no mask tensor is built or read, and FlashAttention, which takes no mask, can run.
 
     On a CPU, half-precision inputs run eq. 1 in float32 where PyTorch's half-precision kernel is the slower one
     (float32 is also the more accurate): training under autocast (the half-precision backward pass), and a decoding
@@ -52,9 +55,11 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropou
     decoding_step = half and q.size(2) == 1 and q.size(0) >= 8  # one query for each of 8 rows or more
     if half and q.device.type == "cpu" and (decoding_step or (torch.is_grad_enabled() and q.requires_grad)):
         with torch.autocast("cpu", enabled=False):
-            out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p)
+            out = F.scaled_dot_product_attention(
+                q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p, is_causal=causal
+            )
         return out.to(q.dtype)  # (B, H, T, Dh)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, H, T, Dh)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
 
 
 @dataclass
@@ -163,12 +168,14 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         cache: KVCache | None = None,
         positions: Tensor | None = None,
+        causal: bool = False,
     ) -> tuple[Tensor, Tensor | None, KVCache | None]:
         """Attend from ``query`` (B, T, D) to ``key_value``; self-attention when ``key_value`` is None.
 
         Args:
             key_value: the encoder output (B, S, D), or its keys and values already projected (``project_kv``).
             mask: boolean, True = may attend, broadcastable to (B, H, T, S) (S = L, the cache's length, with one).
+            causal: query t attends to keys 0 .. t alone (§3.2.3), instead of a ``mask``, on the kernel's fast path.
             need_weights: return the (B, H, T, S) attention weights (explicit path) instead of None (fused path).
             cache, positions: self-attention during incremental decoding: this call's keys and values are written
                 into ``cache`` at ``positions`` (T,), and the queries attend to the whole cache under ``mask``.
@@ -188,11 +195,13 @@ class MultiHeadAttention(nn.Module):
             k, v = kv.k, kv.v  # (B, H, S, Dh)
         p = self.dropout if self.training else 0.0
         if need_weights:
+            if causal:
+                mask = causal_mask(T, query.device)  # (1, 1, T, T)
             out, attn_weights = scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, Dh), (B, H, T, S)
             if p:  # the weights are returned as computed; the output uses dropped-out ones
                 out = F.dropout(attn_weights, p) @ v  # (B, H, T, Dh)
         else:
-            out = fused_attention(q, k, v, mask, p)  # (B, H, T, Dh)
+            out = fused_attention(q, k, v, mask, p, causal=causal)  # (B, H, T, Dh)
             attn_weights = None
         out = out.transpose(1, 2).reshape(B, T, self.n_heads * self.d_head)  # (B, T, H * Dh)
         return self.out_proj(out), attn_weights, cache  # (B, T, D)

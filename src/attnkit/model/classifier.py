@@ -29,11 +29,14 @@ class TransformerClassifier(nn.Module):
         self.encoder = encoder
         self.head = head  # (D -> C)
 
-    def encode(self, ids: Tensor, attn_layers: tuple[int, ...] = ()) -> tuple[Tensor, Tensor, AttentionMaps]:
+    def encode(
+        self, ids: Tensor, attn_layers: tuple[int, ...] = (), *, rows: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, AttentionMaps]:
         """ids (B, S) -> hidden states (B, S, D), key mask (B, 1, 1, S) True = real token, and the self-attention
-        weights of the encoder layers in ``attn_layers`` (``AttentionMaps.encoder_self``)."""
+        weights of the encoder layers in ``attn_layers`` (``AttentionMaps.encoder_self``). ``rows`` (N,): the flat
+        positions of the real tokens, where the batch was built with them (``Encoder``: no read of the mask)."""
         mask = padding_mask(ids, self.pad_id)  # (B, 1, 1, S)
-        hidden, maps = self.encoder(self.embeddings(ids), mask, attn_layers)  # (B, S, D)
+        hidden, maps = self.encoder(self.embeddings(ids), mask, attn_layers, rows=rows)  # (B, S, D)
         return hidden, mask, maps
 
     def pool(self, hidden: Tensor, mask: Tensor, pooling: str | None = None) -> Tensor:
@@ -44,9 +47,9 @@ class TransformerClassifier(nn.Module):
         real = mask[:, 0, 0, :, None].to(hidden.dtype)  # (B, S, 1)
         return (hidden * real).sum(dim=1) / real.sum(dim=1).clamp(min=1.0)  # (B, D)
 
-    def forward(self, ids: Tensor) -> Tensor:
-        """ids (B, S) -> logits (B, C)."""
-        hidden, mask, _ = self.encode(ids)
+    def forward(self, ids: Tensor, *, rows: Tensor | None = None) -> Tensor:
+        """ids (B, S) -> logits (B, C); ``rows`` as ``encode`` takes them."""
+        hidden, mask, _ = self.encode(ids, rows=rows)
         return self.head(self.pool(hidden, mask))  # (B, C)
 
     def forward_with_attention(self, ids: Tensor, attn_layers: tuple[int, ...]) -> tuple[Tensor, AttentionMaps]:

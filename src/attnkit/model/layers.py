@@ -158,11 +158,13 @@ class DecoderLayer(nn.Module):
         cache: DecoderLayerCache | None = None,
         positions: Tensor | None = None,
         need_weights: bool = False,
+        causal: bool = False,
     ) -> tuple[Tensor, tuple[Tensor | None, Tensor | None], DecoderLayerCache | None]:
         """x (B, T, D) target side, memory (B, S, D) encoder output (None with a cache: its cross_kv replaces it).
 
         Args:
             self_mask: True = may attend, broadcastable to (B, H, T, T), or (B, H, T, L) over a cache of L positions.
+            causal: instead of ``self_mask``, position t attends to positions 0 .. t (the whole target at once).
             cross_mask: True = may attend, broadcastable to (B, H, T, S).
             cache, positions: keys and values from earlier steps; ``x`` holds the new positions ``positions`` (T,).
         Returns:
@@ -172,8 +174,8 @@ class DecoderLayer(nn.Module):
         h = self.residual.sublayer_input(x, self.norm1)
         self_kv = cache.self_kv if cache is not None else None
         attn_out, self_w, _ = self.self_attn(
-            h, mask=self_mask, need_weights=need_weights, cache=self_kv, positions=positions
-        )
+            h, mask=self_mask, need_weights=need_weights, cache=self_kv, positions=positions, causal=causal
+        )  # (B, T, D)
         x = self.residual(x, self.norm1, attn_out)  # (B, T, D)
 
         h = self.residual.sublayer_input(x, self.norm2)

@@ -45,14 +45,20 @@ class MaskedLanguageModel(nn.Module):
         self.encoder = encoder
         self.head = head
 
-    def encode(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        """ids (B, S) -> hidden states (B, S, D) and the key mask (B, 1, 1, S), True = real token."""
+    def encode(self, ids: Tensor, *, rows: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """ids (B, S) -> hidden states (B, S, D) and the key mask (B, 1, 1, S), True = real token. ``rows`` (N,): the
+        flat positions of the real tokens, where the batch was built with them (``Encoder``: no read of the mask)."""
         mask = padding_mask(ids, self.pad_id)  # (B, 1, 1, S)
-        hidden, _ = self.encoder(self.embeddings(ids), mask)  # (B, S, D)
+        hidden, _ = self.encoder(self.embeddings(ids), mask, rows=rows)  # (B, S, D)
         return hidden, mask
 
-    def forward(self, ids: Tensor, positions: Tensor) -> Tensor:
-        """ids (B, S), positions (B, S) bool -> logits (N, V) at the N = positions.sum() True positions, in row-major
-        order. Only the positions chosen for prediction pay for the (D x V) decoder (BERT predicts those alone)."""
-        hidden, _ = self.encode(ids)  # (B, S, D)
-        return self.head(hidden[positions], self.embeddings.token.weight)  # (N, V)
+    def forward(self, ids: Tensor, positions: Tensor, *, rows: Tensor | None = None) -> Tensor:
+        """ids (B, S), positions (B, S) bool or the (N,) flat positions b * S + s of the True ones -> logits (N, V) at
+        those positions, in row-major order. Only the positions chosen for prediction pay for the (D x V) decoder
+        (BERT predicts those alone). Flat positions made with the batch select without reading the device."""
+        hidden, _ = self.encode(ids, rows=rows)  # (B, S, D)
+        if positions.dtype == torch.bool:
+            chosen = hidden[positions]  # (N, D)
+        else:
+            chosen = hidden.flatten(0, 1).index_select(0, positions)  # (B S, D) -> (N, D)
+        return self.head(chosen, self.embeddings.token.weight)  # (N, V)

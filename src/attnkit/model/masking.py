@@ -65,9 +65,16 @@ class Unpadded:
 
     @classmethod
     def of(cls, mask: Tensor) -> Unpadded:
-        """From a (B, 1, 1, S) key padding mask (``padding_mask``)."""
+        """From a (B, 1, 1, S) key padding mask (``padding_mask``). Finding the rows reads the mask (``nonzero``):
+        a synchronisation on a GPU; training passes the rows its batches were built with instead (``from_rows``)."""
         B, S = mask.size(0), mask.size(-1)
         return cls(mask.reshape(B * S).nonzero().squeeze(1), B, S, mask)  # rows (N,)
+
+    @classmethod
+    def from_rows(cls, rows: Tensor, mask: Tensor) -> Unpadded:
+        """From the flat positions of the real tokens, made on the host when the batch was built
+        (``data.batching.real_positions``), and the (B, 1, 1, S) key mask they agree with."""
+        return cls(rows, mask.size(0), mask.size(-1), mask)
 
     def pack(self, x: Tensor) -> Tensor:
         """(B, S, ...) -> (N, ...): the real positions only."""

@@ -69,23 +69,27 @@ class Encoder(nn.Module):
         self.final_norm = final_norm
 
     def forward(
-        self, x: Tensor, mask: Tensor | None, attn_layers: tuple[int, ...] = ()
+        self, x: Tensor, mask: Tensor | None, attn_layers: tuple[int, ...] = (), *, rows: Tensor | None = None
     ) -> tuple[Tensor, AttentionMaps]:
-        """x (B, S, D), mask True = may attend (B, 1, 1, S).
+        """x (B, S, D), mask True = may attend (B, 1, 1, S); ``rows`` (N,) the flat positions b * S + s of the real
+        tokens, where the caller made them with the batch (``data.batching.real_positions``).
 
         Returns the encoder output (B, S, D) and the self-attention weights (B, H, S, S) of the layers listed in
         ``attn_layers`` (``AttentionMaps.encoder_self``); the other layers stay on the fused attention path.
         """
         maps = AttentionMaps()
-        # Padding costs as much as real tokens on a CPU; where a batch has any, the layers run on its real tokens
-        # alone (``Unpadded``). Maps are asked for one sentence at a time: those calls keep the padded layout. Either
+        # Where a batch has padding, the layers may run on its real tokens alone (``Unpadded``, see
+        # ``skips_padding``). Maps are asked for one sentence at a time: those calls keep the padded layout. Either
         # way the output is zero at padded positions, so the two paths give the same tensor. A traced graph
         # (torch.compile, torch.export for ONNX) keeps the padded layout: the number of real tokens is data.
         key_mask = mask if mask is not None and mask.dim() == 4 and mask.size(2) == 1 else None  # (B, 1, 1, S)
         tracing = torch.compiler.is_compiling() or torch.jit.is_tracing()
         unpadded = None
-        if key_mask is not None and not attn_layers and not tracing and not bool(key_mask.all()):
-            unpadded = Unpadded.of(key_mask)
+        if key_mask is not None and not attn_layers and not tracing and skips_padding(x.device):
+            if rows is not None:  # the host knows the real tokens: no read of the mask
+                unpadded = Unpadded.from_rows(rows, key_mask) if rows.numel() < key_mask.numel() else None
+            elif not bool(key_mask.all()):
+                unpadded = Unpadded.of(key_mask)
         if unpadded is not None:
             x = unpadded.pack(x)  # (N, D)
         for i, layer in enumerate(self.layers):
@@ -99,6 +103,18 @@ class Encoder(nn.Module):
         elif key_mask is not None:
             x = x.masked_fill(~key_mask[:, 0, 0, :, None], 0.0)  # (B, S, D)
         return x, maps
+
+
+def skips_padding(device: torch.device) -> bool:
+    """Whether an encoder on ``device`` packs a padded batch's real tokens (``Unpadded``) rather than computing the
+    padding under a key mask.
+
+    On a CPU a padded position costs as much arithmetic as a real one, and packing skips it (about half the work on
+    a batch of reviews padded to its longest). On a GPU the padding's arithmetic costs little, while packing costs a
+    scatter and a gather of every layer's activations, their backward passes, and, without host-made rows, a read of
+    the mask (a synchronisation): a GPU computes the padding.
+    """
+    return device.type == "cpu"
 
 
 class Decoder(nn.Module):
@@ -119,8 +135,10 @@ class Decoder(nn.Module):
         cache: list[DecoderLayerCache] | None = None,
         positions: Tensor | None = None,
         attn_layers: tuple[int, ...] = (),
+        causal: bool = False,
     ) -> tuple[Tensor, AttentionMaps]:
         """x (B, T, D) embedded target, memory (B, S, D) (None with a cache); ``positions`` (T,) with a cache.
+        ``causal``: self-attention lets position t see positions 0 .. t (the kernel's flag; ``self_mask`` is then None).
 
         Returns (B, T, D) and the self- and cross-attention weights of the layers in ``attn_layers``
         (``AttentionMaps.decoder_self`` and ``.cross``); a cache is written in place.
@@ -129,7 +147,14 @@ class Decoder(nn.Module):
         for i, layer in enumerate(self.layers):
             layer_cache = cache[i] if cache is not None else None
             x, (self_w, cross_w), _ = layer(
-                x, memory, self_mask, cross_mask, cache=layer_cache, positions=positions, need_weights=i in attn_layers
+                x,
+                memory,
+                self_mask,
+                cross_mask,
+                cache=layer_cache,
+                positions=positions,
+                need_weights=i in attn_layers,
+                causal=causal,
             )  # (B, T, D)
             if self_w is not None and cross_w is not None:
                 maps.decoder_self[i], maps.cross[i] = self_w, cross_w
@@ -211,17 +236,34 @@ class Transformer(nn.Module):
             caches.append(DecoderLayerCache(self_kv, layer.cross_attn.project_kv(memory)))
         return caches
 
-    def forward(self, src: Tensor, tgt_in: Tensor, positions: Tensor | None = None) -> Tensor:
+    def forward(
+        self, src: Tensor, tgt_in: Tensor, positions: Tensor | None = None, *, src_rows: Tensor | None = None
+    ) -> Tensor:
         """Teacher-forced training pass: src (B, S), tgt_in (B, T) -> logits (B, T, V).
 
-        With ``positions`` (B, T), True where a logit is wanted (the real target tokens), only those rows go through
-        the output projection and come back packed in row-major order: (N, V). The projection onto the vocabulary is
-        the largest matrix product of a small translator, and the loss ignores the padded positions anyway.
+        With ``positions``, only the positions a logit is wanted for (the real target tokens) go through the output
+        projection and come back packed in row-major order: (N, V). The projection onto the vocabulary is the
+        largest matrix product of a small translator, and the loss ignores the padded positions anyway.
+        ``positions`` is a (B, T) boolean mask, or the (N,) flat positions b * T + t that a batch made on the host
+        (``data.batching.real_positions``): selecting by a mask reads it, a synchronisation on a GPU.
+
+        The packed pass is the one training takes, and it attends as fast as the kernels allow: decoder
+        self-attention is causal by the kernel's flag, without a padding mask (targets are right-padded, so the
+        keys 0 .. t of a real position t are all real; what padded positions compute, nothing reads). ``src_rows``
+        (N_src,), the flat positions of the real source tokens made with the batch, tells the model without
+        reading the device whether the source has padding at all: without, no mask is built.
         """
-        memory, src_mask, _ = self.encode(src)
         if positions is None:
+            memory, src_mask, _ = self.encode(src)
             logits, _, _ = self.decode(tgt_in, memory, src_mask)
             return logits  # (B, T, V)
+        padded = src_rows is None or src_rows.numel() < src.numel()
+        key_mask = padding_mask(src, self.pad_id) if padded else None  # (B, 1, 1, S)
+        memory, _ = self.encoder(self.embeddings(src), key_mask, rows=src_rows)  # (B, S, D)
         x = self.embeddings(tgt_in)  # (B, T, D)
-        x, _ = self.decoder(x, memory, decoder_self_mask(tgt_in, self.pad_id), src_mask)  # (B, T, D)
-        return self.logits(x[positions])  # (N, D) -> (N, V)
+        x, _ = self.decoder(x, memory, None, key_mask, causal=True)  # (B, T, D)
+        if positions.dtype == torch.bool:
+            x = x[positions]  # (N, D)
+        else:
+            x = x.flatten(0, 1).index_select(0, positions)  # (B T, D) -> (N, D)
+        return self.logits(x)  # (N, V)

@@ -1,4 +1,4 @@
-"""Data-parallel training on ``torch.distributed``, launched by torchrun: the process group, and the three sums the
+"""Data-parallel training on ``torch.distributed``, launched by torchrun: the process group, and the sums the
 one training loop (``fit``) takes across processes.
 
 N processes compute what one process computes with N times the gradient accumulation. Each optimizer step's
@@ -100,6 +100,13 @@ def sum_across(values: list[float], context: TrainContext) -> list[float]:
     reduced = torch.tensor(values, dtype=torch.float64, device=context.device)
     dist.all_reduce(reduced)
     return reduced.tolist()
+
+
+def sum_on_device(values: torch.Tensor, context: TrainContext) -> torch.Tensor:
+    """``values`` summed over the ranks where they are, in place (nothing is read back to the host); returned."""
+    if context.world_size > 1:
+        dist.all_reduce(values)
+    return values
 
 
 def sum_gradients(model: nn.Module, context: TrainContext) -> None:

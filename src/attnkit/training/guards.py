@@ -3,6 +3,7 @@ module whose output went non-finite, so that the user learns where, not only tha
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -45,15 +46,16 @@ def first_nonfinite_gradient(model: nn.Module) -> str | None:
 
 
 def check_step(
-    model: nn.Module, loss: torch.Tensor, grad_norm: torch.Tensor, *, step: int, replay: Callable[[], object]
+    model: nn.Module, loss: float, grad_norm: float, *, step: int, replay: Callable[[], object]
 ) -> str | None:
     """None if the step is finite; otherwise a message naming the step and where the first non-finite value arose.
 
-    ``replay`` re-runs the step's forward pass (with the RNG state the step used) for the diagnosis.
+    ``loss`` and ``grad_norm`` are the step's, read from the device; ``replay`` re-runs the step's forward pass (with
+    the RNG state the step used) for the diagnosis.
     """
-    if torch.isfinite(loss) and torch.isfinite(grad_norm):
+    if math.isfinite(loss) and math.isfinite(grad_norm):
         return None
-    what = "loss" if not torch.isfinite(loss) else "gradient norm"
+    what = "loss" if not math.isfinite(loss) else "gradient norm"
     module = first_nonfinite_module(model, replay)
     if module is not None:
         return f"step {step}: non-finite {what}; the first module whose output went non-finite is {module}"

@@ -14,10 +14,12 @@ with N x ``accum_steps`` computes, and rank 0 writes the run.
 
 The library never prints: progress is a stream of typed events (``Event``) that the CLI renders.
 
-Why ~450 lines: ``fit`` is meant to be read top to bottom in one piece, like nanoGPT's train.py, and
-``_train_step`` is the one step every device, precision and process count takes (the task, the events, the
-schedule's sizing, precision and the collectives are already in task.py, events.py, schedules.py, precision.py and
-distributed.py); the helpers below are each a few lines that the loop names rather than spells out.
+The file reads in three parts: ``fit``, the loop itself, on one screen like nanoGPT's train.py or a torchtune
+recipe, with what it does at a run's start (``_open_run``), after each step (``_record_step``), at an evaluation
+(``evaluate``) and at a save (``save``) as functions of the run; ``_train_step``, the one optimizer step every device,
+precision and process count takes; and the small decisions the loop names rather than spells out. The task, the
+events, the schedule's sizing, precision, the kernels, the input pipeline and the collectives are in task.py,
+events.py, schedules.py, precision.py, kernels.py, prefetch.py and distributed.py.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from contextlib import closing
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -35,14 +38,16 @@ from torch import nn
 from attnkit import runs
 from attnkit.config import TrainConfig
 from attnkit.errors import InputError
-from attnkit.training.distributed import broadcast_from_main, share_of_step, sum_across, sum_gradients
+from attnkit.training.distributed import broadcast_from_main, share_of_step, sum_across, sum_gradients, sum_on_device
 from attnkit.training.events import Checkpointed, Evaluated, Event, FitResult, Planned, Resumed, Skipped, Step, Warned
 from attnkit.training.guards import NonFiniteError, check_step
+from attnkit.training.kernels import compiled, training_kernels
 from attnkit.training.optim import set_learning_rate
-from attnkit.training.precision import autocast, check_precision, grad_scaler, set_tf32
+from attnkit.training.precision import autocast, check_precision, grad_scaler
+from attnkit.training.prefetch import prefetched, to_device
 from attnkit.training.schedules import Plan, plan
 from attnkit.training.state import STATE, FitState, load_fit_state, save_fit_state
-from attnkit.training.task import Batch, StepTask, Task, TrainContext
+from attnkit.training.task import Batch, BatchLoss, StepTask, Task, TrainContext
 
 TIME_PROBE_STEPS = 20  # steps timed before judging whether a warmup fits inside max_minutes
 
@@ -72,9 +77,105 @@ def fit(
     from the beginning. The caller seeds torch and builds the model the same way in both cases.
     """
     started = time.perf_counter()
-    context = context or TrainContext()
+    run = _open_run(model, optimizer, task, cfg, run_dir, resume, context or TrainContext(), on_event)
+    state, generator, the_plan = run.state, run.generator, run.plan
+    loss_fn = compiled(task.loss) if cfg.compile else task.loss
+    stopped_by = _finished(cfg, state)  # "" unless resuming a run that had already stopped
+    if stopped_by:
+        on_event(Warned(_nothing_left(stopped_by, cfg)))
+    warned_time = False
+    model.train()
+    with training_kernels(tf32=cfg.tf32, device=run.context.device), closing(run.log):
+        while not stopped_by:
+            if state.batch_index == 0:
+                state.epoch_generator_state = generator.get_state()
+            elif state.epoch_generator_state is not None:  # resuming inside an epoch: the same order again
+                generator.set_state(state.epoch_generator_state)
+            batches = task.epoch_batches(generator)
+            groups = [
+                batches[i : i + state.batches_per_step]
+                for i in range(state.batch_index, len(batches), state.batches_per_step)
+            ]
+            for group, mine in zip(groups, prefetched(groups, task.collate, run.context)):
+                state.step += 1
+                state.batch_index += len(group)
+                lr = the_plan.lr(state.step)
+                set_learning_rate(optimizer, lr)
+                outcome = _train_step(
+                    model, optimizer, task, mine, cfg, run.context, run.scaler, step=state.step, loss=loss_fn
+                )
+                _record_step(run, outcome, lr, _epochs_done(state, len(batches)))
+
+                # Budgets, then the end of the epoch, then evaluation and saving, in that order.
+                elapsed = time.perf_counter() - started
+                stopped_by = _budget_spent(cfg, state, elapsed)
+                if cfg.max_minutes and not warned_time and (state.step % TIME_PROBE_STEPS == 0 or elapsed > 30):
+                    warned_time = True
+                    if note := _time_warning(the_plan, state.step, elapsed, cfg.max_minutes):
+                        run.on_event(Warned(note))
+                epoch_done = state.batch_index >= len(batches)
+                if epoch_done:
+                    state.epoch, state.batch_index = state.epoch + 1, 0
+                    state.epoch_generator_state = generator.get_state()  # the next epoch's order is drawn from here
+                    if state.epoch > cfg.epochs:
+                        stopped_by = stopped_by or "epochs"
+                evaluate_now = (state.step % cfg.eval_every == 0) if cfg.eval_every else epoch_done
+                if (evaluate_now or stopped_by) and evaluate(run, _epochs_done(state, len(batches))):
+                    stopped_by = stopped_by or "patience"
+                at_checkpoint = state.step % cfg.checkpoint_every == 0
+                if at_checkpoint or evaluate_now or stopped_by:
+                    save(run, step_checkpoint=at_checkpoint or bool(stopped_by))
+                if stopped_by or epoch_done:
+                    break  # (the next epoch's order is drawn above)
+    if run.context.is_main:
+        runs.write_manifest(run_dir)
+    return FitResult(
+        steps=state.step,
+        epochs=_epochs_done(state, run.batches_per_epoch),
+        seconds=time.perf_counter() - started,
+        stopped_by=stopped_by,
+        best=dict(state.best_metrics),
+        best_step=state.best_step,
+        best_epoch=state.best_epoch,
+        last=dict(run.last),
+        skipped=state.skipped,
+    )
+
+
+@dataclass
+class _Run:
+    """A run in progress: what ``fit`` opened, and what evaluating, saving and recording a step need of it."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    task: Task
+    cfg: TrainConfig
+    context: TrainContext
+    run_dir: Path
+    state: FitState
+    generator: torch.Generator  # draws each epoch's batch order
+    plan: Plan
+    batches_per_epoch: int
+    log: runs.MetricsLog | _NoLog
+    scaler: torch.amp.GradScaler | None  # fp16 only
+    on_event: Callable[[Event], None]
+    last: dict[str, float] = field(default_factory=dict)  # metrics of the last evaluation
+
+
+def _open_run(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    task: Task,
+    cfg: TrainConfig,
+    run_dir: Path,
+    resume: bool,
+    context: TrainContext,
+    on_event: Callable[[Event], None],
+) -> _Run:
+    """A new run, or the saved one resumed: the state, the batch generator, the metrics log, the schedule planned on
+    the budgets (emitting ``Resumed``, warnings and ``Planned``); every rank starts from rank 0's weights."""
     check_precision(cfg.precision, context.device)
-    scaler = grad_scaler(cfg.precision, context.device)  # fp16 only
+    scaler = grad_scaler(cfg.precision, context.device)
     batches_per_epoch = len(task.epoch_batches(None))
     if not batches_per_epoch:
         raise InputError("no training data: the task made no batches")
@@ -95,7 +196,7 @@ def fit(
                 f"process(es), each accumulates {share} (accum_steps={share} here, whatever the run started with)"
             )
         log = _metrics_log(run_dir, cfg, keep_rows=state.log_rows, context=context)
-        on_event(Resumed(state.step, state.epoch))
+        on_event(Resumed(step=state.step, epoch=state.epoch))
     else:
         if context.is_main:
             _clear_run_outputs(run_dir)
@@ -110,184 +211,132 @@ def fit(
         on_event(Warned(message))
     on_event(
         Planned(
-            the_plan.total_steps,
-            the_plan.steps_per_epoch,
-            batches_per_epoch,
-            the_plan.schedule,
-            the_plan.warmup,
-            state.step,
+            total_steps=the_plan.total_steps,
+            steps_per_epoch=the_plan.steps_per_epoch,
+            batches_per_epoch=batches_per_epoch,
+            schedule=the_plan.schedule,
+            warmup=the_plan.warmup,
+            start_step=state.step,
         )
     )
+    return _Run(
+        model=model,
+        optimizer=optimizer,
+        task=task,
+        cfg=cfg,
+        context=context,
+        run_dir=run_dir,
+        state=state,
+        generator=generator,
+        plan=the_plan,
+        batches_per_epoch=batches_per_epoch,
+        log=log,
+        scaler=scaler,
+        on_event=on_event,
+    )
 
-    last: dict[str, float] = {}
 
-    def evaluate(epoch: float) -> bool:
-        """Evaluate, keep the weights if they are the best so far; True when patience has run out."""
-        model.eval()
-        with torch.no_grad():
-            metrics = task.evaluate(model, context.device)
-        model.train()
-        train_loss = state.train_loss_sum / max(1, state.train_size)
-        train = {key: value / max(1, state.train_size) for key, value in state.train_sums.items()}
-        state.last_eval_step = state.step
-        state.train_loss_sum, state.train_size, state.train_sums = 0.0, 0, {}
-        if metrics is None:  # no validation data: the last weights are the model (written at each save)
-            log.write(
-                {
-                    "step": state.step,
-                    "epoch": epoch,
-                    "train_loss": train_loss,
-                    **{f"train_{k}": v for k, v in train.items()},
-                }
+def _record_step(run: _Run, outcome: _StepOutcome, lr: float, progress: float) -> None:
+    """A step's line in the metrics log and its event; a non-finite step stops the run unless it is to be skipped."""
+    state = run.state
+    if outcome.problem is not None:
+        if not run.cfg.skip_nonfinite:
+            raise NonFiniteError(
+                f"{outcome.problem}. The last good checkpoint in {run.run_dir} is kept; "
+                f"lower the learning rate or set skip_nonfinite=true to skip such batches"
             )
-            on_event(Evaluated(state.step, epoch, {}, train_loss, train, best=False))
-            return False
-        last.clear()
-        last.update(metrics)
-        best = _improves(metrics, state, task)
-        if best:
-            state.best_score, state.best_loss = metrics[task.metric], metrics.get("loss")
-            state.best_step, state.best_epoch, state.best_metrics, state.stale = state.step, epoch, dict(metrics), 0
-            if context.is_main:
-                runs.save_weights(run_dir, model)
-        else:
-            state.stale += 1
-        log.write(
-            {
-                "step": state.step,
-                "epoch": epoch,
-                "train_loss": train_loss,
-                **{f"train_{k}": v for k, v in train.items()},
-                **{f"valid_{k}": v for k, v in metrics.items()},
-                "best": best,
-            }
+        state.skipped += 1
+        run.log.write({"step": state.step, "epoch": progress, "skipped": outcome.problem})
+        run.on_event(Skipped(step=state.step, message=outcome.problem))
+        return
+    state.train_loss_sum += outcome.loss_sum
+    state.train_size += outcome.size
+    for key, value in outcome.sums.items():
+        state.train_sums[key] = state.train_sums.get(key, 0.0) + value
+    stats = {key: value / outcome.size for key, value in outcome.sums.items()}
+    loss = outcome.loss_sum / outcome.size
+    run.log.write({"step": state.step, "epoch": progress, "loss": loss, **stats, "lr": lr, run.task.unit: outcome.size})
+    run.on_event(
+        Step(
+            step=state.step,
+            total_steps=run.plan.total_steps,
+            epoch=state.epoch,
+            epoch_progress=progress,
+            loss=loss,
+            lr=lr,
+            size=outcome.size,
+            stats=stats,
+            running_loss=state.train_loss_sum / max(1, state.train_size),
+            running={k: v / max(1, state.train_size) for k, v in state.train_sums.items()},
         )
-        on_event(Evaluated(state.step, epoch, dict(metrics), train_loss, train, best))
-        return bool(cfg.patience) and state.stale >= cfg.patience
-
-    def save(step_checkpoint: bool) -> None:
-        """Step checkpoint (keeping the last K), the weights until an evaluation has chosen some (for good, without
-        validation data), the training state, the manifest: a run killed after this resumes from here. Rank 0's
-        alone: every rank holds the same weights and state."""
-        if not context.is_main:
-            return
-        if step_checkpoint and cfg.keep_last:
-            (run_dir / runs.CHECKPOINTS).mkdir(exist_ok=True)
-            name = f"step_{state.step}.safetensors"
-            runs.save_weights(run_dir / runs.CHECKPOINTS, model, name)
-            for old in runs.checkpoint_paths(run_dir)[: -cfg.keep_last]:
-                old.unlink()
-            on_event(Checkpointed(state.step, run_dir / runs.CHECKPOINTS / name))
-        if state.best_score is None:
-            runs.save_weights(run_dir, model)
-        state.log_rows = log.rows
-        save_fit_state(
-            state_path, model=model, optimizer=optimizer, state=state, data_fingerprint=task.fingerprint, scaler=scaler
-        )
-        runs.write_manifest(run_dir)
-
-    stopped_by = _finished(cfg, state)  # "" unless resuming a run that had already stopped
-    if stopped_by:
-        on_event(Warned(_nothing_left(stopped_by, cfg)))
-    warned_time = False
-    model.train()
-    restore_tf32 = set_tf32(cfg.tf32, context.device)
-    try:
-        while not stopped_by:
-            if state.batch_index == 0:
-                state.epoch_generator_state = generator.get_state()
-            elif state.epoch_generator_state is not None:  # resuming inside an epoch: the same order again
-                generator.set_state(state.epoch_generator_state)
-            batches = task.epoch_batches(generator)
-            while state.batch_index < len(batches):
-                group = batches[state.batch_index : state.batch_index + state.batches_per_step]
-                state.step += 1
-                state.batch_index += len(group)
-                lr = the_plan.lr(state.step)
-                set_learning_rate(optimizer, lr)
-                outcome = _train_step(model, optimizer, task, group, cfg, context, scaler, step=state.step)
-                progress = _epochs_done(state, len(batches))
-                if outcome.problem is not None:
-                    if not cfg.skip_nonfinite:
-                        raise NonFiniteError(
-                            f"{outcome.problem}. The last good checkpoint in {run_dir} is kept; "
-                            f"lower the learning rate or set skip_nonfinite=true to skip such batches"
-                        )
-                    state.skipped += 1
-                    log.write({"step": state.step, "epoch": progress, "skipped": outcome.problem})
-                    on_event(Skipped(state.step, outcome.problem))
-                else:
-                    state.train_loss_sum += outcome.loss_sum
-                    state.train_size += outcome.size
-                    for key, value in outcome.sums.items():
-                        state.train_sums[key] = state.train_sums.get(key, 0.0) + value
-                    stats = {key: value / outcome.size for key, value in outcome.sums.items()}
-                    log.write(
-                        {
-                            "step": state.step,
-                            "epoch": progress,
-                            "loss": outcome.loss_sum / outcome.size,
-                            **stats,
-                            "lr": lr,
-                            task.unit: outcome.size,
-                        }
-                    )
-                    on_event(
-                        Step(
-                            state.step,
-                            the_plan.total_steps,
-                            state.epoch,
-                            progress,
-                            outcome.loss_sum / outcome.size,
-                            lr,
-                            outcome.size,
-                            stats,
-                            state.train_loss_sum / max(1, state.train_size),
-                            {k: v / max(1, state.train_size) for k, v in state.train_sums.items()},
-                        )
-                    )
-
-                # Budgets, then the end of the epoch, then evaluation and saving, in that order.
-                elapsed = time.perf_counter() - started
-                if cfg.max_steps and state.step >= cfg.max_steps:
-                    stopped_by = "max_steps"
-                elif cfg.max_minutes and elapsed > 60 * cfg.max_minutes:
-                    stopped_by = "max_minutes"
-                if cfg.max_minutes and not warned_time and (state.step % TIME_PROBE_STEPS == 0 or elapsed > 30):
-                    warned_time = True
-                    note = _time_warning(the_plan, state.step, elapsed, cfg.max_minutes)
-                    if note:
-                        on_event(Warned(note))
-                epoch_done = state.batch_index >= len(batches)
-                if epoch_done:
-                    state.epoch, state.batch_index = state.epoch + 1, 0
-                    state.epoch_generator_state = generator.get_state()  # the next epoch's order is drawn from here
-                    if state.epoch > cfg.epochs:
-                        stopped_by = stopped_by or "epochs"
-                evaluate_now = (state.step % cfg.eval_every == 0) if cfg.eval_every else epoch_done
-                if (evaluate_now or stopped_by) and evaluate(_epochs_done(state, len(batches))):
-                    stopped_by = stopped_by or "patience"
-                at_checkpoint = state.step % cfg.checkpoint_every == 0
-                if at_checkpoint or evaluate_now or stopped_by:
-                    save(step_checkpoint=at_checkpoint or bool(stopped_by))
-                if stopped_by or epoch_done:
-                    break  # (the next epoch's order is drawn above)
-    finally:
-        log.close()
-        restore_tf32()
-    if context.is_main:
-        runs.write_manifest(run_dir)
-    return FitResult(
-        state.step,
-        _epochs_done(state, batches_per_epoch),
-        time.perf_counter() - started,
-        stopped_by,
-        dict(state.best_metrics),
-        state.best_step,
-        state.best_epoch,
-        dict(last),
-        state.skipped,
     )
+
+
+def evaluate(run: _Run, epoch: float) -> bool:
+    """Evaluate, keep the weights if they are the best so far, log both; True when patience has run out."""
+    model, state, task = run.model, run.state, run.task
+    model.eval()
+    with torch.no_grad():
+        metrics = task.evaluate(model, run.context.device)
+    model.train()
+    train_loss = state.train_loss_sum / max(1, state.train_size)
+    train = {key: value / max(1, state.train_size) for key, value in state.train_sums.items()}
+    state.last_eval_step = state.step
+    state.train_loss_sum, state.train_size, state.train_sums = 0.0, 0, {}
+    row = {"step": state.step, "epoch": epoch, "train_loss": train_loss, **{f"train_{k}": v for k, v in train.items()}}
+    if metrics is None:  # no validation data: the last weights are the model (written at each save)
+        run.log.write(row)
+        run.on_event(
+            Evaluated(step=state.step, epoch=epoch, metrics={}, train_loss=train_loss, train=train, best=False)
+        )
+        return False
+    run.last.clear()
+    run.last.update(metrics)
+    best = _improves(metrics, state, task)
+    if best:
+        state.best_score, state.best_loss = metrics[task.metric], metrics.get("loss")
+        state.best_step, state.best_epoch, state.best_metrics, state.stale = state.step, epoch, dict(metrics), 0
+        if run.context.is_main:
+            runs.save_weights(run.run_dir, model)
+    else:
+        state.stale += 1
+    run.log.write({**row, **{f"valid_{k}": v for k, v in metrics.items()}, "best": best})
+    run.on_event(
+        Evaluated(step=state.step, epoch=epoch, metrics=dict(metrics), train_loss=train_loss, train=train, best=best)
+    )
+    return bool(run.cfg.patience) and state.stale >= run.cfg.patience
+
+
+def save(run: _Run, *, step_checkpoint: bool) -> None:
+    """Step checkpoint (keeping the last K), the weights until an evaluation has chosen some (for good, without
+    validation data), the training state, the manifest: a run killed after this resumes from here. Rank 0's alone:
+    every rank holds the same weights and state."""
+    if not run.context.is_main:
+        return
+    cfg, state, run_dir = run.cfg, run.state, run.run_dir
+    if step_checkpoint and cfg.keep_last:
+        (run_dir / runs.CHECKPOINTS).mkdir(exist_ok=True)
+        name = f"step_{state.step}.safetensors"
+        runs.save_weights(run_dir / runs.CHECKPOINTS, run.model, name)
+        for old in runs.checkpoint_paths(run_dir)[: -cfg.keep_last]:
+            old.unlink()
+        run.on_event(Checkpointed(step=state.step, path=run_dir / runs.CHECKPOINTS / name))
+    if state.best_score is None:
+        runs.save_weights(run_dir, run.model)
+    state.log_rows = run.log.rows
+    save_fit_state(
+        run_dir / STATE,
+        model=run.model,
+        optimizer=run.optimizer,
+        state=state,
+        data_fingerprint=run.task.fingerprint,
+        scaler=run.scaler,
+    )
+    runs.write_manifest(run_dir)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One optimizer step
 
 
 @dataclass
@@ -302,45 +351,49 @@ def _train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     task: StepTask,
-    group: Sequence[list[int]],
+    batches: Sequence[tuple[int, Batch]],
     cfg: TrainConfig,
     context: TrainContext,
     scaler: torch.amp.GradScaler | None = None,
     *,
     step: int,
+    loss: Callable[[nn.Module, Batch], BatchLoss] | None = None,
 ) -> _StepOutcome:
-    """One optimizer step over the batches of ``group`` (``batches_per_step`` of them, fewer at the end of an epoch),
-    of which this process computes those with index i % world_size == rank. With ``scaler`` (fp16), the loss is
-    scaled for the backward pass and the gradients unscaled before clipping."""
+    """One optimizer step over this process's batches of the step: (index i in the step's group, the batch on the
+    host), those with i % world_size == rank. ``loss`` is ``task.loss`` or its compiled form. With ``scaler``
+    (fp16), the loss is scaled for the backward pass and the gradients unscaled before clipping.
+
+    Nothing in the step waits for the device but one read at its end: the loss and the statistics are summed where
+    they are computed, the normaliser is the batches' own count of units (known when they were built), and the
+    step's sums and gradient norm come back to the host together, once, for the log line and the non-finite guard.
+    """
+    loss = loss or task.loss
     device = context.device
-    mine = [
-        (i, _to_device(task.collate(indices), device))  # the one device move
-        for i, indices in enumerate(group)
-        if i % context.world_size == context.rank
-    ]
+    mine = [(i, to_device(batch, device)) for i, batch in batches]  # the one device move
     (n_units,) = sum_across([float(sum(batch.size for _, batch in mine))], context)  # the step's normaliser
     optimizer.zero_grad(set_to_none=True)
     # float64: exact for a mean times its size (MPS has no float64)
-    loss_sum = torch.zeros((), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
-    sums = dict.fromkeys(task.stats, 0.0)
+    sums = torch.zeros(
+        1 + len(task.stats), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device
+    )
     for i, batch in mine:
         torch.manual_seed(_dropout_seed(cfg.seed, step, i))  # the same masks whichever process computes batch i
         with autocast(cfg.precision, device):
-            out = task.loss(model, batch)
+            out = loss(model, batch)
         # sum_b loss_b / n_units; a mean loss is weighted by its share of the units, which is exactly 1.0 (and so
         # bitwise the plain mean) when one batch makes the step.
-        loss = out.value * (batch.size / n_units) if out.mean else out.value / n_units
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-        value = out.value.detach().to(loss_sum.dtype)
-        loss_sum += value * batch.size if out.mean else value
+        weighted = out.value * (batch.size / n_units) if out.mean else out.value / n_units
+        (scaler.scale(weighted) if scaler is not None else weighted).backward()
+        value = out.value.detach().to(sums.dtype)
+        sums[0] += value * batch.size if out.mean else value
         for key, stat in out.sums.items():
-            sums[key] += stat
+            sums[1 + task.stats.index(key)] += stat
     sum_gradients(model, context)
-    loss_total, *stat_totals = sum_across([loss_sum.item(), *sums.values()], context)
-    sums = dict(zip(sums, stat_totals))
+    sum_on_device(sums, context)
     if scaler is not None:
         scaler.unscale_(optimizer)  # clip (and check) the true gradients, not the scaled ones
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm or float("inf"))
+    loss_total, norm, *stat_totals = read_step(torch.cat([sums, grad_norm.reshape(1).to(sums.dtype)]))
 
     def replay() -> None:  # the same forward passes, with the same dropout masks, for the diagnosis
         with autocast(cfg.precision, device):
@@ -351,11 +404,8 @@ def _train_step(
     # A finite loss whose scaled gradients overflowed float16 is the scaler's to handle: its step() skips the update
     # and its update() lowers the scale. Only a non-finite loss (or any non-finite value without a scaler) is a
     # problem of the run. Every rank holds the same summed values here, so every rank decides alike.
-    finite_loss = math.isfinite(loss_total)
-    scaler_overflow = scaler is not None and finite_loss and not bool(torch.isfinite(grad_norm))
-    problem = (
-        None if scaler_overflow else check_step(model, torch.tensor(loss_total), grad_norm, step=step, replay=replay)
-    )
+    scaler_overflow = scaler is not None and math.isfinite(loss_total) and not math.isfinite(norm)
+    problem = None if scaler_overflow else check_step(model, loss_total, norm, step=step, replay=replay)
     if problem is not None:
         optimizer.zero_grad(set_to_none=True)
         if scaler is not None:
@@ -366,11 +416,17 @@ def _train_step(
         scaler.update()
     else:
         optimizer.step()
-    return _StepOutcome(loss_total, int(n_units), sums, None)
+    return _StepOutcome(loss_total, int(n_units), dict(zip(task.stats, stat_totals)), None)
 
 
-def _to_device(batch: Batch, device: torch.device) -> Batch:
-    return Batch(tuple(t.to(device) for t in batch.tensors), batch.size)
+def read_step(values: torch.Tensor) -> list[float]:
+    """The step's one read from the device: its summed loss, statistics and gradient norm, (K,) -> K floats. On a
+    GPU this waits for the step's queued kernels (a synchronisation); it is the only one a step makes."""
+    return values.tolist()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The loop's small decisions
 
 
 def _dropout_seed(seed: int, step: int, index: int) -> int:
@@ -378,6 +434,15 @@ def _dropout_seed(seed: int, step: int, index: int) -> int:
     the process that computes it, nor on where a resumed run restarted)."""
     digest = hashlib.blake2b(f"{seed}:{step}:{index}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+def _budget_spent(cfg: TrainConfig, state: FitState, elapsed: float) -> str:
+    """The budget that ends the run after this step ("max_steps", "max_minutes"), or ""."""
+    if cfg.max_steps and state.step >= cfg.max_steps:
+        return "max_steps"
+    if cfg.max_minutes and elapsed > 60 * cfg.max_minutes:
+        return "max_minutes"
+    return ""
 
 
 def _finished(cfg: TrainConfig, state: FitState) -> str:

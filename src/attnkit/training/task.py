@@ -24,22 +24,19 @@ class BatchLoss:
     """The loss of one batch: ``value`` is summed over the batch's ``size`` units, or their mean if ``mean``.
 
     ``sums`` are statistics summed over the units (e.g. ``{"accuracy": correct}``); the loop reports each divided by
-    the units it covers.
+    the units it covers. Tensors stay where they were computed: the loop reads a step's sums once, with its loss.
     """
 
     value: Tensor
     mean: bool = False
-    sums: dict[str, float] = field(default_factory=dict)
+    sums: dict[str, Tensor | float] = field(default_factory=dict)
 
 
 class StepTask(Protocol):
-    """The part of a ``Task`` that one optimizer step reads (``attnkit.training.loop._train_step``)."""
+    """The part of a ``Task`` that one optimizer step reads (``attnkit.training.loop._train_step``): its batches come
+    collated."""
 
     stats: tuple[str, ...]  # the keys of every ``BatchLoss.sums`` (summed across processes in a fixed order)
-
-    def collate(self, indices: list[int]) -> Batch:
-        """The padded tensors of one batch (on the CPU: the loop moves them)."""
-        ...
 
     def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
         """Forward pass and loss of one batch (the model is in training mode; the loop runs it under autocast)."""
@@ -47,14 +44,18 @@ class StepTask(Protocol):
 
 
 class Task(StepTask, Protocol):
-    """What differs between tasks. Attributes, then the four calls the loop makes (``collate`` and ``loss`` are
-    ``StepTask``'s)."""
+    """What differs between tasks. Attributes, then the four calls the loop makes (``loss`` is ``StepTask``'s)."""
 
     metric: str  # the evaluation metric that decides "better" (a key of ``evaluate``'s result)
     higher_is_better: bool  # for ``metric``; ties are broken by the lower validation "loss"
     unit: str  # what ``Batch.size`` counts ("sentences", "tokens"), for the log
     d_model: int  # model width, for the schedule of eq. 3 ("noam")
     fingerprint: str  # of the training data: a resume on other data is refused
+
+    def collate(self, indices: list[int]) -> Batch:
+        """The padded tensors of one batch, on the CPU (the loop moves them), with every index the loss needs made
+        here, so that a step never reads the device: a thread may call this while the device computes."""
+        ...
 
     def epoch_batches(self, generator: torch.Generator | None) -> Sequence[list[int]]:
         """The example indices of each batch of one epoch, in training order, drawn from ``generator`` (None: a

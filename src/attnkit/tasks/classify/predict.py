@@ -36,9 +36,15 @@ def predict_ids(model: TransformerClassifier, seqs: list[list[int]], pad_id: int
 
 
 def predicted_classes(logits: torch.Tensor) -> list[int]:
+    """(B, C) logits -> the B predicted class ids, on the host."""
+    return predicted_class_ids(logits).tolist()
+
+
+def predicted_class_ids(logits: torch.Tensor) -> torch.Tensor:
+    """(B, C) logits -> (B,) predicted class ids where the logits are; a single logit is class 1 when positive."""
     if logits.size(-1) == 1:
-        return (logits.squeeze(-1) > 0).long().tolist()
-    return logits.argmax(dim=-1).tolist()
+        return (logits.squeeze(-1) > 0).long()  # (B,)
+    return logits.argmax(dim=-1)  # (B,)
 
 
 @dataclass

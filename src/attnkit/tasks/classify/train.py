@@ -16,7 +16,7 @@ from torch import nn
 
 from attnkit import runs
 from attnkit.config import ClassifierConfig, ClassifierTrainConfig
-from attnkit.data.batching import Batches, Truncation, bucketed_batches, pad
+from attnkit.data.batching import Batches, Truncation, bucketed_batches, pad, real_positions
 from attnkit.data.prepared import PreparedCorpus
 from attnkit.data.readers import Example
 from attnkit.data.sequences import sequence_lengths
@@ -25,7 +25,7 @@ from attnkit.evaluation.metrics import accuracy, macro_f1
 from attnkit.model.build import build_classifier
 from attnkit.model.classifier import TransformerClassifier
 from attnkit.tasks.classify.data import encode_examples, prepared_examples, resolve_classes
-from attnkit.tasks.classify.predict import predict_ids, predicted_classes
+from attnkit.tasks.classify.predict import predict_ids, predicted_class_ids, predicted_classes
 from attnkit.tokenization import Tokenizer, train_tokenizer
 from attnkit.training.events import Event, Prepared
 from attnkit.training.loop import fit
@@ -101,19 +101,19 @@ class ClassificationTask:
         return bucketed_batches(lengths, self.cfg.batch_size, generator, self.cfg.bucket_factor)
 
     def collate(self, indices: list[int]) -> Batch:
-        ids = pad([self.train_ids[i] for i in indices], self.pad_id)  # (B, S)
+        seqs = [self.train_ids[i] for i in indices]
+        ids = pad(seqs, self.pad_id)  # (B, S)
         y = torch.from_numpy(np.asarray(self.train_y[indices], dtype=np.int64))  # (B,)
-        return Batch((ids, y), len(indices))
+        rows = real_positions([len(s) for s in seqs], ids.size(1))  # (N,) the real tokens, known here
+        return Batch((ids, y, rows), len(indices))
 
     def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
-        ids, y = batch.tensors
-        logits = model(ids)  # (B, C)
-        correct = sum(p == t for p, t in zip(predicted_classes(logits.detach()), y.tolist()))
+        ids, y, rows = batch.tensors
+        logits = model(ids, rows=rows)  # (B, C)
+        correct = (predicted_class_ids(logits.detach()) == y).sum()  # on the device, read with the step's loss
         # The mean over the batch's sentences, as before the one loop (bitwise: one batch a step is weighted by 1.0).
         return BatchLoss(
-            classification_loss(logits.float(), y, self.cfg.label_smoothing),
-            mean=True,
-            sums={"accuracy": float(correct)},
+            classification_loss(logits.float(), y, self.cfg.label_smoothing), mean=True, sums={"accuracy": correct}
         )
 
     def evaluate(self, model: nn.Module, device: torch.device) -> dict[str, float] | None:

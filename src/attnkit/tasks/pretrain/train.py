@@ -12,13 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit import runs
 from attnkit.config import MaskedLMConfig, PretrainTrainConfig
-from attnkit.data.batching import Batches, Truncation, bucketed_batches, pad
+from attnkit.data.batching import Batches, Truncation, bucketed_batches, pad, real_positions
 from attnkit.data.lengths import apply_length_policy
 from attnkit.data.sequences import sequence_lengths
 from attnkit.errors import InputError
@@ -90,34 +91,42 @@ class MaskedLMTask:
         return batches
 
     def _masked(self, indices: list[int], ids_of: list[list[int]], *seed_parts: object) -> Batch:
-        ids = pad([ids_of[i] for i in indices], self.pad_id)  # (B, S)
+        """The corrupted inputs (B, S), the flat positions b * S + s of the N chosen tokens (N,), their original ids
+        (N,) and the flat positions of the real tokens: every index made here, on the host."""
+        seqs = [ids_of[i] for i in indices]
+        ids = pad(seqs, self.pad_id)  # (B, S)
         generator = torch.Generator().manual_seed(batch_seed(self.cfg.seed, *seed_parts, indices))
         inputs, chosen = choose_and_corrupt(
             ids, maskable=self.maskable, mask_id=self.mask_id, mask_prob=self.cfg.mask_prob, generator=generator
         )
-        return Batch((inputs, chosen, ids[chosen]), int(chosen.sum()))  # targets (N,)
+        positions = torch.from_numpy(np.flatnonzero(chosen.numpy()))  # (N,)
+        targets = ids.reshape(-1)[positions]  # (N,)
+        rows = real_positions([len(s) for s in seqs], ids.size(1))  # (N_real,)
+        return Batch((inputs, positions, targets, rows), len(positions))
 
     def collate(self, indices: list[int]) -> Batch:
         return self._masked(indices, self.train_ids, self.epoch_seed)
 
     def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
-        inputs, chosen, targets = batch.tensors
-        logits = model(inputs, chosen)  # (N, V): the chosen positions only (§3.1)
-        correct = (logits.detach().argmax(dim=-1) == targets).sum().item()
-        return BatchLoss(F.cross_entropy(logits.float(), targets, reduction="sum"), sums={"accuracy": float(correct)})
+        inputs, positions, targets, rows = batch.tensors
+        logits = model(inputs, positions, rows=rows)  # (N, V): the chosen positions only (§3.1)
+        correct = (logits.detach().argmax(dim=-1) == targets).sum()  # on the device, read with the step's loss
+        return BatchLoss(F.cross_entropy(logits.float(), targets, reduction="sum"), sums={"accuracy": correct})
 
     def evaluate(self, model: nn.Module, device: torch.device) -> dict[str, float] | None:
         """Masked-token loss, accuracy and perplexity on the held-out lines, with the same masks at every evaluation
         (seeded by the run's seed and each batch's lines), so that epochs compare."""
         if not self.valid_ids:
             return None
-        total, correct, count = 0.0, 0, 0
+        sums, count = torch.zeros(2, dtype=torch.float64, device=device), 0  # (loss, correct), read once at the end
         for indices in bucketed_batches(sequence_lengths(self.valid_ids), self.cfg.batch_size, None):
-            inputs, chosen, targets = (t.to(device) for t in self._masked(indices, self.valid_ids, "valid").tensors)
-            logits = model(inputs, chosen)  # (N, V)
-            total += F.cross_entropy(logits.float(), targets, reduction="sum").item()
-            correct += int((logits.argmax(dim=-1) == targets).sum())
-            count += len(targets)
+            batch = self._masked(indices, self.valid_ids, "valid")
+            inputs, positions, targets, rows = (t.to(device) for t in batch.tensors)
+            logits = model(inputs, positions, rows=rows)  # (N, V)
+            sums[0] += F.cross_entropy(logits.float(), targets, reduction="sum")
+            sums[1] += (logits.argmax(dim=-1) == targets).sum()
+            count += batch.size
+        total, correct = sums.tolist()
         loss = total / max(1, count)
         return {"loss": loss, "accuracy": correct / max(1, count), "perplexity": math.exp(min(loss, 50.0))}
 

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 import torch
 
-from attnkit.data.batching import Truncation, apply_length_policy, pad
+from attnkit.data.batching import Truncation, apply_length_policy, pad, real_positions
 from attnkit.data.readers import Pair
 from attnkit.errors import InputError
 from attnkit.tokenization import Tokenizer
+from attnkit.training.task import Batch
 
 
 @dataclass
@@ -56,6 +57,23 @@ def make_batch(
     tgt_in = pad([[bos] + t for t in tgt], tokenizer.pad_id)  # (B, T)
     tgt_out = pad([t + [eos] for t in tgt], tokenizer.pad_id)  # (B, T)
     return src, tgt_in, tgt_out
+
+
+def training_batch(data: ParallelData, indices: list[int], tokenizer: Tokenizer) -> Batch:
+    """One training batch, every tensor made on the host, so that a step reads nothing back from the device (what
+    the loss needs is known before the forward pass). Its tensors: src (B, S) and tgt_in (B, T) as ``make_batch``
+    makes them; ``positions`` (N,), the flat positions b * T + t of the N real target tokens (each y_i and the EOS),
+    and ``targets`` (N,), their ids; ``src_rows`` (N_src,), the flat positions of the real source tokens (N_src =
+    B * S: no padding, so no mask). Its size is N, the tokens the loss is summed over."""
+    bos, eos = bos_eos(tokenizer)
+    src_ids = [data.src[i] for i in indices]
+    tgt = [data.tgt[i] for i in indices]  # each read once (from a memory map, when prepared)
+    src = pad(src_ids, tokenizer.pad_id)  # (B, S)
+    tgt_in = pad([[bos] + t for t in tgt], tokenizer.pad_id)  # (B, T)
+    targets = torch.tensor([token for t in tgt for token in (*t, eos)])  # (N,) y_1 .. y_n EOS of each pair
+    positions = real_positions([len(t) + 1 for t in tgt], tgt_in.size(1))  # (N,)
+    src_rows = real_positions([len(s) for s in src_ids], src.size(1))  # (N_src,)
+    return Batch((src, tgt_in, positions, targets, src_rows), len(targets))
 
 
 def encode_sources(tokenizer: Tokenizer, texts: list[str], max_len: int, policy: str) -> tuple[list[list[int]], int]:

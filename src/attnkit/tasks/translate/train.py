@@ -26,7 +26,7 @@ from attnkit.errors import InputError
 from attnkit.evaluation.bleu import bleu_metric, corpus_scores
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
-from attnkit.tasks.translate.data import ParallelData, encode_pairs, make_batch
+from attnkit.tasks.translate.data import ParallelData, encode_pairs, training_batch
 from attnkit.tokenization import Tokenizer, train_tokenizer
 from attnkit.training.events import Event, Prepared
 from attnkit.training.loop import fit
@@ -51,15 +51,18 @@ class TranslateSummary:
 
 @torch.no_grad()
 def validation_loss(model: Transformer, data: ParallelData, tokenizer: Tokenizer, max_tokens: int) -> float:
-    """Mean per-token cross-entropy (no label smoothing) on ``data``; exp of it is the perplexity."""
+    """Mean per-token cross-entropy (no label smoothing) on ``data``; exp of it is the perplexity. The sum stays on
+    the device until the end (one read)."""
     model.eval()
     device = model_device(model)
-    total, n_tokens = 0.0, 0
-    for batch in token_budget_batches(sequence_lengths(data.src), sequence_lengths(data.tgt) + 1, max_tokens, None):
-        src, tgt_in, tgt_out = (t.to(device) for t in make_batch(data, batch, tokenizer))
-        loss, n = sequence_loss(model(src, tgt_in), tgt_out, tokenizer.pad_id)
-        total, n_tokens = total + loss.item(), n_tokens + n
-    return total / max(1, n_tokens)
+    total, n_tokens = torch.zeros((), dtype=torch.float64, device=device), 0
+    for indices in token_budget_batches(sequence_lengths(data.src), sequence_lengths(data.tgt) + 1, max_tokens, None):
+        batch = training_batch(data, indices, tokenizer)
+        src, tgt_in, positions, targets, src_rows = (t.to(device) for t in batch.tensors)
+        logits = model(src, tgt_in, positions, src_rows=src_rows)  # (N, V)
+        total += sequence_loss(logits, targets, tokenizer.pad_id)[0]
+        n_tokens += batch.size
+    return total.item() / max(1, n_tokens)
 
 
 @dataclass
@@ -89,14 +92,12 @@ class TranslationTask:
         return token_budget_batches(src, tgt, self.cfg.max_tokens, generator)
 
     def collate(self, indices: list[int]) -> Batch:
-        src, tgt_in, tgt_out = make_batch(self.data, indices, self.tokenizer)
-        return Batch((src, tgt_in, tgt_out), int((tgt_out != self.tokenizer.pad_id).sum()))
+        return training_batch(self.data, indices, self.tokenizer)
 
     def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
-        src, tgt_in, tgt_out = batch.tensors
-        real = tgt_out != self.tokenizer.pad_id  # (B, T)
-        logits = model(src, tgt_in, positions=real)  # (N, V): padded positions never reach the output projection
-        loss, _ = sequence_loss(logits, tgt_out[real], self.tokenizer.pad_id, self.cfg.label_smoothing)  # float32
+        src, tgt_in, positions, targets, src_rows = batch.tensors
+        logits = model(src, tgt_in, positions, src_rows=src_rows)  # (N, V): only the real positions are projected
+        loss, _ = sequence_loss(logits, targets, self.tokenizer.pad_id, self.cfg.label_smoothing)  # float32
         return BatchLoss(loss)
 
     def evaluate(self, model: nn.Module, device: torch.device) -> dict[str, float] | None:
