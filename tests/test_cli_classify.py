@@ -164,6 +164,10 @@ def test_metrics_log_has_step_and_epoch_rows(seed_run):
     assert [row["epoch"] for row in epochs] == list(range(1, 21))
     assert epochs[-1]["step"] == steps[-1]["step"]
     assert all(0.0 <= row["accuracy"] <= 1.0 and row["lr"] >= 0.0 for row in steps)
+    # A step's accuracy is a count of its sentences (the step's sums and gradient norm come back in one read, in order).
+    assert all(
+        abs(row["accuracy"] * row["sentences"] - round(row["accuracy"] * row["sentences"])) < 1e-6 for row in steps
+    )
     assert max(row["valid_accuracy"] for row in epochs) == 1.0
     assert sum(row["best"] for row in epochs) >= 1
 

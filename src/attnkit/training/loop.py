@@ -393,7 +393,7 @@ def _train_step(
     if scaler is not None:
         scaler.unscale_(optimizer)  # clip (and check) the true gradients, not the scaled ones
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm or float("inf"))
-    loss_total, norm, *stat_totals = read_step(torch.cat([sums, grad_norm.reshape(1).to(sums.dtype)]))
+    loss_total, *stat_totals, norm = read_step(torch.cat([sums, grad_norm.reshape(1).to(sums.dtype)]))  # (1 + K + 1,)
 
     def replay() -> None:  # the same forward passes, with the same dropout masks, for the diagnosis
         with autocast(cfg.precision, device):
