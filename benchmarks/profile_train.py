@@ -2,10 +2,12 @@
 Face Marian side by side, profiled by category.
 
     python benchmarks/profile_train.py [--config small|base] [--length 32] [--threads 2] [--precision fp32|bf16]
+                                       [--tokens 4096]
 
-The train suite's setting (``attnkit bench train``: 4,096 tokens a batch, source and target of exactly ``--length``
-tokens, dropout 0.1, label smoothing 0.1, fused Adam), two warm-up steps, then one profiled step per implementation
-(also timed without the profiler, in turns, median of five). Prints each implementation's operator time by category:
+The train suite's setting (``attnkit bench train``: 4,096 tokens a batch, or ``--tokens``, source and target of
+exactly ``--length`` tokens, dropout 0.1, label smoothing 0.1, fused Adam), two warm-up steps, then one profiled step
+per implementation (also timed without the profiler, in turns, median of five). Prints each implementation's
+operator time by category:
 matrix multiplication (forward and backward), attention, LayerNorm, dropout, loss and softmax, the optimizer step,
 other elementwise operators, other operators, and what no operator accounts for (Python, autograd, dispatch,
 allocation: wall time minus the operators' self time, an upper bound since the profiler's overhead falls there).
@@ -51,12 +53,13 @@ def main() -> int:
     parser.add_argument("--length", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--tokens", type=int, default=4096, help="tokens a batch (the train suite's: 4,096)")
     args = parser.parse_args()
     tune_malloc()  # as the command line does (ATTNKIT_MALLOC=system leaves glibc's defaults)
     cfg = CONFIGS[args.config]
     impls = ("attnkit", "transformers")
     with fixed_threads(args.threads):
-        src, tgt_in, tgt_out = make_batch(cfg, args.length, 4096, seed=0)
+        src, tgt_in, tgt_out = make_batch(cfg, args.length, args.tokens, seed=0)
         torch.manual_seed(0)
         ours = build_translator(cfg, pad_id=PAD_ID)
         steps = {}
@@ -77,7 +80,9 @@ def main() -> int:
             totals["Python, autograd, dispatch (wall - operators)"] = walls[impl] - sum(totals.values())
             shares[impl] = totals
     plain = {impl: t.median_s * 1e3 for impl, t in zip(steps, timings)}
-    print(f"train step, {args.config}, length {args.length}, {args.precision}, {args.threads} threads")
+    shape = f"{args.config}, length {args.length}, {args.tokens} tokens"
+    setting_line = f"{shape}, {args.precision}, {args.threads} threads"
+    print(f"train step, {setting_line}")
     print(f"  malloc: {setting()}")
     print("  without the profiler (median of 5, in turns): " + ", ".join(f"{i} {ms:.1f} ms" for i, ms in plain.items()))
     print(f"  {'category (profiled step)':48s}" + "".join(f"{impl:>22s}" for impl in impls))

@@ -23,7 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``cuda`` need a GPU: skipped, saying why, where torch sees none (they run wherever one is lent)."""
+    """Files that hold a ``slow`` test run first, each file's tests in their order: with pytest-xdist handing out
+    whole files (``.ci/run``: ``-n 2 --dist loadfile``), the longest files start at once instead of last.
+
+    Tests marked ``cuda`` need a GPU: skipped, saying why, where torch sees none (they run wherever one is lent)."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: each file's tests stay together, in order
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA: torch.cuda.is_available() is False on this machine")
