@@ -106,14 +106,22 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``, with the CLS token first when the tokenizer has one."""
-        return self.backend.encode(self._pre(text)).ids
+        try:
+            return self.backend.encode(self._pre(text)).ids
+        except TypeError:  # the backend takes Unicode text only: say which character is not
+            _refuse_lone_surrogates([text])
+            raise
 
     def encode_batch(self, texts: list[str], max_tokens: int | None = None) -> list[list[int]]:
         """Ids of each text. With ``max_tokens``, a long text is encoded only as far as it gives more than
         ``max_tokens`` ids, which are then the first ids of the whole text: what a model of that length can read
         costs memory in proportion to it, whatever the text's length (a 20 MB line encoded whole took 2.6 GB)."""
         if max_tokens is None:
-            return [encoding.ids for encoding in self.backend.encode_batch([self._pre(text) for text in texts])]
+            try:
+                return [encoding.ids for encoding in self.backend.encode_batch([self._pre(text) for text in texts])]
+            except TypeError:
+                _refuse_lone_surrogates(texts)
+                raise
         ids: list[list[int]] = [[] for _ in texts]
         todo, chars = list(range(len(texts))), CHARS_PER_TOKEN * (max_tokens + 1)
         while todo:
@@ -129,7 +137,11 @@ class Tokenizer:
 
     def tokens(self, text: str) -> list[str]:
         """The token strings of ``text`` (for attention-map labels and for reading what the model sees)."""
-        return self.backend.encode(self._pre(text)).tokens
+        try:
+            return self.backend.encode(self._pre(text)).tokens
+        except TypeError:
+            _refuse_lone_surrogates([text])
+            raise
 
     def count_unknown(self, texts: list[str], max_tokens: int | None = None) -> int:
         """How many tokens of ``texts`` (of their first ``max_tokens``, the part a model reads) are <unk> (always 0
@@ -204,6 +216,19 @@ class Tokenizer:
 # How far into a text ``encode_batch(texts, max_tokens)`` first looks: this many characters per token wanted (a token
 # of English or Korean text is a few characters; a longer part is encoded when this gives too few).
 CHARS_PER_TOKEN = 16
+
+
+def _refuse_lone_surrogates(texts: Iterable[str]) -> None:
+    """An ``InputError`` naming the first lone surrogate (U+D800-DFFF) of ``texts``, if one has any: a Python string
+    may hold one (``"\\ud800"``, or bytes decoded with ``errors="surrogateescape"``), but it is no Unicode character,
+    and the tokenizer library refuses such a string with a bare ``TypeError``."""
+    for n, text in enumerate(texts):
+        for i, char in enumerate(text):
+            if "\ud800" <= char <= "\udfff":
+                raise InputError(
+                    f"text {n}: character {i} is a lone surrogate (U+{ord(char):04X}), not Unicode text "
+                    "(read the input as UTF-8, or decode it with errors='replace')"
+                )
 
 
 def _head(text: str, chars: int) -> str:
