@@ -55,6 +55,20 @@ def test_run_is_self_contained_and_predicts(finetuned, tmp_path, capsys):
     assert config["init_from"] == "minilm"
 
 
+def test_a_run_killed_before_its_first_save_resumes_from_the_pretrained_encoder(finetuned, tmp_path):
+    """A kill before the first save leaves the run's config, tokenizer and labels but no weights or state: --resume
+    starts it again from MiniLM (not from random weights) and ends where the uninterrupted run ended."""
+    from attnkit import runs
+
+    killed = tmp_path / "run"
+    killed.mkdir()
+    for name in (runs.CONFIG, runs.TOKENIZER, runs.LABELS):
+        shutil.copy(finetuned / name, killed / name)
+    argv = ["classify", "train", "--train", str(EXAMPLES), "--init-from", "minilm", "--out", str(killed)]
+    assert main([*argv, "--epochs", "1", "--quiet", "--resume"]) == 0
+    assert (killed / runs.WEIGHTS).read_bytes() == (finetuned / runs.WEIGHTS).read_bytes()
+
+
 def test_encoder_starts_from_the_pretrained_weights(tmp_path):
     """Before any step the encoder is MiniLM's: its sentence vectors equal `embed --model minilm`."""
     import torch

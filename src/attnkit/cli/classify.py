@@ -72,6 +72,7 @@ def _train_classifier(
     from attnkit.data.prepared import PreparedCorpus, open_prepared
     from attnkit.data.readers import Example, read_labeled
     from attnkit.tasks.classify import train_classifier
+    from attnkit.training.state import STATE
 
     overrides = config_overrides(args, "classify")
     for key in ("epochs", "seed"):
@@ -91,7 +92,7 @@ def _train_classifier(
         valid = read_labeled(valid_path) if valid_path else None
 
     pretrained = None
-    if args.init_from and not (args.resume and (Path(args.out) / "config.json").is_file()):
+    if args.init_from and not (args.resume and (Path(args.out) / STATE).is_file()):  # else the saved state has it
         from attnkit.interop.bert import load_pretrained
 
         pretrained = load_pretrained(args.init_from)

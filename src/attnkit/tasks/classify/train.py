@@ -32,7 +32,7 @@ from attnkit.training.loop import fit
 from attnkit.training.losses import classification_loss
 from attnkit.training.optim import make_optimizer
 from attnkit.training.run_setup import check_memory, open_run, write_run_files
-from attnkit.training.state import fingerprint_texts
+from attnkit.training.state import STATE, fingerprint_texts
 from attnkit.training.task import Batch, BatchLoss, TrainContext
 
 
@@ -205,6 +205,10 @@ def train_classifier(
             raise InputError(f"{prepared.directory}: labels {labels} differ from the run's {saved_labels}")
         labels = saved_labels
         tokenizer = Tokenizer.load(run.path / runs.TOKENIZER, run.saved["tokenizer"])
+        if pretrained is not None and not (run.path / STATE).is_file():
+            # Killed before its first save: it starts again from the pretrained encoder, with the same fresh head
+            # (drawn after the same seeding), as the translator's --init-from does.
+            initial, _ = with_fresh_head(pretrained, n_classes=model_cfg.n_classes, pooling=model_cfg.pooling)
     elif pretrained is not None:
         n_classes = resolve_classes(model_cfg, labels).n_classes
         initial, bert_cfg = with_fresh_head(pretrained, n_classes=n_classes, pooling=model_cfg.pooling)
