@@ -38,8 +38,8 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
 def reverse_run(tmp_path_factory):
     """Train the small reverse-a-sequence model once: d_model 64, 2,400 steps of 1,024 tokens, 100% exact match on
     the 300 test sequences, in about 2 minutes on one thread of an AVX2 EPYC (the longest fixture of the suite). Also
-    100% with d_ff 256 and lr 2e-3; d_model 128 and 2,048 tokens a step took four times as long for 99.7%; 1,600
-    steps of 1,024 tokens reached 99.3%, 2,400 of 512 99.0%."""
+    100% with d_ff 256 and lr 2e-3. At d_model 128: 2,048 tokens a step took about three times as long a step for
+    99.7%; 1,600 steps of 1,024 tokens reached 99.3%, 2,400 of 512 99.0%."""
     tmp = tmp_path_factory.mktemp("reverse")
     rng = random.Random(0)
     for name, n in (("train", 6000), ("valid", 200), ("test", 300)):
