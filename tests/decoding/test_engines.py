@@ -33,9 +33,11 @@ TINY = TranslatorConfig(vocab_size=24, d_model=16, n_heads=2, d_ff=32, n_layers=
 IDS: dict[str, Any] = dict(bos_id=BOS, eos_id=EOS, max_positions=TINY.max_len)
 aten = torch.ops.aten
 # Calls that make the host wait for the device: a value read (``bool(t)`` dispatches ``is_nonzero`` under inference
-# mode, ``_local_scalar_dense`` outside it; ``.item()``, ``int(t)``), or a shape that depends on data.
+# mode, ``_local_scalar_dense`` outside it; ``.item()`` and ``int(t)`` dispatch ``item``), or a shape that depends on
+# data.
 HOST_READS = {
     aten._local_scalar_dense.default,
+    aten.item.default,
     aten.is_nonzero.default,
     aten.equal.default,
     aten.nonzero.default,
@@ -228,16 +230,21 @@ def _count_steps(monkeypatch) -> CountingMode:
 
 @pytest.mark.parametrize("search", ["greedy", "beam gnmt"])
 @pytest.mark.parametrize("check_every", [1, 8])
-def test_the_loop_reads_the_host_once_every_check_every_steps(monkeypatch, search, check_every):
-    """Over a whole call, the steps themselves read nothing on the host; the loop reads its stop test once every
-    ``check_every`` steps; and a step dispatches as many ATen calls (GPU kernels) at batch 8 as at batch 1."""
+@pytest.mark.parametrize("prefix", [False, True])
+def test_the_loop_reads_the_host_once_every_check_every_steps(monkeypatch, search, check_every, prefix):
+    """Over a whole call, the static step reads nothing on the host; the loop reads its stop test once every
+    ``check_every`` steps; and a step dispatches as many ATen calls (GPU kernels) at batch 8 as at batch 1. The eager
+    step on a CPU (``Engine.prefix``) also reads its position, once a step, where that read costs nothing."""
+    monkeypatch.setattr(Engine, "prefix", lambda self, device: prefix)
     model, decode = _model(), SEARCHES[search]
     per_step = {}
     for lengths in ([30], [30, 3, 9, 1, 12, 7, 5, 2]):
         mode = _count_steps(monkeypatch)
         decode(model, _sources(lengths), engine=Engine("eager", check_every=check_every), fixed_len=24)
-        assert set(mode.host_reads) <= {aten.is_nonzero.default}  # bool(stop), nothing else
-        assert len(mode.host_reads) == math.ceil(24 / check_every) - 1  # not after the last step: it stops anyway
+        stop_reads = [f for f in mode.host_reads if f is not aten.item.default]
+        assert set(stop_reads) <= {aten.is_nonzero.default}  # bool(stop), nothing else
+        assert len(stop_reads) == math.ceil(24 / check_every) - 1  # not after the last step: it stops anyway
+        assert mode.host_reads.count(aten.item.default) == (24 if prefix else 0)  # int(t), once a step
         per_step[len(lengths)] = mode.calls
     assert per_step[1] == per_step[8]
 

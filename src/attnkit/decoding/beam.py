@@ -47,7 +47,17 @@ from attnkit.decoding.limits import output_limits
 # Aliased: ``length_penalty`` is also the name of the public argument that chooses the kind.
 from attnkit.decoding.penalty import check_length_penalty
 from attnkit.decoding.penalty import length_penalty as penalty
-from attnkit.decoding.static import Plan, banned_tokens, empty_cache, fill_cross, pad_sources, plan, run_steps, zeros
+from attnkit.decoding.static import (
+    Plan,
+    banned_tokens,
+    empty_cache,
+    fill_cross,
+    pad_sources,
+    plan,
+    run_steps,
+    written,
+    zeros,
+)
 from attnkit.inference.programs import Engine, running
 from attnkit.model.layers import DecoderLayerCache
 from attnkit.model.transformer import Transformer
@@ -91,13 +101,15 @@ class BeamOptions:
     beam_size: int
     n_best: int
     eos_id: int
+    prefix: bool  # attend over and reorder the written positions only (``Engine.prefix``)
 
 
 def beam_step(model: Transformer, s: BeamState, o: BeamOptions) -> None:
     """One position for every beam of every sentence, in place (the step and the stopping rule of the module
     docstring)."""
     A, K, n, L = s.scores.size(0), o.beam_size, o.n_best, s.history.size(2)
-    logits, _, _ = model.decode(s.last, None, s.src_mask, cache=s.cache, offset=s.t)  # (R, 1, V)
+    cache = written(s.cache, s.t, o.prefix)  # (R, H, t + 1 or L, Dh) self-attention keys and values
+    logits, _, _ = model.decode(s.last, None, s.src_mask, cache=cache, offset=s.t)  # (R, 1, V)
     log_probs = logits[:, -1].float().log_softmax(dim=-1).masked_fill_(s.banned, float("-inf"))  # (R, V)
     V = log_probs.size(-1)
     candidates = (log_probs.view(A, K, V) + s.scores[:, :, None]).view(A, K * V)  # (A, K * V)
@@ -149,9 +161,9 @@ def beam_step(model: Transformer, s: BeamState, o: BeamOptions) -> None:
     s.history.copy_(history)
     s.last.copy_(token.view(A * K, 1))
     reorder = (parent + torch.arange(A, device=parent.device)[:, None] * K).view(A * K)  # (R,)
-    for layer in s.cache:
+    for layer in cache:
         for buf in (layer.self_kv.k, layer.self_kv.v):
-            buf.copy_(buf.index_select(0, reorder))  # (R, H, L, Dh)
+            buf.copy_(buf.index_select(0, reorder))  # (R, H, t + 1 or L, Dh)
     s.t.add_(1)
 
 
@@ -297,7 +309,7 @@ def _beam_search(
             fin_eos=zeros(device, A, n_best, dtype=torch.bool),
         )
 
-    options = BeamOptions(K, n_best, eos_id)
+    options = BeamOptions(K, n_best, eos_id, prefix=call.engine.prefix(device))
     with running(call.engine, beam_step, model, options, (A, S, L, memory.dtype), allocate) as runner:
         s: BeamState = runner.state
         s.t.zero_()

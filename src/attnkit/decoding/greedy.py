@@ -25,7 +25,17 @@ import torch
 from torch import Tensor
 
 from attnkit.decoding.limits import output_limits
-from attnkit.decoding.static import Plan, banned_tokens, empty_cache, fill_cross, pad_sources, plan, run_steps, zeros
+from attnkit.decoding.static import (
+    Plan,
+    banned_tokens,
+    empty_cache,
+    fill_cross,
+    pad_sources,
+    plan,
+    run_steps,
+    written,
+    zeros,
+)
 from attnkit.inference.programs import Engine, running
 from attnkit.model.layers import DecoderLayerCache
 from attnkit.model.transformer import Transformer
@@ -50,11 +60,13 @@ class GreedyState:
 @dataclass(frozen=True)
 class GreedyOptions:
     eos_id: int
+    prefix: bool  # attend over the written positions only (``Engine.prefix``)
 
 
 def greedy_step(model: Transformer, s: GreedyState, o: GreedyOptions) -> None:
     """One position for every row, in place: the most probable token that is not banned."""
-    logits, _, _ = model.decode(s.last, None, s.src_mask, cache=s.cache, offset=s.t)  # (R, 1, V)
+    cache = written(s.cache, s.t, o.prefix)
+    logits, _, _ = model.decode(s.last, None, s.src_mask, cache=cache, offset=s.t)  # (R, 1, V)
     # In float32, also from a bfloat16 model: ties in argmax stay rare.
     logits = logits[:, -1].float().masked_fill(s.banned, float("-inf"))  # (R, V)
     token = logits.argmax(dim=-1)  # (R,)
@@ -139,7 +151,7 @@ def _greedy(
             banned=zeros(device, vocab, dtype=torch.bool),
         )
 
-    options = GreedyOptions(eos_id)
+    options = GreedyOptions(eos_id, prefix=call.engine.prefix(device))
     with running(call.engine, greedy_step, model, options, (R, S, L, memory.dtype), allocate) as runner:
         s: GreedyState = runner.state
         s.t.zero_()

@@ -99,6 +99,20 @@ def fill_cross(model: Transformer, memory: Tensor, cache: list[DecoderLayerCache
         layer_cache.cross_kv.v.copy_(kv.v.repeat_interleave(repeat, dim=0))
 
 
+def written(cache: list[DecoderLayerCache], t: Tensor, prefix: bool) -> list[DecoderLayerCache]:
+    """The self-attention caches a step at position ``t`` (1,) attends over: with ``prefix`` (``Engine.prefix``) views
+    of positions 0 .. t of the buffers (the step writes position t into them, and they hold nothing after it), else
+    the whole buffers, every unwritten position masked out. Both give the same attention: the masked positions
+    have weight 0."""
+    if not prefix:
+        return cache
+    n = int(t) + 1  # a read of a CPU tensor: no synchronisation
+    return [
+        DecoderLayerCache(KVCache(c.self_kv.k[:, :, :n], c.self_kv.v[:, :, :n]), c.cross_kv)  # (R, H, n, Dh)
+        for c in cache
+    ]
+
+
 def banned_tokens(vocab_size: int, banned: list[int], device: torch.device) -> Tensor:
     """(V,) True at the tokens a search never emits."""
     mask = torch.zeros(vocab_size, dtype=torch.bool, device=device)  # (V,)

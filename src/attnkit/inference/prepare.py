@@ -14,8 +14,9 @@ import torch
 from torch import nn
 
 from attnkit.inference.fused import FusedSelfAttention
+from attnkit.inference.onednn import use_onednn_
 from attnkit.inference.quantize import Int8Embedding, TiedInt8Output, quantize_int8_
-from attnkit.inference.transposed import TransposedEmbedding
+from attnkit.inference.transposed import TiedTransposedOutput, TransposedEmbedding
 from attnkit.model.attention import MultiHeadAttention
 from attnkit.model.layers import DecoderLayer, EncoderLayer
 from attnkit.model.transformer import Transformer
@@ -25,13 +26,17 @@ M = TypeVar("M", bound=nn.Module)
 
 def prepare_for_inference(model: M) -> M:
     """Put ``model`` in eval mode (no dropout, §5.4 applies it in training only), replace the self-attention of
-    every encoder and decoder layer by a ``FusedSelfAttention`` with the same weights, and hold an encoder-decoder's
-    tied embedding matrix transposed (``TransposedEmbedding``: the output projection's faster layout). Idempotent;
-    returns ``model``."""
+    every encoder and decoder layer by a ``FusedSelfAttention`` with the same weights, hold an encoder-decoder's
+    tied embedding matrix transposed (``TransposedEmbedding``: the output projection's faster layout, read by a
+    ``TiedTransposedOutput``), and every linear layer as a ``OneDNNLinear`` (the same parameters; products of a few
+    rows on oneDNN where that pays, ``attnkit.inference.onednn``). Idempotent; returns ``model``."""
     model.eval()
     _fuse_self_attention(model)
     if isinstance(model, Transformer) and model.output_proj is None and type(model.embeddings.token) is nn.Embedding:
-        model.embeddings.register_module("token", TransposedEmbedding(model.embeddings.token))  # replaces it
+        transposed = TransposedEmbedding(model.embeddings.token)
+        model.embeddings.register_module("token", transposed)  # replaces it
+        model.output_proj = TiedTransposedOutput(transposed)
+    use_onednn_(model)
     return model
 
 

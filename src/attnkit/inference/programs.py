@@ -63,6 +63,12 @@ class Engine:
     def every(self, device: torch.device) -> int:
         return self.check_every if self.check_every is not None else default_check_every(device)
 
+    def prefix(self, device: torch.device) -> bool:
+        """Whether a step attends over, and reorders, only the cache positions written so far: the eager step on a
+        CPU, which reads its position on the host for free, and then works on views whose length grows with it. A
+        compiled step or a graph keeps one shape and needs the whole cache (an unwritten position is masked out)."""
+        return self.kind == "eager" and device.type == "cpu"
+
 
 ENV = "ATTNKIT_ENGINE"  # the default engine, where set (a long-lived server may compile: docs/performance.md)
 

@@ -29,6 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.inference.onednn import OneDNNLinear
+from attnkit.inference.transposed import TiedOutput
+
 INT8_MAX_ROWS = 4  # a product of at most this many rows runs on the int8 weights, a larger one on ``dense``
 K_BLOCK = 16  # the kernel's block along the input dimension
 
@@ -46,7 +49,7 @@ class Int8Weight:
         """Round ``weight`` (N, K) row by row; ``scale`` and ``dense`` take ``weight``'s dtype."""
         w = weight.detach().float()  # (N, K)
         scale = w.abs().amax(dim=1).clamp_min(torch.finfo(torch.float32).tiny) / 127  # (N,)
-        q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)  # (N, K)
+        q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8).contiguous()  # (N, K), the kernel's layout
         scale = scale.to(weight.dtype)
         return cls(q, scale, q.to(weight.dtype) * scale[:, None])
 
@@ -118,18 +121,12 @@ class Int8Embedding(nn.Embedding, _Int8Rows):
         return module
 
 
-class TiedInt8Output(nn.Module):
-    """The pre-softmax projection tied to an ``Int8Embedding`` (§3.4), as an output module: x (..., D) -> (..., V)
-    by the embedding's int8 copy. The embedding is referred to, not registered, so the tied matrix keeps one
-    state-dict key (the embedding's) and follows it through ``.to()`` and ``load_state_dict``."""
+class TiedInt8Output(TiedOutput):
+    """The pre-softmax projection tied to an ``Int8Embedding`` (§3.4): x (..., D) -> (..., V) by the embedding's
+    int8 copy."""
 
     def __init__(self, embedding: Int8Embedding):
-        super().__init__()
-        self._tied = (embedding,)  # a tuple: nn.Module would register a module attribute as a child
-
-    @property
-    def weight(self) -> Tensor:
-        return self._tied[0].weight  # (V, D)
+        super().__init__(embedding)
 
     def forward(self, x: Tensor) -> Tensor:
         return self._tied[0].int8.linear(x)  # (..., V)
@@ -142,7 +139,11 @@ def quantize_int8_(module: nn.Module) -> int:
     replaced = 0
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear and Int8Weight.supports(child.in_features):
+            if (
+                isinstance(child, nn.Linear)
+                and type(child) in (nn.Linear, OneDNNLinear)
+                and Int8Weight.supports(child.in_features)
+            ):
                 setattr(parent, name, Int8Linear.of(child))
             elif type(child) is nn.Embedding and Int8Weight.supports(child.embedding_dim):
                 setattr(parent, name, Int8Embedding.of(child))

@@ -10,8 +10,12 @@ under the embedding's key and shape (``weight``, (V, D)), so run directories and
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from attnkit.inference import onednn
 
 
 class TransposedEmbedding(nn.Module):
@@ -44,3 +48,28 @@ def _save_untransposed(module: nn.Module, state_dict: dict, prefix: str, local_m
 def _load_transposed(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
     if prefix + "weight" in state_dict:
         state_dict[prefix + "weight_t"] = state_dict.pop(prefix + "weight").t()  # (D, V), copied into weight_t
+
+
+class TiedOutput(nn.Module):
+    """The pre-softmax projection tied to the token embedding (§3.4), as an output module (``Transformer.output_proj``)
+    that subclasses give a product. The embedding is referred to, not registered, so the tied matrix keeps one
+    state-dict key (the embedding's) and follows it through ``.to()`` and ``load_state_dict``."""
+
+    def __init__(self, embedding: nn.Module):
+        super().__init__()
+        self._tied: tuple[Any] = (embedding,)  # a tuple: nn.Module would register a module attribute as a child
+
+    @property
+    def weight(self) -> Tensor:
+        return self._tied[0].weight  # (V, D)
+
+
+class TiedTransposedOutput(TiedOutput):
+    """The output projection tied to a ``TransposedEmbedding``: x (..., D) -> (..., V), x E^T with E held (D, V), on
+    oneDNN where that pays (``attnkit.inference.onednn``)."""
+
+    def __init__(self, embedding: TransposedEmbedding):
+        super().__init__(embedding)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return onednn.linear(x, self._tied[0].weight_t, None, transposed=True)  # (..., V)

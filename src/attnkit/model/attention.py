@@ -51,6 +51,10 @@ def fused_attention(
     (float32 is also the more accurate): training under autocast (the half-precision backward pass), and a decoding
     step of eight or more rows (one query per row). Measurements: docs/performance.md.
     """
+    if q.size(2) == 1 and not (causal or dropout_p) and q.device.type == "cpu" and torch.compiler.is_compiling():
+        # One query per row (a decoding step), compiled for a CPU: eq. 1 written out, which Inductor fuses into its
+        # own loops, where PyTorch's kernel would stay a call of its own (docs/performance.md).
+        return scaled_dot_product_attention(q, k, v, mask)[0]  # (B, H, 1, Dh)
     half = q.dtype in (torch.bfloat16, torch.float16)
     decoding_step = half and q.size(2) == 1 and q.size(0) >= 8  # one query for each of 8 rows or more
     if half and q.device.type == "cpu" and (decoding_step or (torch.is_grad_enabled() and q.requires_grad)):

@@ -1,0 +1,129 @@
+"""Linear layers whose CPU products of a few rows run on oneDNN with the weight packed once, swapped in for
+``nn.Linear`` at inference.
+
+PyTorch multiplies float32 activations by a weight matrix through MKL's sgemm. Where a product has a few rows (a
+decoding step has one per sentence and beam) and MKL runs on a CPU that is not Intel's, it is slow: on an AVX2-only
+AMD EPYC, the translator's (8000, 256) output projection took 2.4 ms at 4 rows where one row took 0.44 ms, and 4.4 ms
+at 32 rows; oneDNN with the weight reordered once into its blocked layout (``torch.ops.mkldnn``, the kernels
+Inductor uses) took 0.66 ms and 2.4 ms (docs/performance.md). CTranslate2 makes the same choice: it runs MKL on
+Intel CPUs only and oneDNN elsewhere (``mayiuse_mkl`` in its ``cpu/backend.cc``).
+
+``OneDNNLinear`` is an ``nn.Linear`` (same parameters, same state-dict keys) whose forward pass takes that route
+for float32 products on a CPU, without autograd, of at least ``MIN_ROWS`` rows by a matrix of at least
+``MIN_WEIGHTS`` entries (below either, oneDNN's fixed cost of about 45 us per call outweighs what it saves), where
+``uses_onednn()``; everything else is ``F.linear``. The packed copy is made at the first product and kept outside
+the module, keyed by the parameter, and made again once the parameter's storage or version changes (``.to()``,
+``load_state_dict``, an optimizer step), so it is never stale. A compiled step never takes this route: Inductor
+chooses its own kernels.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.weak import WeakIdKeyDictionary
+
+from attnkit.errors import InputError
+
+MIN_ROWS = 2  # a single row runs faster on MKL's matrix-vector product (0.44 against 0.55 ms for the output matrix)
+MIN_WEIGHTS = 1 << 17  # a (256, 256) matrix (65,536 entries) runs faster on MKL at every row count measured
+ENV = "ATTNKIT_CPU_GEMM"  # "onednn" or "mkl": overrides the choice by CPU vendor
+
+
+@functools.cache
+def uses_onednn() -> bool:
+    """Whether float32 products of a few rows go to oneDNN on this machine: ``ATTNKIT_CPU_GEMM`` where set, else on
+    every x86 CPU whose vendor is not Intel (as CTranslate2 decides), where PyTorch was built with oneDNN."""
+    chosen = os.environ.get(ENV, "").strip().lower()
+    if chosen not in ("", "onednn", "mkl"):
+        raise InputError(f"{ENV}={chosen!r}: expected onednn or mkl")
+    if not torch.backends.mkldnn.is_available():
+        return False
+    if chosen:
+        return chosen == "onednn"
+    return _cpu_vendor() not in ("GenuineIntel", "")
+
+
+def _cpu_vendor() -> str:
+    """The CPU's vendor string (``AuthenticAMD``, ``GenuineIntel``), or "" where /proc/cpuinfo does not say."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        if line.startswith("vendor_id"):
+            return line.partition(":")[2].strip()
+    return ""
+
+
+# parameter -> ((its storage, its version), the packed (out, in) matrix), by identity; an entry goes with its
+# parameter
+_PACKED = WeakIdKeyDictionary()
+
+
+def _packed(parameter: Tensor, transposed: bool) -> Tensor:
+    """``parameter`` (out, in), or (in, out) where ``transposed``, reordered for oneDNN; cached until it changes."""
+    key = (parameter.data_ptr(), parameter._version)
+    held = _PACKED.get(parameter)
+    if held is None or held[0] != key:
+        weight = parameter.detach()
+        weight = (weight.t() if transposed else weight).contiguous()  # (out, in)
+        held = (key, torch.ops.mkldnn._reorder_linear_weight(weight, None))
+        _PACKED[parameter] = held
+    return held[1]
+
+
+def linear(x: Tensor, parameter: Tensor, bias: Tensor | None, *, transposed: bool = False) -> Tensor:
+    """``F.linear(x, weight, bias)`` for x (..., in), with ``weight`` = ``parameter`` (out, in), or its transpose
+    where ``parameter`` is held (in, out); on oneDNN's packed weights where that pays (module docstring)."""
+    weight = parameter.t() if transposed else parameter  # (out, in)
+    out_features, in_features = weight.shape
+    rows = x.numel() // in_features
+    if (
+        torch.compiler.is_compiling()
+        or rows < MIN_ROWS
+        or weight.numel() < MIN_WEIGHTS
+        or x.dtype != torch.float32
+        or not x.is_cpu
+        or (torch.is_grad_enabled() and (parameter.requires_grad or x.requires_grad))
+        or not uses_onednn()
+    ):
+        return F.linear(x, weight, bias)  # (..., out)
+    y = torch.ops.mkldnn._linear_pointwise(
+        x.reshape(rows, in_features), _packed(parameter, transposed), bias, "none", [], ""
+    )  # (rows, out)
+    return y.view(*x.shape[:-1], out_features)  # (..., out)
+
+
+class OneDNNLinear(nn.Linear):
+    """An ``nn.Linear`` whose inference products of a few rows run on oneDNN where that pays (module docstring):
+    the same parameters and state-dict keys, the same values to float32 rounding."""
+
+    @classmethod
+    def of(cls, module: nn.Linear) -> OneDNNLinear:
+        """A ``OneDNNLinear`` that holds ``module``'s parameters (shared, not copied)."""
+        new = cls(module.in_features, module.out_features, bias=module.bias is not None, device="meta")
+        new.weight = module.weight
+        new.bias = module.bias
+        new.train(module.training)
+        return new
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias)  # (..., out_features)
+
+
+def use_onednn_(module: nn.Module) -> int:
+    """Replace, in place, every plain ``nn.Linear`` under ``module`` by a ``OneDNNLinear`` holding its parameters;
+    returns how many were replaced."""
+    replaced = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                setattr(parent, name, OneDNNLinear.of(child))
+                replaced += 1
+    return replaced

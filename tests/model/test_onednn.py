@@ -1,0 +1,138 @@
+"""``OneDNNLinear`` (``attnkit.inference.onednn``): the products ``F.linear`` gives, on oneDNN's packed weights where
+that is chosen, with a packed copy that follows every change of its parameter; the choice itself; and a prepared
+translator that decodes the same tokens on either library. The oneDNN route is forced on whatever CPU runs the
+tests (on an Intel CPU the default is MKL)."""
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.testing import assert_close
+
+from attnkit.config import TranslatorConfig
+from attnkit.decoding import beam_search, greedy_decode
+from attnkit.errors import InputError
+from attnkit.inference import onednn, prepare_for_inference, quantize_for_inference
+from attnkit.inference.onednn import MIN_WEIGHTS, OneDNNLinear
+from attnkit.inference.quantize import Int8Linear
+from attnkit.inference.transposed import TiedTransposedOutput
+from attnkit.model.build import build_translator
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="PyTorch built without oneDNN")
+
+PAD, BOS, EOS = 0, 1, 2
+
+
+@pytest.fixture
+def gemm(monkeypatch):
+    """Choose the CPU library for the test: ``gemm("onednn")`` or ``gemm("mkl")``, as ``ATTNKIT_CPU_GEMM`` does."""
+
+    def choose(name: str) -> None:
+        monkeypatch.setenv(onednn.ENV, name)
+        onednn.uses_onednn.cache_clear()
+
+    yield choose
+    onednn.uses_onednn.cache_clear()
+
+
+def _linear(out_features: int = 768, in_features: int = 256) -> nn.Linear:
+    torch.manual_seed(0)
+    return nn.Linear(in_features, out_features)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7, 64])
+def test_a_onednn_linear_computes_what_f_linear_computes(gemm, rows):
+    gemm("onednn")
+    plain = _linear()
+    assert plain.weight.numel() >= MIN_WEIGHTS  # large enough for oneDNN to be chosen
+    module = OneDNNLinear.of(plain)
+    x = torch.randn(rows, 3, 256)  # (rows, 3, in): 3 * rows rows in all
+    with torch.inference_mode():
+        assert_close(module(x), F.linear(x, plain.weight, plain.bias), atol=1e-5, rtol=1e-5)
+    assert module.weight is plain.weight and module.bias is plain.bias  # shared, not copied
+
+
+def test_the_packed_copy_follows_its_parameter(gemm):
+    """Packed once, used again while the parameter is unchanged, made again after an in-place change, a load, or a
+    cast; a deep copy packs its own."""
+    gemm("onednn")
+    module = OneDNNLinear.of(_linear()).eval()
+    x = torch.randn(4, 256)
+
+    def check(m: nn.Linear) -> None:
+        with torch.inference_mode():
+            assert_close(m(x.to(m.weight.dtype)), F.linear(x.to(m.weight.dtype), m.weight, m.bias), atol=1e-5, rtol=0)
+
+    check(module)
+    packed = onednn._PACKED[module.weight][1]
+    check(module)
+    assert onednn._PACKED[module.weight][1] is packed  # reused
+    with torch.no_grad():
+        module.weight.mul_(-2.0)
+    check(module)
+    module.load_state_dict(_linear().state_dict())
+    check(module)
+    twin = copy.deepcopy(module)
+    check(twin)
+    assert onednn._PACKED[twin.weight][1] is not onednn._PACKED[module.weight][1]
+    check(module.double())  # float64: F.linear's product
+
+
+def test_training_through_a_onednn_linear_takes_f_linear_and_its_gradients(gemm):
+    gemm("onednn")
+    plain = _linear()
+    module = OneDNNLinear.of(copy.deepcopy(plain))
+    x = torch.randn(8, 256)
+    module(x).square().sum().backward()
+    plain(x).square().sum().backward()
+    assert module.weight.grad is not None and plain.weight.grad is not None
+    assert_close(module.weight.grad, plain.weight.grad, atol=1e-4, rtol=1e-5)
+
+
+def test_the_library_is_chosen_by_cpu_vendor_unless_attnkit_cpu_gemm_says(gemm, monkeypatch):
+    monkeypatch.delenv(onednn.ENV, raising=False)
+    for vendor, expected in (("AuthenticAMD", True), ("GenuineIntel", False), ("", False)):
+        monkeypatch.setattr(onednn, "_cpu_vendor", lambda vendor=vendor: vendor)
+        onednn.uses_onednn.cache_clear()
+        assert onednn.uses_onednn() is expected, vendor
+    gemm("mkl")
+    assert not onednn.uses_onednn()
+    gemm("onednn")
+    assert onednn.uses_onednn()
+    gemm("blas")
+    with pytest.raises(InputError, match="ATTNKIT_CPU_GEMM='blas'"):
+        onednn.uses_onednn()
+
+
+def test_a_prepared_translator_decodes_the_same_tokens_on_either_library(gemm):
+    """A translator large enough that its matrices go to oneDNN (every one but the 256 x 256 ones), tied, prepared:
+    greedy and beam search give the tokens that MKL's products give, for sentences alone and in a batch."""
+    cfg = TranslatorConfig(vocab_size=600, d_model=256, n_heads=4, d_ff=512, n_layers=2, max_len=64)
+    torch.manual_seed(0)
+    model = prepare_for_inference(build_translator(cfg, pad_id=PAD))
+    assert isinstance(model.output_proj, TiedTransposedOutput)
+    # Every linear layer: 4 per encoder layer (the fused Q K V, W^O, the FFN's two), 8 per decoder layer.
+    assert sum(isinstance(m, OneDNNLinear) for m in model.modules()) == 2 * 4 + 2 * 8
+    with torch.no_grad():
+        model.embeddings.token.weight_t.mul_(8.0)  # confident logits: near ties are rare
+    gen = torch.Generator().manual_seed(1)
+    src = torch.randint(EOS + 1, cfg.vocab_size, (5, 11), generator=gen)  # (B, S)
+    src[1, 6:] = PAD
+    src[3, 2:] = PAD
+    kwargs: dict[str, Any] = dict(bos_id=BOS, eos_id=EOS, max_positions=cfg.max_len, max_extra=10)
+    results = {}
+    for name in ("mkl", "onednn"):
+        gemm(name)
+        results[name] = (greedy_decode(model, src, **kwargs), beam_search(model, src, beam_size=4, **kwargs))
+    assert results["onednn"] == results["mkl"]
+    assert any(results["mkl"][0])  # the outputs say something
+
+
+def test_quantizing_a_prepared_model_rounds_its_onednn_linears_to_int8():
+    cfg = TranslatorConfig(vocab_size=64, d_model=32, n_heads=2, d_ff=64, n_layers=1, max_len=16)
+    model = quantize_for_inference(prepare_for_inference(build_translator(cfg, pad_id=PAD)))
+    assert not any(type(m) is OneDNNLinear for m in model.modules())
+    assert sum(isinstance(m, Int8Linear) for m in model.modules()) == 4 + 8
