@@ -17,9 +17,9 @@ decoder layer the stacked W^Q W^K W^V, W^O, cross-attention W^Q and W^O, the FFN
 projection onto the vocabulary, 19 MB in float32) applied back to back to ``--batch`` rows (x beam width for beam
 4), with nothing else in between: as ``F.linear`` runs them ((out, in) weights) and with (in, out) copies
 (``torch.addmm`` without a transpose, the faster kernel at one row) and, where PyTorch has MKL, with MKL's packed
-weights (``torch.ops.mkl._mkl_linear``), and with the weights rounded to int8 (``attnkit.inference.quantize``: bfloat16
-rows, PyTorch's int8 weight kernel) where the rows are few enough for it. Times 32 such steps, one sentence's
-worth.
+weights (``torch.ops.mkl._mkl_linear``), with oneDNN's packed weights (``OneDNNLinear``'s kernel), and with the
+weights rounded to int8 (``attnkit.inference.quantize``: bfloat16 rows, PyTorch's int8 weight kernel) where the rows
+are few enough for it. Times 32 such steps, one sentence's worth.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def step_weights(model: Transformer) -> list[tuple[torch.Tensor, torch.Tensor | 
 
 def linear_floor(model: Transformer, rows: int, steps: int = 32, reps: int = 20) -> dict[str, float]:
     """Milliseconds for ``steps`` decoding steps' matrix products alone at ``rows`` rows: median of ``reps``."""
-    weights = step_weights(model)
+    # Detached: a packed oneDNN weight that requires grad takes a path ~100x slower under autograd.
+    weights = [(w.detach(), None if b is None else b.detach()) for w, b in step_weights(model)]
     transposed = [(w.t().contiguous(), b) for w, b in weights]  # (in, out)
     inputs = {w.size(1): torch.randn(rows, w.size(1)) for w, _ in weights}
 
@@ -94,6 +95,15 @@ def linear_floor(model: Transformer, rows: int, steps: int = 32, reps: int = 20)
                 mkl._mkl_linear(inputs[w.size(1)], p, w, b, rows)  # (rows, out)
 
         variants.append(("MKL packed weights", as_packed))
+    if torch.backends.mkldnn.is_available():  # oneDNN's packed weights (``attnkit.inference.onednn``)
+        mkldnn = torch.ops.mkldnn
+        reordered = [(mkldnn._reorder_linear_weight(w.contiguous(), None), w, b) for w, b in weights]
+
+        def as_onednn() -> None:
+            for p, w, b in reordered:
+                mkldnn._linear_pointwise(inputs[w.size(1)], p, b, "none", [], "")  # (rows, out)
+
+        variants.append(("oneDNN packed weights", as_onednn))
     if rows <= INT8_MAX_ROWS:  # ``--precision int8``'s kernel: bfloat16 rows, int8 weights
         rounded = [(Int8Weight.quantize(w.bfloat16()), None if b is None else b.bfloat16()) for w, b in weights]
         bf16_inputs = {k: x.bfloat16() for k, x in inputs.items()}

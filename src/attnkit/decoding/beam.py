@@ -52,6 +52,7 @@ from attnkit.decoding.static import (
     banned_tokens,
     empty_cache,
     fill_cross,
+    fill_source_mask,
     pad_sources,
     plan,
     run_steps,
@@ -87,7 +88,7 @@ class BeamState:
     history: Tensor
     last: Tensor
     cache: list[DecoderLayerCache]
-    src_mask: Tensor
+    src_mask: Tensor | None  # None: no padding (``static.fill_source_mask``)
     banned: Tensor
     fin_tokens: Tensor
     fin_length: Tensor
@@ -108,8 +109,8 @@ def beam_step(model: Transformer, s: BeamState, o: BeamOptions) -> None:
     """One position for every beam of every sentence, in place (the step and the stopping rule of the module
     docstring)."""
     A, K, n, L = s.scores.size(0), o.beam_size, o.n_best, s.history.size(2)
-    cache = written(s.cache, s.t, o.prefix)  # (R, H, t + 1 or L, Dh) self-attention keys and values
-    logits, _, _ = model.decode(s.last, None, s.src_mask, cache=cache, offset=s.t)  # (R, 1, V)
+    cache, offset = written(s.cache, s.t, o.prefix)  # (R, H, t + 1 or L, Dh) self-attention keys and values
+    logits, _, _ = model.decode(s.last, None, s.src_mask, cache=cache, offset=offset)  # (R, 1, V)
     log_probs = logits[:, -1].float().log_softmax(dim=-1).masked_fill_(s.banned, float("-inf"))  # (R, V)
     V = log_probs.size(-1)
     candidates = (log_probs.view(A, K, V) + s.scores[:, :, None]).view(A, K * V)  # (A, K * V)
@@ -324,7 +325,7 @@ def _beam_search(
         s.scores.fill_(float("-inf"))
         s.scores[:, 0] = 0.0
         s.last.fill_(bos_id)
-        s.src_mask.copy_(src_mask.repeat_interleave(K, dim=0))  # (R, 1, 1, S)
+        s.src_mask = fill_source_mask(s.src_mask, src_mask.repeat_interleave(K, dim=0), options.prefix)  # (R, 1, 1, S)
         s.banned.copy_(banned_tokens(vocab, banned, device))
         s.fin_normalized.fill_(float("-inf"))
         fill_cross(model, memory, s.cache, repeat=K)

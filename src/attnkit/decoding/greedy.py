@@ -30,6 +30,7 @@ from attnkit.decoding.static import (
     banned_tokens,
     empty_cache,
     fill_cross,
+    fill_source_mask,
     pad_sources,
     plan,
     run_steps,
@@ -53,7 +54,7 @@ class GreedyState:
     finished: Tensor
     stop: Tensor
     cache: list[DecoderLayerCache]
-    src_mask: Tensor
+    src_mask: Tensor | None  # None: no padding (``static.fill_source_mask``)
     banned: Tensor
 
 
@@ -65,8 +66,8 @@ class GreedyOptions:
 
 def greedy_step(model: Transformer, s: GreedyState, o: GreedyOptions) -> None:
     """One position for every row, in place: the most probable token that is not banned."""
-    cache = written(s.cache, s.t, o.prefix)
-    logits, _, _ = model.decode(s.last, None, s.src_mask, cache=cache, offset=s.t)  # (R, 1, V)
+    cache, offset = written(s.cache, s.t, o.prefix)
+    logits, _, _ = model.decode(s.last, None, s.src_mask, cache=cache, offset=offset)  # (R, 1, V)
     # In float32, also from a bfloat16 model: ties in argmax stay rare.
     logits = logits[:, -1].float().masked_fill(s.banned, float("-inf"))  # (R, V)
     token = logits.argmax(dim=-1)  # (R,)
@@ -161,7 +162,7 @@ def _greedy(
         s.lengths.copy_(s.limit)
         s.finished.copy_(s.limit == 0)  # the rows that fill the bucket are finished before they start
         s.stop.zero_()
-        s.src_mask.copy_(src_mask)
+        s.src_mask = fill_source_mask(s.src_mask, src_mask, options.prefix)
         s.banned.copy_(banned_tokens(vocab, banned, device))
         fill_cross(model, memory, s.cache)
         run_steps(runner, call.steps, lambda: s.stop, call.engine.every(device))

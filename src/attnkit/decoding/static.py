@@ -99,18 +99,31 @@ def fill_cross(model: Transformer, memory: Tensor, cache: list[DecoderLayerCache
         layer_cache.cross_kv.v.copy_(kv.v.repeat_interleave(repeat, dim=0))
 
 
-def written(cache: list[DecoderLayerCache], t: Tensor, prefix: bool) -> list[DecoderLayerCache]:
-    """The self-attention caches a step at position ``t`` (1,) attends over: with ``prefix`` (``Engine.prefix``) views
-    of positions 0 .. t of the buffers (the step writes position t into them, and they hold nothing after it), else
-    the whole buffers, every unwritten position masked out. Both give the same attention: the masked positions
-    have weight 0."""
+def written(cache: list[DecoderLayerCache], t: Tensor, prefix: bool) -> tuple[list[DecoderLayerCache], int | Tensor]:
+    """The self-attention caches a step at position ``t`` (1,) attends over, and the offset to decode at. With
+    ``prefix`` (``Engine.prefix``): views of positions 0 .. t of the buffers (the step writes position t into them,
+    and they hold nothing after it) and t as an int, so that the query attends to them all without a mask; else the
+    whole buffers, every unwritten position masked out, and ``t`` itself. Both give the same attention: the masked
+    positions have weight 0."""
     if not prefix:
-        return cache
+        return cache, t
     n = int(t) + 1  # a read of a CPU tensor: no synchronisation
-    return [
+    views = [
         DecoderLayerCache(KVCache(c.self_kv.k[:, :, :n], c.self_kv.v[:, :, :n]), c.cross_kv)  # (R, H, n, Dh)
         for c in cache
     ]
+    return views, n - 1
+
+
+def fill_source_mask(into: Tensor | None, src_mask: Tensor, prefix: bool) -> Tensor | None:
+    """The source mask of a call's state: ``into`` (the state's own tensor, which a recorded graph reads) holding
+    ``src_mask`` (R, 1, 1, S); or None where ``prefix`` (the eager step on a CPU, whose state is the call's own) and
+    no source position is padding: eq. 1 without a mask runs PyTorch's faster path."""
+    if prefix and bool(src_mask.all()):
+        return None
+    assert into is not None, "a state allocated with its source mask"
+    into.copy_(src_mask)
+    return into
 
 
 def banned_tokens(vocab_size: int, banned: list[int], device: torch.device) -> Tensor:

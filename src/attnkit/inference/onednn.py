@@ -2,19 +2,19 @@
 ``nn.Linear`` at inference.
 
 PyTorch multiplies float32 activations by a weight matrix through MKL's sgemm. Where a product has a few rows (a
-decoding step has one per sentence and beam) and MKL runs on a CPU that is not Intel's, it is slow: on an AVX2-only
-AMD EPYC, the translator's (8000, 256) output projection took 2.4 ms at 4 rows where one row took 0.44 ms, and 4.4 ms
-at 32 rows; oneDNN with the weight reordered once into its blocked layout (``torch.ops.mkldnn``, the kernels
-Inductor uses) took 0.66 ms and 2.4 ms (docs/performance.md). CTranslate2 makes the same choice: it runs MKL on
-Intel CPUs only and oneDNN elsewhere (``mayiuse_mkl`` in its ``cpu/backend.cc``).
+decoding step has one per sentence and beam) and the CPU is not Intel's, MKL is slow: on an AMD EPYC its time grows
+almost in proportion to the rows while the weights are read once, and oneDNN, with the weight reordered once into
+its blocked layout (``torch.ops.mkldnn``, the kernels Inductor uses), took a fraction of it from two rows up
+(docs/performance.md). CTranslate2 makes the same choice: it runs MKL on Intel CPUs only and oneDNN elsewhere
+(``mayiuse_mkl`` in its ``cpu/backend.cc``).
 
 ``OneDNNLinear`` is an ``nn.Linear`` (same parameters, same state-dict keys) whose forward pass takes that route
 for float32 products on a CPU, without autograd, of at least ``MIN_ROWS`` rows by a matrix of at least
-``MIN_WEIGHTS`` entries (below either, oneDNN's fixed cost of about 45 us per call outweighs what it saves), where
+``MIN_WEIGHTS`` entries (below either, oneDNN's fixed cost per call outweighs what it saves), where
 ``uses_onednn()``; everything else is ``F.linear``. The packed copy is made at the first product and kept outside
 the module, keyed by the parameter, and made again once the parameter's storage or version changes (``.to()``,
-``load_state_dict``, an optimizer step), so it is never stale. A compiled step never takes this route: Inductor
-chooses its own kernels.
+``load_state_dict``, an optimizer step), so it is never stale; it costs as much memory as the weights it packs. A
+compiled step never takes this route: Inductor chooses its own kernels.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from attnkit.errors import InputError
 
-MIN_ROWS = 2  # a single row runs faster on MKL's matrix-vector product (0.44 against 0.55 ms for the output matrix)
-MIN_WEIGHTS = 1 << 17  # a (256, 256) matrix (65,536 entries) runs faster on MKL at every row count measured
+MIN_ROWS = 2  # a single row runs faster on MKL's matrix-vector product
+MIN_WEIGHTS = 1 << 17  # a (256, 256) matrix (65,536 entries) ran faster on MKL at every row count measured
 ENV = "ATTNKIT_CPU_GEMM"  # "onednn" or "mkl": overrides the choice by CPU vendor
 
 

@@ -197,7 +197,7 @@ class Transformer(nn.Module):
         self,
         tgt_in: Tensor,
         memory: Tensor | None,
-        src_mask: Tensor,
+        src_mask: Tensor | None,
         *,
         cache: list[DecoderLayerCache] | None = None,
         offset: int | Tensor = 0,
@@ -209,16 +209,19 @@ class Transformer(nn.Module):
         each position from seeing the ones after it. With a cache (``start_cache``), ``tgt_in`` holds only the new
         positions, starting at ``offset`` (an int, or a (1,) tensor that a compiled step keeps on the device); they
         are written into the cache and attend to every position up to their own (``memory`` is not read: the
-        cache holds its keys and values).
+        cache holds its keys and values). ``src_mask`` None: no source position is padding.
         Returns logits (B, T, V), the attention maps of the decoder layers in ``attn_layers``, and the cache.
         """
         if cache is None:
             x = self.embeddings(tgt_in)  # (B, T, D)
             x, maps = self.decoder(x, memory, decoder_self_mask(tgt_in, self.pad_id), src_mask, attn_layers=attn_layers)
             return self.logits(x), maps, None  # (B, T, V)
-        positions = offset + torch.arange(tgt_in.size(1), device=tgt_in.device)  # (T,)
+        T, L = tgt_in.size(1), cache[0].self_kv.k.size(2)
+        positions = offset + torch.arange(T, device=tgt_in.device)  # (T,)
         x = self.embeddings(tgt_in, offset)  # (B, T, D)
-        self_mask = cached_causal_mask(positions, cache[0].self_kv.k.size(2))  # (1, 1, T, L)
+        # One query over a cache that ends at it may attend to every key: no mask (PyTorch's faster kernel path).
+        unmasked = isinstance(offset, int) and T == 1 and offset + 1 == L
+        self_mask = None if unmasked else cached_causal_mask(positions, L)  # (1, 1, T, L)
         x, maps = self.decoder(
             x, None, self_mask, src_mask, cache=cache, positions=positions, attn_layers=attn_layers
         )  # (B, T, D)
