@@ -17,9 +17,11 @@ from attnkit.decoding import beam_search, greedy_decode
 from attnkit.errors import InputError
 from attnkit.inference import onednn, prepare_for_inference, quantize_for_inference
 from attnkit.inference.onednn import MIN_WEIGHTS, OneDNNLinear
+from attnkit.inference.programs import Engine
 from attnkit.inference.quantize import Int8Linear
 from attnkit.inference.transposed import TiedTransposedOutput
 from attnkit.model.build import build_translator
+from attnkit.model.transformer import Transformer
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="PyTorch built without oneDNN")
 
@@ -107,28 +109,63 @@ def test_the_library_is_chosen_by_cpu_vendor_unless_attnkit_cpu_gemm_says(gemm, 
         onednn.uses_onednn()
 
 
-def test_a_prepared_translator_decodes_the_same_tokens_on_either_library(gemm):
-    """A translator large enough that its matrices go to oneDNN (every one but the 256 x 256 ones), tied, prepared:
-    greedy and beam search give the tokens that MKL's products give, for sentences alone and in a batch."""
-    cfg = TranslatorConfig(vocab_size=600, d_model=256, n_heads=4, d_ff=512, n_layers=2, max_len=64)
+def _prepared(cfg: TranslatorConfig) -> Transformer:
     torch.manual_seed(0)
-    model = prepare_for_inference(build_translator(cfg, pad_id=PAD))
-    assert isinstance(model.output_proj, TiedTransposedOutput)
-    # Every linear layer: 4 per encoder layer (the fused Q K V, W^O, the FFN's two), 8 per decoder layer.
-    assert sum(isinstance(m, OneDNNLinear) for m in model.modules()) == 2 * 4 + 2 * 8
+    model = build_translator(cfg, pad_id=PAD)
     with torch.no_grad():
-        model.embeddings.token.weight_t.mul_(8.0)  # confident logits: near ties are rare
+        model.embeddings.token.weight.mul_(8.0)  # confident logits: near ties are rare
+    return prepare_for_inference(model)
+
+
+def _sources(cfg: TranslatorConfig) -> torch.Tensor:
     gen = torch.Generator().manual_seed(1)
     src = torch.randint(EOS + 1, cfg.vocab_size, (5, 11), generator=gen)  # (B, S)
     src[1, 6:] = PAD
     src[3, 2:] = PAD
-    kwargs: dict[str, Any] = dict(bos_id=BOS, eos_id=EOS, max_positions=cfg.max_len, max_extra=10)
+    return src
+
+
+# Large enough that its matrices go to oneDNN (every one but the 256 x 256 ones); tied.
+WIDE = TranslatorConfig(vocab_size=600, d_model=256, n_heads=4, d_ff=512, n_layers=2, max_len=64)
+SEARCH: dict[str, Any] = dict(bos_id=BOS, eos_id=EOS, max_positions=WIDE.max_len, max_extra=10)
+
+
+def test_a_prepared_translator_decodes_the_same_tokens_on_either_library(gemm):
+    """Greedy and beam search give the tokens that MKL's products give, for a batch with and without padding."""
+    src = _sources(WIDE)
     results = {}
     for name in ("mkl", "onednn"):
-        gemm(name)
-        results[name] = (greedy_decode(model, src, **kwargs), beam_search(model, src, beam_size=4, **kwargs))
+        gemm(name)  # read when the model is prepared
+        model = _prepared(WIDE)
+        linears = [m for m in model.modules() if isinstance(m, OneDNNLinear)]
+        # Every linear layer: 4 per encoder layer (the fused Q K V, W^O, the FFN's two), 8 per decoder layer.
+        assert len(linears) == 2 * 4 + 2 * 8 and all(m.onednn == (name == "onednn") for m in linears)
+        assert isinstance(model.output_proj, TiedTransposedOutput) and model.output_proj.onednn == (name == "onednn")
+        results[name] = [
+            (greedy_decode(model, part, **SEARCH), beam_search(model, part, beam_size=4, **SEARCH))
+            for part in (src, src[[0, 2, 4]])  # padded, and not
+        ]
     assert results["onednn"] == results["mkl"]
-    assert any(results["mkl"][0])  # the outputs say something
+    assert any(results["mkl"][0][0])  # the outputs say something
+
+
+def test_a_compiled_step_multiplies_on_onednn_without_a_graph_break(gemm, monkeypatch):
+    """The compiled beam step (4 rows a sentence: oneDNN's route) compiles whole (``fullgraph=True``), runs oneDNN's
+    product inside the program, and decodes the eager step's tokens. The source is one token, so that the encoder
+    (one row) never takes that route itself."""
+    gemm("onednn")
+    cfg = TranslatorConfig(**{**WIDE.__dict__, "n_layers": 1})
+    model, src = _prepared(cfg), _sources(cfg)[:1, :1]  # (1, 1)
+    calls = []
+    packed = onednn._packed
+    monkeypatch.setattr(onednn, "_packed", lambda *args: calls.append(1) or packed(*args))  # read at each product
+    torch._dynamo.reset()
+    try:
+        compiled = beam_search(model, src, beam_size=4, engine=Engine("compiled"), **SEARCH)
+    finally:
+        torch._dynamo.reset()
+    assert calls  # the compiled program called oneDNN's product
+    assert compiled == beam_search(model, src, beam_size=4, engine=Engine("eager"), **SEARCH)
 
 
 def test_quantizing_a_prepared_model_rounds_its_onednn_linears_to_int8():

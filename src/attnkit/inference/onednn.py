@@ -14,7 +14,7 @@ for float32 products on a CPU, without autograd, of at least ``MIN_ROWS`` rows b
 ``uses_onednn()``; everything else is ``F.linear``. The packed copy is made at the first product and kept outside
 the module, keyed by the parameter, and made again once the parameter's storage or version changes (``.to()``,
 ``load_state_dict``, an optimizer step), so it is never stale; it costs as much memory as the weights it packs. A
-compiled step never takes this route: Inductor chooses its own kernels.
+compiled step takes the same route, through an operator of attnkit's own that Inductor calls as it is.
 """
 
 from __future__ import annotations
@@ -78,31 +78,49 @@ def _packed(parameter: Tensor, transposed: bool) -> Tensor:
     return held[1]
 
 
-def linear(x: Tensor, parameter: Tensor, bias: Tensor | None, *, transposed: bool = False) -> Tensor:
+def _product(x: Tensor, parameter: Tensor, bias: Tensor | None, transposed: bool) -> Tensor:
+    """x (rows, in) times the weight (``parameter``, or its transpose), plus ``bias``, on oneDNN's packed copy of
+    it. Returns (rows, out)."""
+    return torch.ops.mkldnn._linear_pointwise(x, _packed(parameter, transposed), bias, "none", [], "")
+
+
+# The same product as an operator of its own, which a compiled step calls as it is: Inductor cannot lower oneDNN's
+# product on weights that are the program's inputs rather than constants. Eager calls skip the operator's dispatch.
+_product_op = torch.library.custom_op("attnkit::onednn_linear", _product, mutates_args=())
+
+
+@_product_op.register_fake
+def _(x: Tensor, parameter: Tensor, bias: Tensor | None, transposed: bool) -> Tensor:
+    return x.new_empty(x.size(0), parameter.size(1) if transposed else parameter.size(0))  # (rows, out)
+
+
+def linear(x: Tensor, parameter: Tensor, bias: Tensor | None, *, onednn: bool, transposed: bool = False) -> Tensor:
     """``F.linear(x, weight, bias)`` for x (..., in), with ``weight`` = ``parameter`` (out, in), or its transpose
-    where ``parameter`` is held (in, out); on oneDNN's packed weights where that pays (module docstring)."""
+    where ``parameter`` is held (in, out); on oneDNN's packed weights where ``onednn`` (``uses_onednn()``, read when
+    the module was made) and that pays (module docstring)."""
     weight = parameter.t() if transposed else parameter  # (out, in)
     out_features, in_features = weight.shape
     rows = x.numel() // in_features
     if (
-        torch.compiler.is_compiling()
-        or rows < MIN_ROWS
+        rows < MIN_ROWS
         or weight.numel() < MIN_WEIGHTS
         or x.dtype != torch.float32
         or not x.is_cpu
         or (torch.is_grad_enabled() and (parameter.requires_grad or x.requires_grad))
-        or not uses_onednn()
+        or not onednn
     ):
         return F.linear(x, weight, bias)  # (..., out)
-    y = torch.ops.mkldnn._linear_pointwise(
-        x.reshape(rows, in_features), _packed(parameter, transposed), bias, "none", [], ""
-    )  # (rows, out)
+    product = _product_op if torch.compiler.is_compiling() else _product
+    y = product(x.reshape(rows, in_features), parameter, bias, transposed)  # (rows, out)
     return y.view(*x.shape[:-1], out_features)  # (..., out)
 
 
 class OneDNNLinear(nn.Linear):
     """An ``nn.Linear`` whose inference products of a few rows run on oneDNN where that pays (module docstring):
-    the same parameters and state-dict keys, the same values to float32 rounding."""
+    the same parameters and state-dict keys, the same values to float32 rounding. Whether this machine takes that
+    route (``uses_onednn()``) is read once, when the module is made (``onednn``)."""
+
+    onednn: bool
 
     @classmethod
     def of(cls, module: nn.Linear) -> OneDNNLinear:
@@ -110,11 +128,12 @@ class OneDNNLinear(nn.Linear):
         new = cls(module.in_features, module.out_features, bias=module.bias is not None, device="meta")
         new.weight = module.weight
         new.bias = module.bias
+        new.onednn = uses_onednn()  # an attribute: a compiled step reads it as a constant
         new.train(module.training)
         return new
 
     def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.weight, self.bias)  # (..., out_features)
+        return linear(x, self.weight, self.bias, onednn=self.onednn)  # (..., out_features)
 
 
 def use_onednn_(module: nn.Module) -> int:

@@ -70,6 +70,7 @@ class TiedTransposedOutput(TiedOutput):
 
     def __init__(self, embedding: TransposedEmbedding):
         super().__init__(embedding)
+        self.onednn = onednn.uses_onednn()  # read once, as ``OneDNNLinear`` does
 
     def forward(self, x: Tensor) -> Tensor:
-        return onednn.linear(x, self._tied[0].weight_t, None, transposed=True)  # (..., V)
+        return onednn.linear(x, self._tied[0].weight_t, None, onednn=self.onednn, transposed=True)  # (..., V)
