@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.testing import assert_close
 
-from attnkit.config import TranslatorConfig
+from attnkit.config import ClassifierConfig, TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
 from attnkit.errors import InputError
 from attnkit.inference import onednn, prepare_for_inference, quantize_for_inference
@@ -20,7 +20,7 @@ from attnkit.inference.onednn import MIN_WEIGHTS, OneDNNLinear
 from attnkit.inference.programs import Engine
 from attnkit.inference.quantize import Int8Linear
 from attnkit.inference.transposed import TiedTransposedOutput
-from attnkit.model.build import build_translator
+from attnkit.model.build import build_classifier, build_translator
 from attnkit.model.transformer import Transformer
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="PyTorch built without oneDNN")
@@ -173,3 +173,28 @@ def test_quantizing_a_prepared_model_rounds_its_onednn_linears_to_int8():
     model = quantize_for_inference(prepare_for_inference(build_translator(cfg, pad_id=PAD)))
     assert not any(type(m) is OneDNNLinear for m in model.modules())
     assert sum(isinstance(m, Int8Linear) for m in model.modules()) == 4 + 8
+
+
+def test_an_exported_program_holds_the_papers_product_not_attnkits_operator(gemm):
+    """``attnkit export onnx`` exports the prepared classifier of a run: on a machine that routes its products to
+    oneDNN, the ONNX graph still holds only standard operators, and computes what the model computes."""
+    pytest.importorskip("onnxscript")
+    ort = pytest.importorskip("onnxruntime")
+    gemm("onednn")
+    cfg = ClassifierConfig(vocab_size=300, d_model=256, n_heads=4, d_ff=512, n_layers=1, max_len=32, n_classes=2)
+    torch.manual_seed(0)
+    model = prepare_for_inference(build_classifier(cfg, pad_id=PAD))
+    ids = torch.randint(EOS + 1, cfg.vocab_size, (2, 8))  # (B, S)
+    ids[1, 5:] = PAD
+    dims = {"ids": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=cfg.max_len)}}
+    with torch.no_grad():
+        program = torch.onnx.export(model, (ids,), input_names=["ids"], dynamo=True, dynamic_shapes=dims)
+        expected = model(ids)
+    assert program is not None
+    nodes = program.model_proto.graph.node
+    assert all(node.domain in ("", "ai.onnx", "pkg.onnxscript.torch_lib.common") for node in nodes), {
+        node.domain for node in nodes
+    }
+    session = ort.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    (logits,) = session.run(None, {"ids": ids.numpy()})
+    assert_close(torch.from_numpy(logits), expected, atol=1e-4, rtol=1e-4)

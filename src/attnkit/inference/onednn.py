@@ -14,7 +14,8 @@ for float32 products on a CPU, without autograd, of at least ``MIN_ROWS`` rows b
 ``uses_onednn()``; everything else is ``F.linear``. The packed copy is made at the first product and kept outside
 the module, keyed by the parameter, and made again once the parameter's storage or version changes (``.to()``,
 ``load_state_dict``, an optimizer step), so it is never stale; it costs as much memory as the weights it packs. A
-compiled step takes the same route, through an operator of attnkit's own that Inductor calls as it is.
+compiled step takes the same route, through an operator of attnkit's own that Inductor calls as it is; an exported
+program (ONNX, ``torch.export``) does not: it holds ``F.linear``, which other runtimes know.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ def linear(x: Tensor, parameter: Tensor, bias: Tensor | None, *, onednn: bool, t
     out_features, in_features = weight.shape
     rows = x.numel() // in_features
     if (
-        rows < MIN_ROWS
+        torch.compiler.is_exporting()  # an exported program (ONNX, torch.export) holds the paper's product
+        or rows < MIN_ROWS
         or weight.numel() < MIN_WEIGHTS
         or x.dtype != torch.float32
         or not x.is_cpu

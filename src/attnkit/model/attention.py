@@ -51,7 +51,8 @@ def fused_attention(
     (float32 is also the more accurate): training under autocast (the half-precision backward pass), and a decoding
     step of eight or more rows (one query per row). Measurements: docs/performance.md.
     """
-    if q.size(2) == 1 and not (causal or dropout_p) and q.device.type == "cpu" and torch.compiler.is_compiling():
+    compiling = torch.compiler.is_compiling() and not torch.compiler.is_exporting()
+    if compiling and q.device.type == "cpu" and q.size(2) == 1 and not (causal or dropout_p):
         # One query per row (a decoding step), compiled for a CPU: eq. 1 written out, which Inductor fuses into its
         # own loops, where PyTorch's kernel would stay a call of its own (docs/performance.md).
         return scaled_dot_product_attention(q, k, v, mask)[0]  # (B, H, 1, Dh)
