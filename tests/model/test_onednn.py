@@ -198,3 +198,14 @@ def test_an_exported_program_holds_the_papers_product_not_attnkits_operator(gemm
     session = ort.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
     (logits,) = session.run(None, {"ids": ids.numpy()})
     assert_close(torch.from_numpy(logits), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_a_traced_program_holds_the_papers_product_too(gemm):
+    gemm("onednn")
+    layer = OneDNNLinear.of(_linear()).eval()
+    x = torch.randn(4, 256)
+    with torch.no_grad():
+        traced = torch.jit.trace(layer, (x,))
+        graph = str(traced.graph)
+        assert "aten::linear" in graph and "mkldnn::" not in graph and "attnkit::" not in graph, graph
+        assert_close(traced(x), F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=0)

@@ -15,7 +15,8 @@ for float32 products on a CPU, without autograd, of at least ``MIN_ROWS`` rows b
 the module, keyed by the parameter, and made again once the parameter's storage or version changes (``.to()``,
 ``load_state_dict``, an optimizer step), so it is never stale; it costs as much memory as the weights it packs. A
 compiled step takes the same route, through an operator of attnkit's own that Inductor calls as it is; an exported
-program (ONNX, ``torch.export``) does not: it holds ``F.linear``, which other runtimes know.
+or traced program (ONNX, ``torch.export``, ``torch.jit.trace``) does not: it holds ``F.linear``, which other runtimes
+know.
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ def linear(x: Tensor, parameter: Tensor, bias: Tensor | None, *, onednn: bool, t
     rows = x.numel() // in_features
     if (
         torch.compiler.is_exporting()  # an exported program (ONNX, torch.export) holds the paper's product
+        or torch.jit.is_tracing()  # and so does a traced one, which would keep the packed copy as a constant
         or rows < MIN_ROWS
         or weight.numel() < MIN_WEIGHTS
         or x.dtype != torch.float32
