@@ -1,24 +1,29 @@
-"""The GPU check: everything about attnkit that needs a CUDA GPU, in one command, in under 10 minutes.
+"""The GPU check: everything about attnkit that needs a CUDA GPU, in one command (about 13 minutes on an H100).
 
-    python3 benchmarks/gpu_check.py OUT [--data DIR] [--parts tests train decode bible] [--bible-minutes 2]
+    python3 benchmarks/gpu_check.py OUT [--data DIR] [--parts bible train tests decode] [--bible-minutes 3.1]
+                                        [--cap PART=SECONDS ...]
 
 Runs, each in a process of its own with a time cap, from the repository's root (``src/`` on the path: nothing is
 installed; the machine needs torch, transformers, pytest and attnkit's own dependencies, which a stock PyTorch image
-with ``transformers`` has):
+with ``transformers`` has), in this order (the figures the issues ask for first):
 
+    bible   the README's Bible En-De recipe on the GPU (``--device cuda --set precision=bf16``), stopped after
+            ``--bible-minutes`` of training (the goal: 4,700 steps in at most 3), then BLEU on John with beam 4
+                                                                                                      (~2.5 min)
+    train   ``bench train`` on the GPU, rows streamed as they are measured: first every fixed-shape row (attnkit,
+            torch.nn and Hugging Face Marian in float32, TF32 and bfloat16, and attnkit compiled in bfloat16, as
+            ``--set compile=true`` trains), then the token-budget rows (new shapes every step), eager  (~4.5 min)
     tests   the CUDA tests (tests/test_cuda.py, tests/bench/test_bench_gpu.py): training in fp32, bf16, fp16 on the
             GPU, CPU/GPU agreement, bit-exact resume, a step under torch.cuda.set_sync_debug_mode("error"), the
-            compiled step against the eager one, every bench suite on the GPU                         (~3 min)
-    train   ``attnkit bench train --device cuda``: attnkit, torch.nn and Hugging Face Marian, float32, TF32 and
-            bfloat16, fixed shapes and token-budget batches                                           (~3 min)
-    decode  ``attnkit bench decode --device cuda``                                                     (~1.5 min)
-    bible   the README's Bible En-De recipe on the GPU (``--device cuda --set precision=bf16``), stopped after
-            ``--bible-minutes`` of training (the 4,700 steps should take at most 3), then BLEU on John with beam 4
-                                                                                                      (~2.5 min)
+            compiled step against the eager one, every bench suite on the GPU                         (~4 min)
+    decode  ``attnkit bench decode --device cuda``                                                     (~2.5 min)
 
 and writes to OUT (at most 8 files, what a lent machine returns): ``summary.txt`` (the table printed last),
-``check.log`` (every part's output), ``tests.txt``, ``bench_train.json``, ``bench_decode.json``,
-``bible_metrics.jsonl``, ``bible_eval.json``, ``gpu.txt`` (nvidia-smi and torch's view of the device).
+``check.log`` (every part's output), ``tests.txt``, ``bench_train.jsonl`` and ``bench_decode.jsonl`` (a JSON line
+per result, written as it is measured: kept when the part meets its cap), ``bible_metrics.jsonl``,
+``bible_eval.json``, ``gpu.txt`` (nvidia-smi and torch's view of the device). ``--cap train=150`` changes a part's
+cap (bible: the cap of its evaluation). Where one command may run 10 minutes at most (this project's lent
+machines), run ``--parts bible train`` and then ``--parts tests decode``.
 
 The Bible data: the recipe's three split files, found under DIR/bible/en-de/ (``--data DIR``, a folder shaped like
 attnkit's cache; default ``$ATTNKIT_CACHE`` or ``~/.cache/attnkit``). A machine without network cannot fetch them:
@@ -39,8 +44,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PARTS = ("tests", "train", "decode", "bible")
-CAPS_S = {"tests": 200, "train": 200, "decode": 100}  # each part's time cap; bible: its training cap + 60 s
+PARTS = ("bible", "train", "tests", "decode")  # in the order they run
+CAPS_S = {"bible": 90, "train": 300, "tests": 270, "decode": 180}  # bible: its evaluation's (training: the minutes)
 RECIPE = (  # the README's Bible En-De recipe
     "--preset small --max-steps 4700 --set schedule=linear lr=1e-3 warmup_steps=300 checkpoint_every=250"
 ).split()
@@ -51,9 +56,16 @@ def main() -> int:
     ap.add_argument("out", type=Path, help="folder for the figures and logs (created)")
     ap.add_argument("--data", type=Path, help="a folder holding bible/en-de/{train,valid,test}.tsv (attnkit's cache)")
     ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    ap.add_argument("--bible-minutes", type=float, default=2.0, help="training time cap of the Bible recipe")
+    ap.add_argument("--bible-minutes", type=float, default=3.1, help="training time cap of the Bible recipe")
+    ap.add_argument("--cap", action="append", default=[], metavar="PART=SECONDS", help="a part's time cap")
     ap.add_argument("--device", default="cuda", help="cuda (default); cpu: every part at its smallest")
     a = ap.parse_args()
+    caps = dict(CAPS_S)
+    for item in a.cap:
+        part, _, seconds = item.partition("=")
+        if part not in caps or not seconds.replace(".", "", 1).isdigit():
+            ap.error(f"--cap {item}: expected PART=SECONDS with PART one of {', '.join(caps)}")
+        caps[part] = float(seconds)
     a.out.mkdir(parents=True, exist_ok=True)
     smoke = a.device == "cpu"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
@@ -80,23 +92,26 @@ def main() -> int:
 
     python = sys.executable
     (a.out / "gpu.txt").write_text(_device_record(a.device), encoding="utf-8")
+    if "bible" in a.parts:
+        rows += _bible(a, run, python, env, smoke, caps["bible"])
+    if "train" in a.parts:
+        out_lines = a.out / "bench_train.jsonl"
+        command = [python, __file__, "--train-rows", a.device] + (["--quick"] if smoke else [])
+        code, seconds = run("train", command, caps["train"], out_lines)
+        rows.append(f"train     {'ok' if code == 0 else f'FAILED ({code})'}  {seconds:5.0f} s")
+        rows += _train_table([json.loads(line) for line in out_lines.read_text(encoding="utf-8").splitlines()])
     if "tests" in a.parts:
         files = ["tests/test_cuda.py", "tests/bench/test_bench_gpu.py"]
         command = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", *files]
-        code, seconds = run("tests", command, CAPS_S["tests"], a.out / "tests.txt")
+        code, seconds = run("tests", command, caps["tests"], a.out / "tests.txt")
         last = (a.out / "tests.txt").read_text(encoding="utf-8").strip().splitlines()[-1:] or ["(no output)"]
         rows.append(f"tests     {'ok' if code == 0 else f'FAILED ({code})'}  {seconds:5.0f} s  {last[0]}")
-    for suite in ("train", "decode"):
-        if suite not in a.parts:
-            continue
-        out_json = a.out / f"bench_{suite}.json"
-        command = [python, "-m", "attnkit", "bench", suite, "--device", a.device, "--json", str(out_json)]
-        code, seconds = run(suite, command + (["--quick"] if smoke else []), CAPS_S[suite])
-        rows.append(f"{suite:9s} {'ok' if code == 0 else f'FAILED ({code})'}  {seconds:5.0f} s")
-        if code == 0 and suite == "train":
-            rows += _train_table(json.loads(out_json.read_text(encoding="utf-8")))
-    if "bible" in a.parts:
-        rows += _bible(a, run, python, env, smoke)
+    if "decode" in a.parts:
+        out_lines = a.out / "bench_decode.jsonl"
+        command = [python, "-m", "attnkit", "bench", "decode", "--device", a.device, "--json"]
+        code, seconds = run("decode", command + (["--quick"] if smoke else []), caps["decode"], out_lines)
+        rows.append(f"decode    {'ok' if code == 0 else f'FAILED ({code})'}  {seconds:5.0f} s")
+        rows += _decode_table([json.loads(line) for line in out_lines.read_text(encoding="utf-8").splitlines()])
     summary = "\n".join(rows) + "\n"
     (a.out / "summary.txt").write_text(summary, encoding="utf-8")
     log.close()
@@ -104,7 +119,25 @@ def main() -> int:
     return 0 if all(" FAILED" not in row for row in rows) else 1
 
 
-def _bible(a: argparse.Namespace, run, python: str, env: dict[str, str], smoke: bool) -> list[str]:
+def train_rows(device: str, quick: bool) -> None:
+    """The train part (run in a process of its own): ``bench train``'s rows as JSON lines on stdout, each as it is
+    measured, the fixed-shape rows first (attnkit compiled among them, in bfloat16), then the token-budget rows."""
+    import torch
+
+    from attnkit.bench import train
+
+    on = torch.device(device)
+    plan = [
+        {"variants": ("fixed",), "compiled_precisions": ("bf16",) if on.type == "cuda" else ()},
+        {"variants": ("token-budget",), "compiled_precisions": ()},
+    ]
+    for options in plan:
+        for result in train.iter_results(quick=quick, device=on, **options):
+            if result.impl not in ("matmul", "data sheet") or options is plan[0]:
+                print(result.to_json(), flush=True)
+
+
+def _bible(a: argparse.Namespace, run, python: str, env: dict[str, str], smoke: bool, eval_cap_s: float) -> list[str]:
     """The Bible recipe, capped in time, and its BLEU on John; rows for the summary."""
     cache = a.data or Path(os.environ.get("ATTNKIT_CACHE") or Path.home() / ".cache" / "attnkit")
     if not all((cache / "bible" / "en-de" / f"{split}.tsv").is_file() for split in ("train", "valid", "test")):
@@ -131,7 +164,7 @@ def _bible(a: argparse.Namespace, run, python: str, env: dict[str, str], smoke: 
         trained = json.loads((Path(work) / "train.json").read_text(encoding="utf-8"))  # translate train's summary
         evaluate = [python, "-m", "attnkit", "translate", "eval", "--model", str(run_dir), "--dataset", "bible"]
         evaluate += ["--pair", "en-de", "--split", "test", "--beam", "1" if smoke else "4", "--device", a.device]
-        eval_code, eval_seconds = run("bible eval", evaluate, 60 if smoke else 120, a.out / "bible_eval.json")
+        eval_code, eval_seconds = run("bible eval", evaluate, eval_cap_s, a.out / "bible_eval.json")
         scores = json.loads((a.out / "bible_eval.json").read_text(encoding="utf-8")) if eval_code == 0 else {}
     steps, trained_s = trained["steps"], trained["seconds"]
     rate = steps / max(trained_s, 1e-9)
@@ -148,25 +181,41 @@ def _bible(a: argparse.Namespace, run, python: str, env: dict[str, str], smoke: 
     ]
 
 
-def _train_table(document: dict) -> list[str]:
-    """attnkit against Hugging Face Marian per row of the train suite: ms a step, the speed-up, attnkit's MFU."""
-    results = document["results"]
+def _train_table(results: list[dict]) -> list[str]:
+    """attnkit (eager and compiled) against Hugging Face Marian per row of the train suite: ms a step, Marian's time
+    over attnkit's, attnkit's MFU."""
     by_key: dict[tuple, dict[str, dict]] = {}
     for r in results:
-        if r["impl"] in ("attnkit", "transformers", "torch.nn"):
+        if r["impl"] not in ("matmul", "data sheet"):
             key = (r["config"], r["seq_len"], r["dtype"], r.get("variant") or "fixed")
             by_key.setdefault(key, {})[r["impl"]] = r
-    lines = ["          config len dtype     variant       attnkit ms  Marian ms  Marian/attnkit  attnkit MFU"]
+    lines = ["          config len dtype     variant      impl              ms  Marian ms  Marian/it    MFU"]
     for (config, length, dtype, variant), impls in by_key.items():
-        ours, marian = impls.get("attnkit"), impls.get("transformers")
-        if ours is None:
-            continue
-        theirs = f"{marian['ms']:9.1f}  {marian['ms'] / ours['ms']:13.2f}x" if marian else f"{'-':>9s}  {'-':>14s}"
-        mfu = f"{ours['mfu']:.1%}" if ours.get("mfu") is not None else "-"
-        lines.append(
-            f"          {config:6s} {length:3d} {dtype:9s} {variant:12s} {ours['ms']:10.1f}  {theirs}  {mfu:>11s}"
-        )
+        marian = impls.get("transformers")
+        for name in ("attnkit", "attnkit compiled"):
+            ours = impls.get(name)
+            if ours is None:
+                continue
+            theirs = f"{marian['ms']:9.1f}  {marian['ms'] / ours['ms']:8.2f}x" if marian else f"{'-':>9s}  {'-':>9s}"
+            mfu = f"{ours['mfu']:.1%}" if ours.get("mfu") is not None else "-"
+            lines.append(
+                f"          {config:6s} {length:3d} {dtype:9s} {variant:12s} {name:16s} {ours['ms']:6.1f}  {theirs}"
+                f"  {mfu:>5s}"
+            )
     return lines
+
+
+def _decode_table(lines: list[dict]) -> list[str]:
+    """Each decoding row of ``bench decode --json`` (its first line is the machine): ms a call."""
+    rows = ["          config      search dtype     impl                              ms  first call s"]
+    for r in lines:
+        if r.get("suite") == "decode" and r["impl"] != "matmul":
+            first = f"{r['first_call_s']:.2f}" if r.get("first_call_s") is not None else "-"
+            shape = f"batch {r['batch']}"
+            rows.append(
+                f"          {shape:11s} {r['search']:6s} {r['dtype']:9s} {r['impl']:30s} {r['ms']:7.1f}  {first:>12s}"
+            )
+    return rows
 
 
 def _device_record(device: str) -> str:
@@ -187,4 +236,8 @@ def _device_record(device: str) -> str:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--train-rows"]:  # the train part, in its own process
+        sys.path.insert(0, str(REPO / "src"))
+        train_rows(sys.argv[2], quick="--quick" in sys.argv[3:])
+        sys.exit(0)
     sys.exit(main())

@@ -217,6 +217,30 @@ def test_the_token_budget_variant_feeds_new_padded_shapes_to_every_implementatio
     assert all(r.variant == "token-budget" and (r.tgt_tok_per_s or 0) > 0 for r in rows)
 
 
+def test_the_compiled_row_computes_the_eager_steps_losses_and_times_its_compilation_apart(monkeypatch):
+    """attnkit's step with its forward pass and loss compiled (as --set compile=true trains) gives the eager step's
+    losses step after step (no dropout: the compiled graph draws its own masks); its row reports the first call,
+    the compilation, apart from the timed median. Traced with "aot_eager" here: the same graphs, no kernels made."""
+    cfg = dataclasses.replace(TINY, dropout=0.0)
+    src, tgt_in, tgt_out = train.make_batch(cfg, 8, 128, seed=3)  # (8, 8) each
+    losses = []
+    for backend in (None, "aot_eager"):
+        torch.manual_seed(0)
+        model = build_translator(cfg, pad_id=PAD_ID)
+        step = train.training_step(model, model, src, tgt_in, tgt_out, compile_backend=backend)
+        losses.append([step() for _ in range(3)])
+    assert losses[1] == pytest.approx(losses[0], abs=1e-5) and losses[0][2] < losses[0][0]
+    monkeypatch.setattr(train, "COMPILE_BACKEND", "aot_eager")
+    results = train.run(
+        quick=True, threads=1, configs={"tiny": TINY}, lengths=(8,), tokens_per_batch=128, impls=("attnkit",),
+        compiled_precisions=("fp32",),
+    )  # fmt: skip
+    rows = {r.impl: r for r in results if r.impl != "matmul"}
+    assert set(rows) == {"attnkit", "attnkit compiled"}
+    assert rows["attnkit compiled"].first_call_s > 0 and rows["attnkit"].first_call_s is None
+    assert rows["attnkit compiled"].ms > 0 and rows["attnkit compiled"].dtype == "float32"
+
+
 def test_bfloat16_ceiling_is_skipped_without_native_bfloat16(monkeypatch):
     monkeypatch.setattr(common, "native_bf16", lambda: False)
     results, references = common.ceiling_results("train", threads=1, quick=True)

@@ -125,10 +125,10 @@ def measure(
     gc.collect()
     elapsed = None
     for _ in range(warmup):
-        elapsed = _timed(fn, sync)
+        elapsed = timed_call(fn, sync)
     if budget_s is not None and elapsed is not None and elapsed * reps > budget_s:
         reps = max(2, min(reps, int(budget_s / elapsed)))
-    times = [_timed(fn, sync) for _ in range(reps)]
+    times = [timed_call(fn, sync) for _ in range(reps)]
     return Timing(statistics.median(times), tuple(times))
 
 
@@ -157,7 +157,7 @@ def measure_interleaved(
     slowest = 0.0
     for fn in fns:
         for _ in range(warmup):
-            slowest = max(slowest, _timed(fn, sync))
+            slowest = max(slowest, timed_call(fn, sync))
     if budget_s is not None and warmup and slowest * reps > budget_s:
         reps = max(2, min(reps, int(budget_s / slowest)))
     times: list[list[float]] = [[] for _ in fns]
@@ -166,11 +166,11 @@ def measure_interleaved(
             i = (r + k) % len(fns)
             if settle_s:
                 time.sleep(settle_s)
-            times[i].append(_timed(fns[i], sync))
+            times[i].append(timed_call(fns[i], sync))
     return [Timing(statistics.median(t), tuple(t)) for t in times]
 
 
-def _timed(fn: Callable[[], object], sync: Callable[[], None] | None = None) -> float:
+def timed_call(fn: Callable[[], object], sync: Callable[[], None] | None = None) -> float:
     """Seconds of one call: the call's own figure where it timed itself (``Elapsed``, a child process), else the
     parent's clock around it (after waiting for the device, where ``sync`` is given, at both ends)."""
     if sync is not None:

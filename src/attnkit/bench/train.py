@@ -20,6 +20,12 @@ row per length, variant "token-budget", replays what a real run feeds: token-bud
 sentences of varied lengths, padded, a new (B, S, T) at every step, never one seen before in the timing; each timed
 call is a cycle of ``CYCLE`` such steps (ms is per step). Fixed shapes hide what new shapes cost (a cuDNN attention
 plan per shape cost 13 ms a call on an H200).
+
+Row "attnkit compiled" is attnkit's step with its forward pass and loss compiled as ``--set compile=true`` trains
+(``training.kernels.compiled``: one graph, no break); its first call (the compilation: tens of seconds) is timed
+apart (``first_call_s``) and left out of the median. It runs in the precisions of ``compiled_precisions``, none
+unless asked (each costs a compilation of 20-90 s a row on an H100's host; benchmarks/gpu_check.py asks for
+bfloat16, where a GPU step is bound by the elementwise kernels that compiling fuses).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from attnkit.bench.common import (
     measure_interleaved,
     mfu,
     seq2seq_forward_flops,
+    timed_call,
     training_flops,
 )
 from attnkit.bench.gpu import synchronizer
@@ -53,7 +60,7 @@ from attnkit.data.batching import token_budget_batches
 from attnkit.data.readers import Pair
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
-from attnkit.training.kernels import training_kernels
+from attnkit.training.kernels import compiled, training_kernels
 from attnkit.training.losses import sequence_loss
 from attnkit.training.precision import autocast, native_bf16, set_tf32
 
@@ -64,6 +71,7 @@ CONFIGS: dict[str, TranslatorConfig] = {
 LENGTHS = (32, 128)
 IMPLS = ("attnkit", "torch.nn", "transformers")
 LABEL_SMOOTHING = 0.1
+COMPILE_BACKEND = "inductor"  # the "attnkit compiled" row's, as --set compile=true trains
 
 
 def reversal_pairs(n: int, *, vocab: int = 300, seed: int = 0) -> list[Pair]:
@@ -130,12 +138,22 @@ def forward_fn(
 
 
 def training_step(
-    model: nn.Module, forward: Callable, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, precision: str = "fp32"
+    model: nn.Module,
+    forward: Callable,
+    src: Tensor,
+    tgt_in: Tensor,
+    tgt_out: Tensor,
+    precision: str = "fp32",
+    *,
+    compile_backend: str | None = None,
 ) -> Callable[[], float]:
     """A closure running one optimizer step on the batch (model and batch on one device); the model is put in
     training mode (dropout on). ``precision="bf16"`` runs the forward pass under bfloat16 autocast, as
-    ``--set precision=bf16`` trains."""
-    return training_steps(model, forward, [(src, tgt_in, tgt_out)], precision, per_call=1)
+    ``--set precision=bf16`` trains; ``compile_backend``: attnkit's forward pass and loss compiled
+    (``training_steps``)."""
+    return training_steps(
+        model, forward, [(src, tgt_in, tgt_out)], precision, per_call=1, compile_backend=compile_backend
+    )
 
 
 def training_steps(
@@ -145,14 +163,24 @@ def training_steps(
     precision: str = "fp32",
     *,
     per_call: int,
+    compile_backend: str | None = None,
 ) -> Callable[[], float]:
     """A closure running ``per_call`` optimizer steps, each on the next batch of ``batches`` (src, tgt_in, tgt_out,
     on the model's device; round again at the end); returns the last step's loss. "tf32" is float32 with TF32
-    matrix products. attnkit runs under the kernels ``translate train`` chooses (``training.kernels``)."""
+    matrix products. attnkit runs under the kernels ``translate train`` chooses (``training.kernels``), and with
+    ``compile_backend`` ("inductor", as ``--set compile=true`` trains; "aot_eager" to trace without generating
+    kernels) its forward pass and loss compiled into one graph."""
     model.train()
     device = batches[0][0].device
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     ours = isinstance(model, Transformer)
+    if compile_backend is not None and not ours:
+        raise ValueError("compile_backend: only attnkit's step is compiled here")
+
+    def our_loss(src: Tensor, tgt_in: Tensor, positions: Tensor, targets: Tensor, src_rows: Tensor) -> Tensor:
+        return batch_loss(model(src, tgt_in, positions, src_rows=src_rows), targets)  # logits (N, V) -> ()
+
+    loss_of = our_loss if compile_backend is None else compiled(our_loss, backend=compile_backend)
     # What ``translate train``'s batches bring from the host (``tasks.translate.data.training_batch``): the flat
     # positions of the real target and source tokens and the targets there, made once, before the steps.
     prepared = []
@@ -171,10 +199,11 @@ def training_steps(
                 cursor += 1
                 with autocast(precision, device):
                     if ours:
-                        logits = model(src, tgt_in, positions, src_rows=src_rows)  # (N, V)
+                        loss = loss_of(src, tgt_in, positions, targets, src_rows)
                     else:
                         logits = forward(src, tgt_in)  # (B, T, V)
-                loss = batch_loss(logits, targets) if ours else reference_loss(logits.float(), tgt_out)
+                if not ours:
+                    loss = reference_loss(logits.float(), tgt_out)
                 loss.backward()
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
@@ -234,12 +263,15 @@ def iter_results(
     seed: int = 0,
     device: torch.device | None = None,
     variants: tuple[str, ...] | None = None,
+    precisions: tuple[str, ...] | None = None,
+    compiled_precisions: tuple[str, ...] | None = None,
 ) -> Iterator[Result]:
     """Yield the matmul ceilings, then one result per (config, length, variant, precision, implementation).
     ``quick``: small, L = 32, 1,024 tokens per batch, 1 warm-up and 2 timed steps. On a GPU (``device``) batches
     hold 8x the tokens (32,768: a GPU is not busy with 4,096), every implementation also runs in TF32 and under
     bfloat16 autocast, and the variants are "fixed" and "token-budget" (see the module docstring); on a CPU "fixed"
-    alone unless ``variants`` says otherwise."""
+    alone unless ``variants`` says otherwise. ``precisions`` keeps only those of the device's ("fp32", "tf32",
+    "bf16"); ``compiled_precisions`` adds the "attnkit compiled" row in those (default none)."""
     device = device or torch.device("cpu")
     on_gpu = device.type == "cuda"
     configs = configs or ({"small": CONFIGS["small"]} if quick else CONFIGS)
@@ -252,7 +284,10 @@ def iter_results(
     # Every implementation also in TF32 (a GPU's) and with bfloat16 autocast (attnkit's --set precision=bf16) where
     # the device has native bfloat16, so that like is compared with like.
     with_bf16 = torch.cuda.is_bf16_supported() if on_gpu else native_bf16()
-    precisions = ("fp32", *(("tf32",) if on_gpu else ()), *(("bf16",) if with_bf16 else ()))
+    available = ("fp32", *(("tf32",) if on_gpu else ()), *(("bf16",) if with_bf16 else ()))
+    precisions = tuple(p for p in available if precisions is None or p in precisions)
+    compiled_precisions = compiled_precisions or ()
+    compiled_runs = [p for p in available if p in compiled_precisions] if "attnkit" in chosen else []
 
     with fixed_threads(threads):
         ceilings, references = ceiling_results("train", threads=threads, quick=quick, device=device)
@@ -267,8 +302,8 @@ def iter_results(
                     else:
                         cycles = token_budget_cycles(cfg, length, tokens_per_batch, warmup + reps, seed)
                     yield from _timed_rows(
-                        name, cfg, length, variant, cycles, chosen, precisions, references, threads, warmup, reps,
-                        seed, device,
+                        name, cfg, length, variant, cycles, chosen, precisions, compiled_runs, references, threads,
+                        warmup, reps, seed, device,
                     )  # fmt: skip
 
 
@@ -280,6 +315,7 @@ def _timed_rows(
     cycles: list[list[tuple[Tensor, Tensor, Tensor]]],
     chosen: list[str],
     precisions: tuple[str, ...],
+    compiled_runs: list[str],
     references: dict[str, float],
     threads: int,
     warmup: int,
@@ -287,8 +323,9 @@ def _timed_rows(
     seed: int,
     device: torch.device,
 ) -> Iterator[Result]:
-    """One result per (implementation, precision): each timed call runs the steps of the next cycle of batches
-    (one batch at fixed shapes), every implementation on the same batches, in turns."""
+    """One result per (implementation, precision), and per precision of ``compiled_runs`` an "attnkit compiled" one:
+    each timed call runs the steps of the next cycle of batches (one batch at fixed shapes), every implementation on
+    the same batches, in turns. A compiled step's first call, its compilation, is timed alone beforehand."""
     batches = [(src.to(device), tgt_in.to(device), tgt_out.to(device)) for c in cycles for src, tgt_in, tgt_out in c]
     per_call = len(cycles[0])
     tgt_tokens = sum(int((b[2] != PAD_ID).sum()) for b in batches) / len(batches)  # a step's, on average
@@ -297,12 +334,18 @@ def _timed_rows(
     torch.manual_seed(seed)
     ours = build_translator(cfg, pad_id=PAD_ID).to(device)
     runs = [(impl, precision) for precision in precisions for impl in chosen]
-    steps = []
+    runs += [("attnkit compiled", precision) for precision in compiled_runs]
+    steps, first_call_s = [], {}
+    sync = synchronizer(device)
     for impl, precision in runs:
         torch.manual_seed(seed)  # same dropout masks' seed and, for peers, same initialisation seed
-        model, forward = forward_fn(impl, cfg, ours)
-        steps.append(training_steps(model.to(device), forward, batches, precision, per_call=per_call))
-    timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0, sync=synchronizer(device))
+        model, forward = forward_fn(impl.removesuffix(" compiled"), cfg, ours)
+        backend = COMPILE_BACKEND if impl.endswith(" compiled") else None
+        steps.append(training_steps(model.to(device), forward, batches, precision, per_call=per_call,
+                                    compile_backend=backend))  # fmt: skip
+        if backend is not None:  # the compilation, kept out of the warm-up that sizes the timed rounds
+            first_call_s[(impl, precision)] = timed_call(steps[-1], sync)
+    timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0, sync=sync)
     for (impl, precision), timing in zip(runs, timings):
         t = timing.median_s / per_call  # one step
         dtype = DTYPE_NAMES[precision]
@@ -323,6 +366,7 @@ def _timed_rows(
             mfu=mfu(flop, t, references[dtype]),
             threads=threads,
             reps=len(timing.times_s),
+            first_call_s=first_call_s.get((impl, precision)),
         )
 
 
