@@ -1,4 +1,4 @@
-"""The GPU check: everything about attnkit that needs a CUDA GPU, in one command (about 13 minutes on an H100).
+"""The GPU check: everything about attnkit that needs a CUDA GPU, in one command (about 16 minutes on an H100).
 
     python3 benchmarks/gpu_check.py OUT [--data DIR] [--parts bible train tests decode] [--bible-minutes 3.1]
                                         [--cap PART=SECONDS ...]
@@ -17,6 +17,9 @@ with ``transformers`` has), in this order (the figures the issues ask for first)
             GPU, CPU/GPU agreement, bit-exact resume, a step under torch.cuda.set_sync_debug_mode("error"), the
             compiled step against the eager one, every bench suite on the GPU                         (~4 min)
     decode  ``attnkit bench decode --device cuda``                                                     (~2.5 min)
+    profile where a bfloat16 training step's GPU time goes (benchmarks/profile_train.py, base, length 128, 32,768
+            tokens): kernel time by category and the GPU's idle time, attnkit eager and compiled and Marian; with
+            ``--traces``, each step's Chrome trace in OUT/traces/                                       (~3 min)
 
 and writes to OUT (at most 8 files, what a lent machine returns): ``summary.txt`` (the table printed last),
 ``check.log`` (every part's output), ``tests.txt``, ``bench_train.jsonl`` and ``bench_decode.jsonl`` (a JSON line
@@ -44,8 +47,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PARTS = ("bible", "train", "tests", "decode")  # in the order they run
-CAPS_S = {"bible": 90, "train": 300, "tests": 270, "decode": 180}  # bible: its evaluation's (training: the minutes)
+PARTS = ("bible", "train", "tests", "decode", "profile")  # in the order they run
+# each part's cap in seconds; bible: its evaluation's (its training stops after --bible-minutes)
+CAPS_S = {"bible": 90, "train": 300, "tests": 270, "decode": 180, "profile": 240}
 RECIPE = (  # the README's Bible En-De recipe
     "--preset small --max-steps 4700 --set schedule=linear lr=1e-3 warmup_steps=300 checkpoint_every=250"
 ).split()
@@ -59,6 +63,7 @@ def main() -> int:
     ap.add_argument("--bible-minutes", type=float, default=3.1, help="training time cap of the Bible recipe")
     ap.add_argument("--cap", action="append", default=[], metavar="PART=SECONDS", help="a part's time cap")
     ap.add_argument("--device", default="cuda", help="cuda (default); cpu: every part at its smallest")
+    ap.add_argument("--traces", action="store_true", help="profile: write each step's Chrome trace to OUT/traces")
     a = ap.parse_args()
     caps = dict(CAPS_S)
     for item in a.cap:
@@ -112,6 +117,18 @@ def main() -> int:
         code, seconds = run("decode", command + (["--quick"] if smoke else []), caps["decode"], out_lines)
         rows.append(f"decode    {'ok' if code == 0 else f'FAILED ({code})'}  {seconds:5.0f} s")
         rows += _decode_table([json.loads(line) for line in out_lines.read_text(encoding="utf-8").splitlines()])
+    if "profile" in a.parts:
+        shape = ["--config", "small", "--length", "16", "--tokens", "512"] if smoke else ["--config", "base"]
+        shape += [] if smoke else ["--length", "128", "--tokens", "32768", "--precision", "bf16"]
+        command = [python, str(REPO / "benchmarks" / "profile_train.py"), "--device", a.device, "--compiled", *shape]
+        command += ["--trace", str(a.out / "traces")] if a.traces else []
+        with tempfile.TemporaryDirectory() as work:
+            table = Path(work) / "profile.txt"
+            code, seconds = run("profile", command, caps["profile"], table)
+            printed = table.read_text(encoding="utf-8")
+        log.write(printed)
+        rows.append(f"profile   {'ok' if code == 0 else f'FAILED ({code})'}  {seconds:5.0f} s")
+        rows += [f"          {line}" for line in printed.splitlines()]
     summary = "\n".join(rows) + "\n"
     (a.out / "summary.txt").write_text(summary, encoding="utf-8")
     log.close()

@@ -2,7 +2,7 @@
 Face Marian side by side, profiled by category.
 
     python benchmarks/profile_train.py [--config small|base] [--length 32] [--threads 2] [--precision fp32|bf16]
-                                       [--tokens 4096]
+                                       [--tokens 4096] [--device cpu|cuda] [--compiled] [--trace DIR]
 
 The train suite's setting (``attnkit bench train``: 4,096 tokens a batch, or ``--tokens``, source and target of
 exactly ``--length`` tokens, dropout 0.1, label smoothing 0.1, fused Adam), two warm-up steps, then one profiled step
@@ -12,6 +12,12 @@ matrix multiplication (forward and backward), attention, LayerNorm, dropout, los
 other elementwise operators, other operators, and what no operator accounts for (Python, autograd, dispatch,
 allocation: wall time minus the operators' self time, an upper bound since the profiler's overhead falls there).
 docs/performance.md quotes it.
+
+On a GPU (``--device cuda``; give ``--tokens 32768``, the suite's GPU batch) the table is the GPU's instead: kernel
+time by category (matrix products, attention, Inductor's fused kernels, ...) and the time the GPU sat idle within
+the step (wall time between two synchronisations minus kernel time: launches, host work, waits). ``--compiled``
+adds attnkit's step compiled as ``--set compile=true`` trains it (row "attnkit compiled"; compiled before the
+timing). ``--trace DIR`` writes each profiled step as a Chrome trace (``chrome://tracing``, Perfetto).
 """
 
 from __future__ import annotations
@@ -19,13 +25,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import torch
-from torch.profiler import profile
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 
 from attnkit.allocator import setting, tune_malloc
 from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
-from attnkit.bench.train import CONFIGS, forward_fn, make_batch, training_step
+from attnkit.bench.gpu import synchronizer
+from attnkit.bench.train import COMPILE_BACKEND, CONFIGS, forward_fn, make_batch, training_step
 from attnkit.model.build import build_translator
 
 # operator name -> category; the first category whose fragment occurs in the name wins
@@ -40,11 +49,46 @@ CATEGORIES = (
 )
 
 
-def category(name: str) -> str:
-    for label, fragments in CATEGORIES:
+# a GPU kernel's name -> category (cuBLAS / CUTLASS products are named gemm, nvjet, xmma, sm90_...)
+KERNEL_CATEGORIES = (
+    ("optimizer step (fused Adam)", ("adam", "multi_tensor")),
+    ("attention", ("flash", "fmha", "attention", "cudnn")),
+    ("matrix multiplication", ("gemm", "nvjet", "xmma", "cutlass", "sm90_", "sm80_", "cublas")),
+    ("Inductor's fused kernels (compiled)", ("triton_",)),
+    ("LayerNorm", ("layer_norm", "layernorm")),
+    ("dropout", ("dropout", "bernoulli", "philox")),
+    ("loss, softmax", ("cross_entropy", "softmax", "nll_loss")),
+    ("reductions", ("reduce",)),
+    ("copies and fills", ("memcpy", "memset", "copy", "fill")),
+    ("other elementwise", ("elementwise", "vectorized", "unrolled")),
+)
+
+
+def category(name: str, table=CATEGORIES, rest: str = "other operators") -> str:
+    for label, fragments in table:
         if any(f in name.lower() for f in fragments):
             return label
-    return "other operators"
+    return rest
+
+
+def kernel_totals(prof, wall_ms: float) -> dict[str, float]:
+    """Milliseconds of GPU kernel time by category, and the GPU's idle time within the step (wall minus kernels)."""
+    totals: dict[str, float] = {}
+    for event in prof.key_averages():
+        if event.device_type == DeviceType.CUDA:  # a kernel, a copy or a fill
+            label = category(event.key, KERNEL_CATEGORIES, "other kernels")
+            totals[label] = totals.get(label, 0.0) + event.self_device_time_total / 1e3
+    totals["GPU idle (wall - kernels: launches, host work)"] = wall_ms - sum(totals.values())
+    return totals
+
+
+def operator_totals(prof, wall_ms: float) -> dict[str, float]:
+    """Milliseconds of CPU operator self time by category, and what no operator accounts for."""
+    totals: dict[str, float] = {}
+    for event in prof.key_averages():
+        totals[category(event.key)] = totals.get(category(event.key), 0.0) + event.self_cpu_time_total / 1e3
+    totals["Python, autograd, dispatch (wall - operators)"] = wall_ms - sum(totals.values())
+    return totals
 
 
 def main() -> int:
@@ -54,38 +98,56 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--tokens", type=int, default=4096, help="tokens a batch (the train suite's: 4,096)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--compiled", action="store_true", help="also attnkit's step compiled (--set compile=true)")
+    parser.add_argument("--trace", type=Path, help="a folder for each profiled step's Chrome trace")
     args = parser.parse_args()
     tune_malloc()  # as the command line does (ATTNKIT_MALLOC=system leaves glibc's defaults)
     cfg = CONFIGS[args.config]
-    impls = ("attnkit", "transformers")
+    device = torch.device(args.device)
+    on_gpu = device.type == "cuda"
+    waits = synchronizer(device)
+    sync = waits or (lambda: None)  # waits for the GPU's queue; nothing to wait for on a CPU
+    impls = ("attnkit", "transformers") + (("attnkit compiled",) if args.compiled else ())
     with fixed_threads(args.threads):
-        src, tgt_in, tgt_out = make_batch(cfg, args.length, args.tokens, seed=0)
+        src, tgt_in, tgt_out = (t.to(device) for t in make_batch(cfg, args.length, args.tokens, seed=0))
         torch.manual_seed(0)
-        ours = build_translator(cfg, pad_id=PAD_ID)
+        ours = build_translator(cfg, pad_id=PAD_ID).to(device)
         steps = {}
         for impl in impls:
             torch.manual_seed(0)
-            steps[impl] = training_step(*forward_fn(impl, cfg, ours), src, tgt_in, tgt_out, args.precision)
-        timings = measure_interleaved(list(steps.values()), warmup=2, reps=5)
+            model, forward = forward_fn(impl.removesuffix(" compiled"), cfg, ours)
+            backend = COMPILE_BACKEND if impl.endswith(" compiled") else None
+            steps[impl] = training_step(
+                model.to(device), forward, src, tgt_in, tgt_out, args.precision, compile_backend=backend
+            )
+            if backend is not None:
+                steps[impl]()  # the compilation, before the timing
+        timings = measure_interleaved(list(steps.values()), warmup=2, reps=5, sync=waits)
         shares: dict[str, dict[str, float]] = {}
         walls = {}
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
         for impl, step in steps.items():
-            with profile() as prof:
+            sync()
+            with profile(activities=activities) as prof:
                 start = time.perf_counter()
                 step()
+                sync()
                 walls[impl] = (time.perf_counter() - start) * 1e3
-            totals: dict[str, float] = {}
-            for event in prof.key_averages():
-                totals[category(event.key)] = totals.get(category(event.key), 0.0) + event.self_cpu_time_total / 1e3
-            totals["Python, autograd, dispatch (wall - operators)"] = walls[impl] - sum(totals.values())
-            shares[impl] = totals
+            shares[impl] = kernel_totals(prof, walls[impl]) if on_gpu else operator_totals(prof, walls[impl])
+            if args.trace:
+                args.trace.mkdir(parents=True, exist_ok=True)
+                prof.export_chrome_trace(str(args.trace / f"{impl.replace(' ', '-')}.json"))
     plain = {impl: t.median_s * 1e3 for impl, t in zip(steps, timings)}
     shape = f"{args.config}, length {args.length}, {args.tokens} tokens"
-    setting_line = f"{shape}, {args.precision}, {args.threads} threads"
+    setting_line = f"{shape}, {args.precision}, " + (
+        torch.cuda.get_device_name(device) if on_gpu else f"{args.threads} threads"
+    )
     print(f"train step, {setting_line}")
     print(f"  malloc: {setting()}")
     print("  without the profiler (median of 5, in turns): " + ", ".join(f"{i} {ms:.1f} ms" for i, ms in plain.items()))
-    print(f"  {'category (profiled step)':48s}" + "".join(f"{impl:>22s}" for impl in impls))
+    what = "GPU kernel time by category (profiled step)" if on_gpu else "category (profiled step)"
+    print(f"  {what:48s}" + "".join(f"{impl:>22s}" for impl in impls))
     labels = sorted(
         {label for totals in shares.values() for label in totals}, key=lambda k: -shares["attnkit"].get(k, 0)
     )
