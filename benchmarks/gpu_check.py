@@ -1,32 +1,34 @@
-"""The GPU check: everything about attnkit that needs a CUDA GPU, in one command (about 16 minutes on an H100).
+"""The GPU check: everything about attnkit that needs a CUDA GPU, in one command, in about 10 minutes.
 
-    python3 benchmarks/gpu_check.py OUT [--data DIR] [--parts bible train tests decode] [--bible-minutes 3.1]
-                                        [--cap PART=SECONDS ...]
+    python3 benchmarks/gpu_check.py OUT [--data DIR] [--parts bible train tests decode profile]
+                                        [--bible-minutes 3.1] [--cap PART=SECONDS ...] [--traces]
 
 Runs, each in a process of its own with a time cap, from the repository's root (``src/`` on the path: nothing is
 installed; the machine needs torch, transformers, pytest and attnkit's own dependencies, which a stock PyTorch image
-with ``transformers`` has), in this order (the figures the issues ask for first):
+with ``transformers`` has), in this order (the figures the issues ask for first; times and caps on one H100):
 
     bible   the README's Bible En-De recipe on the GPU (``--device cuda --set precision=bf16``), stopped after
             ``--bible-minutes`` of training (the goal: 4,700 steps in at most 3), then BLEU on John with beam 4
-                                                                                                      (~2.5 min)
-    train   ``bench train`` on the GPU, rows streamed as they are measured: first every fixed-shape row (attnkit,
-            torch.nn and Hugging Face Marian in float32, TF32 and bfloat16, and attnkit compiled in bfloat16, as
-            ``--set compile=true`` trains), then the token-budget rows (new shapes every step), eager  (~4.5 min)
-    tests   the CUDA tests (tests/test_cuda.py, tests/bench/test_bench_gpu.py): training in fp32, bf16, fp16 on the
-            GPU, CPU/GPU agreement, bit-exact resume, a step under torch.cuda.set_sync_debug_mode("error"), the
-            compiled step against the eager one, every bench suite on the GPU                         (~4 min)
-    decode  ``attnkit bench decode --device cuda``                                                     (~2.5 min)
-    profile where a bfloat16 training step's GPU time goes (benchmarks/profile_train.py, base, length 128, 32,768
-            tokens): kernel time by category and the GPU's idle time, attnkit eager and compiled and Marian; with
-            ``--traces``, each step's Chrome trace in OUT/traces/                                       (~3 min)
+                                                                                          (~2.3 min; cap ~5)
+    train   ``bench train`` on the GPU, each row written as it is measured, the most wanted first: every
+            fixed-shape row (attnkit, torch.nn and Hugging Face Marian in float32, TF32 and bfloat16), then attnkit
+            compiled in bfloat16 as ``--set compile=true`` trains (20-90 s of compilation a row), then the
+            token-budget rows (new shapes every step)                                   (cap 4.5 min, reached)
+    tests   the CUDA tests (tests/test_cuda.py, tests/bench/test_bench_gpu.py; four processes where pytest-xdist
+            is installed): training in fp32, bf16, fp16 on the GPU, CPU/GPU agreement, bit-exact resume, a step
+            under torch.cuda.set_sync_debug_mode("error"), the compiled step against the eager one, every bench
+            suite on the GPU                                                         (~3.7 min in one process)
+    decode  ``attnkit bench decode --device cuda``, each row written as it is measured     (cap 100 s, reached)
+    profile (only when named in ``--parts``) where a bfloat16 training step's GPU time goes
+            (benchmarks/profile_train.py, base, length 128, 32,768 tokens): kernel time by category and the GPU's
+            idle time, attnkit eager and compiled and Marian; with ``--traces``, each step's Chrome trace in
+            OUT/traces/                                                                              (~3 min)
 
 and writes to OUT (at most 8 files, what a lent machine returns): ``summary.txt`` (the table printed last),
 ``check.log`` (every part's output), ``tests.txt``, ``bench_train.jsonl`` and ``bench_decode.jsonl`` (a JSON line
 per result, written as it is measured: kept when the part meets its cap), ``bible_metrics.jsonl``,
 ``bible_eval.json``, ``gpu.txt`` (nvidia-smi and torch's view of the device). ``--cap train=150`` changes a part's
-cap (bible: the cap of its evaluation). Where one command may run 10 minutes at most (this project's lent
-machines), run ``--parts bible train`` and then ``--parts tests decode``.
+cap (bible: the cap of its evaluation).
 
 The Bible data: the recipe's three split files, found under DIR/bible/en-de/ (``--data DIR``, a folder shaped like
 attnkit's cache; default ``$ATTNKIT_CACHE`` or ``~/.cache/attnkit``). A machine without network cannot fetch them:
@@ -38,6 +40,7 @@ the script itself (tests/bench/test_benchmark_scripts.py).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -47,9 +50,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PARTS = ("bible", "train", "tests", "decode", "profile")  # in the order they run
+PARTS = ("bible", "train", "tests", "decode", "profile")  # in the order they run; all but profile by default
 # each part's cap in seconds; bible: its evaluation's (its training stops after --bible-minutes)
-CAPS_S = {"bible": 90, "train": 300, "tests": 270, "decode": 180, "profile": 240}
+CAPS_S = {"bible": 90, "train": 270, "tests": 150, "decode": 100, "profile": 240}
 RECIPE = (  # the README's Bible En-De recipe
     "--preset small --max-steps 4700 --set schedule=linear lr=1e-3 warmup_steps=300 checkpoint_every=250"
 ).split()
@@ -59,7 +62,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out", type=Path, help="folder for the figures and logs (created)")
     ap.add_argument("--data", type=Path, help="a folder holding bible/en-de/{train,valid,test}.tsv (attnkit's cache)")
-    ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    ap.add_argument("--parts", nargs="+", choices=PARTS, default=[p for p in PARTS if p != "profile"])
     ap.add_argument("--bible-minutes", type=float, default=3.1, help="training time cap of the Bible recipe")
     ap.add_argument("--cap", action="append", default=[], metavar="PART=SECONDS", help="a part's time cap")
     ap.add_argument("--device", default="cuda", help="cuda (default); cpu: every part at its smallest")
@@ -108,6 +111,8 @@ def main() -> int:
     if "tests" in a.parts:
         files = ["tests/test_cuda.py", "tests/bench/test_bench_gpu.py"]
         command = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", *files]
+        if not smoke and importlib.util.find_spec("xdist"):  # four processes share the GPU: the tests check, not time
+            command += ["-n", "4"]
         code, seconds = run("tests", command, caps["tests"], a.out / "tests.txt")
         last = (a.out / "tests.txt").read_text(encoding="utf-8").strip().splitlines()[-1:] or ["(no output)"]
         rows.append(f"tests     {'ok' if code == 0 else f'FAILED ({code})'}  {seconds:5.0f} s  {last[0]}")
@@ -138,16 +143,21 @@ def main() -> int:
 
 def train_rows(device: str, quick: bool) -> None:
     """The train part (run in a process of its own): ``bench train``'s rows as JSON lines on stdout, each as it is
-    measured, the fixed-shape rows first (attnkit compiled among them, in bfloat16), then the token-budget rows."""
+    measured, the most wanted first, so that a part stopped at its cap keeps them: every fixed-shape row (eager),
+    then attnkit compiled in bfloat16 at fixed shapes (base, length 128 first: the MFU goal's row; each compiles for
+    20-90 s), then the token-budget rows (eager)."""
     import torch
 
     from attnkit.bench import train
 
     on = torch.device(device)
-    plan = [
-        {"variants": ("fixed",), "compiled_precisions": ("bf16",) if on.type == "cuda" else ()},
-        {"variants": ("token-budget",), "compiled_precisions": ()},
-    ]
+    order = (("base", (128, 32)), ("small", (32, 128)))
+    compiled = [
+        {"variants": ("fixed",), "precisions": (), "compiled_precisions": ("bf16",),
+         "configs": {name: train.CONFIGS[name]}, "lengths": lengths}
+        for name, lengths in order
+    ]  # fmt: skip
+    plan = [{"variants": ("fixed",)}, *(compiled if on.type == "cuda" else []), {"variants": ("token-budget",)}]
     for options in plan:
         for result in train.iter_results(quick=quick, device=on, **options):
             if result.impl not in ("matmul", "data sheet") or options is plan[0]:
