@@ -72,6 +72,7 @@ def test_python_dash_m_is_the_attnkit_command(module):
             ["bench", "scaling", "--impl", "ctranslate2"],
             "bench: suite scaling runs attnkit, torch.nn; --impl chose none",
         ),
+        (["bench", "decode", "--compiled"], "bench decode --compiled: only the train suite has compiled rows"),
     ],
 )
 def test_bench_refuses_bad_arguments_before_measuring(argv, fragment, capsys):

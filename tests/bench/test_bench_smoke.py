@@ -241,6 +241,20 @@ def test_the_compiled_row_computes_the_eager_steps_losses_and_times_its_compilat
     assert rows["attnkit compiled"].ms > 0 and rows["attnkit compiled"].dtype == "float32"
 
 
+def test_bench_train_compiled_adds_the_compiled_row_on_the_command_line(tmp_path, monkeypatch):
+    """``attnkit bench train --compiled``: the "attnkit compiled" row beside attnkit's, in bfloat16 where the CPU has
+    it natively, else float32, with its first call (the compilation) reported."""
+    from attnkit.cli import main
+
+    monkeypatch.setattr(train, "CONFIGS", {"small": TINY})
+    monkeypatch.setattr(train, "COMPILE_BACKEND", "aot_eager")  # the same graphs, no kernels made: fast
+    out = tmp_path / "train.json"
+    assert main(["bench", "train", "--quick", "--impl", "attnkit", "--compiled", "--json", str(out)]) == 0
+    rows = [r for r in json.loads(out.read_text())["results"] if r["impl"] == "attnkit compiled"]
+    assert [r["dtype"] for r in rows] == ["bfloat16" if native_bf16() else "float32"]
+    assert rows[0]["first_call_s"] > 0 and rows[0]["ms"] > 0
+
+
 def test_bfloat16_ceiling_is_skipped_without_native_bfloat16(monkeypatch):
     monkeypatch.setattr(common, "native_bf16", lambda: False)
     results, references = common.ceiling_results("train", threads=1, quick=True)

@@ -36,17 +36,29 @@ def suite_module(name: str):
 
 
 def iter_suite(
-    name: str, *, quick: bool = False, threads: int = 2, impls: Sequence[str] | None = None, device=None
+    name: str,
+    *,
+    quick: bool = False,
+    threads: int = 2,
+    impls: Sequence[str] | None = None,
+    device=None,
+    compiled: bool = False,
 ) -> Iterator:
     """The results of suite ``name`` as they are measured (``Result`` objects of ``attnkit.bench.common``), on
     ``device`` (a ``torch.device``; default the CPU; ``gpu`` says what changes on a GPU).
 
     ``impls`` keeps only those of the suite's implementations (default: all installed); naming none that the suite
-    runs is an ``InputError``, as is ``threads < 1``. Both are checked here, before the first measurement."""
+    runs is an ``InputError``, as is ``threads < 1``. ``compiled`` (the train suite's): also attnkit's step compiled
+    as ``--set compile=true`` trains it, in bfloat16 where the device computes it natively, else in float32. All are
+    checked here, before the first measurement."""
     if threads < 1:
         raise InputError(f"bench: --threads={threads} must be >= 1")
+    if compiled and name != "train":
+        raise InputError(f"bench {name} --compiled: only the train suite has compiled rows (decode: ATTNKIT_ENGINE)")
     module = suite_module(name)
     kwargs: dict = {"quick": quick, "threads": threads}
+    if compiled:
+        kwargs["compiled_precisions"] = ("bf16", "fp32")  # the first of them the suite runs on the device
     if device is not None:
         kwargs["device"] = device
     if impls:

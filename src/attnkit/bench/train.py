@@ -23,9 +23,10 @@ plan per shape cost 13 ms a call on an H200).
 
 Row "attnkit compiled" is attnkit's step with its forward pass and loss compiled as ``--set compile=true`` trains
 (``training.kernels.compiled``: one graph, no break); its first call (the compilation: tens of seconds) is timed
-apart (``first_call_s``) and left out of the median. It runs in the precisions of ``compiled_precisions``, none
-unless asked (each costs a compilation of 20-90 s a row on an H100's host; benchmarks/gpu_check.py asks for
-bfloat16, where a GPU step is bound by the elementwise kernels that compiling fuses).
+apart (``first_call_s``) and left out of the median. It runs in the first precision of ``compiled_precisions`` that
+the device runs, and only when asked (``attnkit bench train --compiled``: bfloat16, else float32): each row costs a
+compilation of 20-90 s on an H100's host, and more on a CPU. In bfloat16 a GPU step is bound by the elementwise
+kernels that compiling fuses.
 """
 
 from __future__ import annotations
@@ -271,7 +272,8 @@ def iter_results(
     hold 8x the tokens (32,768: a GPU is not busy with 4,096), every implementation also runs in TF32 and under
     bfloat16 autocast, and the variants are "fixed" and "token-budget" (see the module docstring); on a CPU "fixed"
     alone unless ``variants`` says otherwise. ``precisions`` keeps only those of the device's ("fp32", "tf32",
-    "bf16"); ``compiled_precisions`` adds the "attnkit compiled" row in those (default none)."""
+    "bf16"); ``compiled_precisions`` adds the "attnkit compiled" row in the first of them the device runs (default
+    none: each compiles for tens of seconds)."""
     device = device or torch.device("cpu")
     on_gpu = device.type == "cuda"
     configs = configs or ({"small": CONFIGS["small"]} if quick else CONFIGS)
@@ -286,8 +288,7 @@ def iter_results(
     with_bf16 = torch.cuda.is_bf16_supported() if on_gpu else native_bf16()
     available = ("fp32", *(("tf32",) if on_gpu else ()), *(("bf16",) if with_bf16 else ()))
     precisions = tuple(p for p in available if precisions is None or p in precisions)
-    compiled_precisions = compiled_precisions or ()
-    compiled_runs = [p for p in available if p in compiled_precisions] if "attnkit" in chosen else []
+    compiled_runs = [p for p in (compiled_precisions or ()) if p in available][:1] if "attnkit" in chosen else []
 
     with fixed_threads(threads):
         ceilings, references = ceiling_results("train", threads=threads, quick=quick, device=device)

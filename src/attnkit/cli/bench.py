@@ -1,4 +1,4 @@
-"""``attnkit bench SUITE [--json [FILE]] [--quick] [--threads N] [--impl NAME ...]``: ``attnkit.bench``'s suites.
+"""``attnkit bench SUITE [--json [FILE]] [--quick] [--threads N] [--impl NAME ...] [--compiled]``: the suites.
 
 First a line naming the machine (CPU, features, threads, versions, load). Each result is printed as it arrives (a
 JSON line on stdout with ``--json``, else a progress line on stderr), then the table (on stdout, or on stderr with
@@ -28,7 +28,9 @@ def cmd_bench(args: argparse.Namespace) -> None:
     if device.type not in ("cpu", "cuda"):
         raise InputError(f"bench --device {args.device}: the suites time the CPU or a CUDA GPU; use cpu or cuda")
 
-    results_iter = iter_suite(args.suite, quick=args.quick, threads=args.threads, impls=args.impl, device=device)
+    results_iter = iter_suite(
+        args.suite, quick=args.quick, threads=args.threads, impls=args.impl, device=device, compiled=args.compiled
+    )
     if args.suite in ("train", "classify") and device.type == "cpu" and not native_bf16():
         print(f"note: bfloat16 rows skipped: {SLOW_BF16_NOTE}", file=sys.stderr)
     lines = args.json == "-"  # JSON lines on stdout
@@ -85,5 +87,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         action="append",
         choices=IMPL_CHOICES,
         help="only these implementations (repeatable; default: all installed)",
+    )
+    p.add_argument(
+        "--compiled",
+        action="store_true",
+        help="train suite: also attnkit's step compiled as --set compile=true trains it (row 'attnkit compiled', in "
+        "bfloat16 where the device has it natively, else float32; its compilation, tens of seconds a row, is timed "
+        "apart)",
     )
     p.set_defaults(func=cmd_bench)
