@@ -11,9 +11,10 @@ with ``transformers`` has), in this order (the figures the issues ask for first;
             ``--bible-minutes`` of training (the goal: 4,700 steps in at most 3), then BLEU on John with beam 4
                                                                                           (~2.3 min; cap ~5)
     train   ``bench train`` on the GPU, each row written as it is measured, the most wanted first: every
-            fixed-shape row (attnkit, torch.nn and Hugging Face Marian in float32, TF32 and bfloat16), then attnkit
-            compiled in bfloat16 as ``--set compile=true`` trains (20-90 s of compilation a row), then the
-            token-budget rows (new shapes every step)                                   (cap 4.5 min, reached)
+            fixed-shape row (attnkit, torch.nn and Hugging Face Marian in float32, TF32 and bfloat16), the small
+            model's token-budget rows (new shapes every step), attnkit compiled in bfloat16 as ``--set
+            compile=true`` trains (20-90 s of compilation a row), the base model's token-budget rows
+                                                                                        (cap 4.5 min, reached)
     tests   the CUDA tests (tests/test_cuda.py, tests/bench/test_bench_gpu.py; four processes where pytest-xdist
             is installed): training in fp32, bf16, fp16 on the GPU, CPU/GPU agreement, bit-exact resume, a step
             under torch.cuda.set_sync_debug_mode("error"), the compiled step against the eager one, every bench
@@ -143,21 +144,21 @@ def main() -> int:
 
 def train_rows(device: str, quick: bool) -> None:
     """The train part (run in a process of its own): ``bench train``'s rows as JSON lines on stdout, each as it is
-    measured, the most wanted first, so that a part stopped at its cap keeps them: every fixed-shape row (eager),
-    then attnkit compiled in bfloat16 at fixed shapes (base, length 128 first: the MFU goal's row; each compiles for
-    20-90 s), then the token-budget rows (eager)."""
+    measured, the most wanted first, so that a part stopped at its cap keeps them: every fixed-shape row (eager), the
+    token-budget rows of the small model (new shapes every step), attnkit compiled in bfloat16 at fixed shapes (base
+    at length 128 first: the MFU goal's row; each compiles for 20-90 s), then the base model's token-budget rows."""
     import torch
 
     from attnkit.bench import train
 
     on = torch.device(device)
-    order = (("base", (128, 32)), ("small", (32, 128)))
-    compiled = [
-        {"variants": ("fixed",), "precisions": (), "compiled_precisions": ("bf16",),
-         "configs": {name: train.CONFIGS[name]}, "lengths": lengths}
-        for name, lengths in order
-    ]  # fmt: skip
-    plan = [{"variants": ("fixed",)}, *(compiled if on.type == "cuda" else []), {"variants": ("token-budget",)}]
+    only = {name: {"configs": {name: train.CONFIGS[name]}} for name in ("small", "base")}
+    compiled_only = {"variants": ("fixed",), "precisions": (), "compiled_precisions": ("bf16",)}
+    compiled = [{**only["base"], **compiled_only, "lengths": (128, 32)}, {**only["small"], **compiled_only}]
+    budget = [{**only["small"], "variants": ("token-budget",)}, {**only["base"], "variants": ("token-budget",)}]
+    plan = [{"variants": ("fixed",)}, budget[0], *(compiled if on.type == "cuda" else []), budget[1]]
+    if quick:  # the smallest run: the quick configuration, each variant once
+        plan = [{"variants": ("fixed",)}, {"variants": ("token-budget",)}]
     for options in plan:
         for result in train.iter_results(quick=quick, device=on, **options):
             if result.impl not in ("matmul", "data sheet") or options is plan[0]:
