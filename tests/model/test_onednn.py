@@ -1,7 +1,7 @@
 """``OneDNNLinear`` (``attnkit.inference.onednn``): the products ``F.linear`` gives, on oneDNN's packed weights where
-that is chosen, with a packed copy that follows every change of its parameter; the choice itself; and a prepared
-translator that decodes the same tokens on either library. The oneDNN route is forced on whatever CPU runs the
-tests (on an Intel CPU the default is MKL)."""
+that is chosen (and as W x^T for a few rows), with a packed copy that follows every change of its parameter; the
+choice itself; and a prepared translator that decodes the same tokens on either library. The oneDNN route is forced
+on whatever CPU runs the tests (on an Intel CPU the default is MKL)."""
 
 import copy
 from typing import Any
@@ -16,7 +16,7 @@ from attnkit.config import ClassifierConfig, TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
 from attnkit.errors import InputError
 from attnkit.inference import onednn, prepare_for_inference, quantize_for_inference
-from attnkit.inference.onednn import MIN_WEIGHTS, OneDNNLinear
+from attnkit.inference.onednn import MAX_TRANSPOSED_ROWS, MIN_WEIGHTS, OneDNNLinear
 from attnkit.inference.programs import Engine
 from attnkit.inference.quantize import Int8Linear
 from attnkit.inference.transposed import TiedTransposedOutput
@@ -57,12 +57,27 @@ def test_a_onednn_linear_computes_what_f_linear_computes(gemm, rows):
     assert module.weight is plain.weight and module.bias is plain.bias  # shared, not copied
 
 
+@pytest.mark.parametrize("shape", [(256, 256), (768, 256), (256, 1024)])  # (out, in)
+@pytest.mark.parametrize("rows", [2, MAX_TRANSPOSED_ROWS])
+def test_a_few_rows_are_multiplied_as_w_times_x_transposed_without_a_packed_copy(gemm, rows, shape):
+    """From 2 to ``MAX_TRANSPOSED_ROWS`` rows the product is (W x^T)^T on MKL, any matrix size: F.linear's values,
+    contiguous, and no packed copy made."""
+    gemm("onednn")
+    module = OneDNNLinear.of(_linear(*shape)).eval()
+    x = torch.randn(rows, 1, shape[1])  # (rows, 1, in), as a decoding step's
+    with torch.inference_mode():
+        y = module(x)
+    assert y.shape == (rows, 1, shape[0]) and y.is_contiguous()
+    assert_close(y, F.linear(x, module.weight, module.bias), atol=1e-5, rtol=1e-5)
+    assert module.weight not in onednn._PACKED
+
+
 def test_the_packed_copy_follows_its_parameter(gemm):
     """Packed once, used again while the parameter is unchanged, made again after an in-place change, a load, or a
     cast; a deep copy packs its own."""
     gemm("onednn")
     module = OneDNNLinear.of(_linear()).eval()
-    x = torch.randn(4, 256)
+    x = torch.randn(MAX_TRANSPOSED_ROWS + 8, 256)  # past the few rows multiplied as W x^T
 
     def check(m: nn.Linear) -> None:
         with torch.inference_mode():

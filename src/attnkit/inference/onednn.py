@@ -11,7 +11,10 @@ its blocked layout (``torch.ops.mkldnn``, the kernels Inductor uses), took a fra
 ``OneDNNLinear`` is an ``nn.Linear`` (same parameters, same state-dict keys) whose forward pass takes that route
 for float32 products on a CPU, without autograd, of at least ``MIN_ROWS`` rows by a matrix of at least
 ``MIN_WEIGHTS`` entries (below either, oneDNN's fixed cost per call outweighs what it saves), where
-``uses_onednn()``; everything else is ``F.linear``. The packed copy is made at the first product and kept outside
+``uses_onednn()``; everything else is ``F.linear``. From ``MIN_ROWS`` to ``MAX_TRANSPOSED_ROWS`` rows (a decoding
+step of one sentence in a beam of 4, or of a few sentences) it computes the product transposed instead, W x^T on
+MKL, which on those CPUs runs a matrix by a few columns fast where it runs a few rows by a matrix slowly: faster
+than oneDNN too there, and with no packed copy. The packed copy is made at the first product and kept outside
 the module, keyed by the parameter, and made again once the parameter's storage or version changes (``.to()``,
 ``load_state_dict``, an optimizer step), so it is never stale; it costs as much memory as the weights it packs. A
 compiled step takes the same route, through an operator of attnkit's own that Inductor calls as it is; an exported
@@ -33,7 +36,9 @@ from torch.utils.weak import WeakIdKeyDictionary
 from attnkit.errors import InputError
 
 MIN_ROWS = 2  # a single row runs faster on MKL's matrix-vector product
-MIN_WEIGHTS = 1 << 17  # a (256, 256) matrix (65,536 entries) ran faster on MKL at every row count measured
+MIN_WEIGHTS = 1 << 17  # a (256, 256) matrix (65,536 entries) ran faster on MKL than on oneDNN at every row count
+MAX_TRANSPOSED_ROWS = 8  # up to this many rows, W x^T on MKL beat both x W^T and oneDNN (docs/performance.md),
+MIN_TRANSPOSED_WEIGHTS = 1 << 16  # for matrices from (256, 256) up, the smallest measured
 ENV = "ATTNKIT_CPU_GEMM"  # "onednn" or "mkl": overrides the choice by CPU vendor
 
 
@@ -107,16 +112,27 @@ def linear(x: Tensor, parameter: Tensor, bias: Tensor | None, *, onednn: bool, t
         torch.compiler.is_exporting()  # an exported program (ONNX, torch.export) holds the paper's product
         or torch.jit.is_tracing()  # and so does a traced one, which would keep the packed copy as a constant
         or rows < MIN_ROWS
-        or weight.numel() < MIN_WEIGHTS
+        or weight.numel() < MIN_TRANSPOSED_WEIGHTS
+        or (weight.numel() < MIN_WEIGHTS and (rows > MAX_TRANSPOSED_ROWS or torch.compiler.is_compiling()))
         or x.dtype != torch.float32
         or not x.is_cpu
         or (torch.is_grad_enabled() and (parameter.requires_grad or x.requires_grad))
         or not onednn
     ):
         return F.linear(x, weight, bias)  # (..., out)
-    product = _product_op if torch.compiler.is_compiling() else _product
-    y = product(x.reshape(rows, in_features), parameter, bias, transposed)  # (rows, out)
+    if rows <= MAX_TRANSPOSED_ROWS and not transposed and not torch.compiler.is_compiling():
+        y = _transposed_product(x.reshape(rows, in_features), weight, bias)  # (rows, out)
+    else:
+        product = _product_op if torch.compiler.is_compiling() else _product
+        y = product(x.reshape(rows, in_features), parameter, bias, transposed)  # (rows, out)
     return y.view(*x.shape[:-1], out_features)  # (..., out)
+
+
+def _transposed_product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """x (rows, in) W^T + b computed as (W x^T)^T: MKL's product of a tall matrix by a few columns is the fast one
+    where its product of a few rows by a wide matrix is not (non-Intel CPUs). Returns (rows, out), contiguous."""
+    y = torch.mm(weight, x.t()).t()  # (rows, out), a transposed view of (out, rows)
+    return (y if bias is None else y + bias).contiguous()
 
 
 class OneDNNLinear(nn.Linear):
