@@ -72,6 +72,22 @@ def test_a_few_rows_are_multiplied_as_w_times_x_transposed_without_a_packed_copy
     assert module.weight not in onednn._PACKED
 
 
+def test_a_compiled_product_of_a_few_rows_is_w_times_x_transposed_too(gemm):
+    """Under ``torch.compile`` (one graph, traced with AOT autograd) the few-row route holds: F.linear's values, and
+    no oneDNN product (no packed copy)."""
+    gemm("onednn")
+    module = OneDNNLinear.of(_linear(1024, 256)).eval()
+    x = torch.randn(4, 1, 256)  # (rows, 1, in)
+    torch._dynamo.reset()
+    try:
+        with torch.inference_mode():
+            y = torch.compile(module, fullgraph=True, backend="aot_eager")(x)
+    finally:
+        torch._dynamo.reset()
+    assert_close(y, F.linear(x, module.weight, module.bias), atol=1e-5, rtol=1e-5)
+    assert module.weight not in onednn._PACKED
+
+
 def test_the_packed_copy_follows_its_parameter(gemm):
     """Packed once, used again while the parameter is unchanged, made again after an in-place change, a load, or a
     cast; a deep copy packs its own."""
@@ -165,9 +181,9 @@ def test_a_prepared_translator_decodes_the_same_tokens_on_either_library(gemm):
 
 
 def test_a_compiled_step_multiplies_on_onednn_without_a_graph_break(gemm, monkeypatch):
-    """The compiled beam step (4 rows a sentence: oneDNN's route) compiles whole (``fullgraph=True``), runs oneDNN's
-    product inside the program, and decodes the eager step's tokens. The source is one token, so that the encoder
-    (one row) never takes that route itself."""
+    """The compiled beam step (4 rows a sentence: the tied output projection on oneDNN's route, the other products
+    as W x^T) compiles whole (``fullgraph=True``), runs oneDNN's product inside the program, and decodes the eager
+    step's tokens. The source is one token, so that the encoder (one row) never takes that route itself."""
     gemm("onednn")
     cfg = TranslatorConfig(**{**WIDE.__dict__, "n_layers": 1})
     model, src = _prepared(cfg), _sources(cfg)[:1, :1]  # (1, 1)

@@ -12,14 +12,15 @@ its blocked layout (``torch.ops.mkldnn``, the kernels Inductor uses), took a fra
 for float32 products on a CPU, without autograd, of at least ``MIN_ROWS`` rows by a matrix of at least
 ``MIN_WEIGHTS`` entries (below either, oneDNN's fixed cost per call outweighs what it saves), where
 ``uses_onednn()``; everything else is ``F.linear``. From ``MIN_ROWS`` to ``MAX_TRANSPOSED_ROWS`` rows (a decoding
-step of one sentence in a beam of 4, or of a few sentences) it computes the product transposed instead, W x^T on
-MKL, which on those CPUs runs a matrix by a few columns fast where it runs a few rows by a matrix slowly: faster
-than oneDNN too there, and with no packed copy. The packed copy is made at the first product and kept outside
-the module, keyed by the parameter, and made again once the parameter's storage or version changes (``.to()``,
-``load_state_dict``, an optimizer step), so it is never stale; it costs as much memory as the weights it packs. A
-compiled step takes the same route, through an operator of attnkit's own that Inductor calls as it is; an exported
-or traced program (ONNX, ``torch.export``, ``torch.jit.trace``) does not: it holds ``F.linear``, which other runtimes
-know.
+step of one sentence in a beam of 4, or of a few sentences), eager or compiled, it computes the product transposed
+instead, W x^T on MKL, which on those CPUs runs a matrix by a few columns fast where it runs a few rows by a matrix
+slowly: faster than oneDNN too there, and with no packed copy.
+
+The packed copy is made at the first product and kept outside the module, keyed by the parameter, and made again
+once the parameter's storage or version changes (``.to()``, ``load_state_dict``, an optimizer step), so it is never
+stale; it costs as much memory as the weights it packs. A compiled step takes the same routes, oneDNN's through an
+operator of attnkit's own that Inductor calls as it is; an exported or traced program (ONNX, ``torch.export``,
+``torch.jit.trace``) does not: it holds ``F.linear``, which other runtimes know.
 """
 
 from __future__ import annotations
@@ -113,14 +114,14 @@ def linear(x: Tensor, parameter: Tensor, bias: Tensor | None, *, onednn: bool, t
         or torch.jit.is_tracing()  # and so does a traced one, which would keep the packed copy as a constant
         or rows < MIN_ROWS
         or weight.numel() < MIN_TRANSPOSED_WEIGHTS
-        or (weight.numel() < MIN_WEIGHTS and (rows > MAX_TRANSPOSED_ROWS or torch.compiler.is_compiling()))
+        or (weight.numel() < MIN_WEIGHTS and rows > MAX_TRANSPOSED_ROWS)
         or x.dtype != torch.float32
         or not x.is_cpu
         or (torch.is_grad_enabled() and (parameter.requires_grad or x.requires_grad))
         or not onednn
     ):
         return F.linear(x, weight, bias)  # (..., out)
-    if rows <= MAX_TRANSPOSED_ROWS and not transposed and not torch.compiler.is_compiling():
+    if rows <= MAX_TRANSPOSED_ROWS and not transposed:
         y = _transposed_product(x.reshape(rows, in_features), weight, bias)  # (rows, out)
     else:
         product = _product_op if torch.compiler.is_compiling() else _product
