@@ -80,7 +80,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--device",
         default="cpu",
         help="cpu (the default), cuda, cuda:N or auto: every implementation is timed on this device; on a GPU, "
-        "batches are larger and MFU is relative to the data sheet's bfloat16 peak (attnkit.bench.gpu)",
+        "batches are larger and MFU is relative to the data sheet's peak of each row's arithmetic (attnkit.bench.gpu)",
     )
     p.add_argument(
         "--impl",
