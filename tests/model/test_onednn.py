@@ -72,6 +72,20 @@ def test_a_few_rows_are_multiplied_as_w_times_x_transposed_without_a_packed_copy
     assert module.weight not in onednn._PACKED
 
 
+def test_a_matrix_held_transposed_below_onednns_size_stays_on_f_linear_at_a_few_rows(gemm):
+    """A matrix held (in, out) (the tied output projection) never takes the W x^T route, and below ``MIN_WEIGHTS``
+    entries not oneDNN's either, at any row count: F.linear, no packed copy."""
+    gemm("onednn")
+    held = torch.randn(256, 300)  # (in, out): 76,800 entries, between the two size thresholds
+    assert onednn.MIN_TRANSPOSED_WEIGHTS <= held.numel() < MIN_WEIGHTS
+    for rows in (4, 16):
+        x = torch.randn(rows, 256)
+        with torch.inference_mode():
+            y = onednn.linear(x, held, None, onednn=True, transposed=True)
+        assert_close(y, x @ held, atol=1e-5, rtol=1e-5)
+    assert held not in onednn._PACKED
+
+
 def test_a_compiled_product_of_a_few_rows_is_w_times_x_transposed_too(gemm):
     """Under ``torch.compile`` (one graph, traced with AOT autograd) the few-row route holds: F.linear's values, and
     no oneDNN product (no packed copy)."""

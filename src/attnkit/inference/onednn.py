@@ -38,8 +38,8 @@ from attnkit.errors import InputError
 
 MIN_ROWS = 2  # a single row runs faster on MKL's matrix-vector product
 MIN_WEIGHTS = 1 << 17  # a (256, 256) matrix (65,536 entries) ran faster on MKL than on oneDNN at every row count
-MAX_TRANSPOSED_ROWS = 8  # up to this many rows, W x^T on MKL beat both x W^T and oneDNN (docs/performance.md),
-MIN_TRANSPOSED_WEIGHTS = 1 << 16  # for matrices from (256, 256) up, the smallest measured
+MAX_TRANSPOSED_ROWS = 8  # up to this many rows, W x^T on MKL beat both x W^T and oneDNN (docs/performance.md)
+MIN_TRANSPOSED_WEIGHTS = 1 << 16  # ... for matrices from (256, 256) up, the smallest measured
 ENV = "ATTNKIT_CPU_GEMM"  # "onednn" or "mkl": overrides the choice by CPU vendor
 
 
@@ -109,19 +109,19 @@ def linear(x: Tensor, parameter: Tensor, bias: Tensor | None, *, onednn: bool, t
     weight = parameter.t() if transposed else parameter  # (out, in)
     out_features, in_features = weight.shape
     rows = x.numel() // in_features
+    few_rows = rows <= MAX_TRANSPOSED_ROWS and not transposed  # multiplied as W x^T, else on oneDNN
     if (
         torch.compiler.is_exporting()  # an exported program (ONNX, torch.export) holds the paper's product
         or torch.jit.is_tracing()  # and so does a traced one, which would keep the packed copy as a constant
         or rows < MIN_ROWS
-        or weight.numel() < MIN_TRANSPOSED_WEIGHTS
-        or (weight.numel() < MIN_WEIGHTS and rows > MAX_TRANSPOSED_ROWS)
+        or weight.numel() < (MIN_TRANSPOSED_WEIGHTS if few_rows else MIN_WEIGHTS)
         or x.dtype != torch.float32
         or not x.is_cpu
         or (torch.is_grad_enabled() and (parameter.requires_grad or x.requires_grad))
         or not onednn
     ):
         return F.linear(x, weight, bias)  # (..., out)
-    if rows <= MAX_TRANSPOSED_ROWS and not transposed:
+    if few_rows:
         y = _transposed_product(x.reshape(rows, in_features), weight, bias)  # (rows, out)
     else:
         product = _product_op if torch.compiler.is_compiling() else _product
