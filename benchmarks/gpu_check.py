@@ -1,4 +1,4 @@
-"""The GPU check: everything about attnkit that needs a CUDA GPU, in one command, in about 10 minutes.
+"""The GPU check: everything about attnkit that needs a CUDA GPU, in one command, in 10-11 minutes.
 
     python3 benchmarks/gpu_check.py OUT [--data DIR] [--parts bible train tests decode profile]
                                         [--bible-minutes 3.1] [--cap PART=SECONDS ...] [--traces]
@@ -14,12 +14,12 @@ with ``transformers`` has), in this order (the figures the issues ask for first;
             fixed-shape row (attnkit, torch.nn and Hugging Face Marian in float32, TF32 and bfloat16), the small
             model's token-budget rows (new shapes every step), attnkit compiled in bfloat16 as ``--set
             compile=true`` trains (20-90 s of compilation a row), the base model's token-budget rows
-                                                                                        (cap 4.5 min, reached)
+                                                                                               (cap 4.5 min)
     tests   the CUDA tests (tests/test_cuda.py, tests/bench/test_bench_gpu.py; four processes where pytest-xdist
             is installed): training in fp32, bf16, fp16 on the GPU, CPU/GPU agreement, bit-exact resume, a step
             under torch.cuda.set_sync_debug_mode("error"), the compiled step against the eager one, every bench
             suite on the GPU                                                         (~3.7 min in one process)
-    decode  ``attnkit bench decode --device cuda``, each row written as it is measured     (cap 100 s, reached)
+    decode  ``attnkit bench decode --device cuda``, each row written as it is measured              (cap 100 s)
     profile (only when named in ``--parts``) where a bfloat16 training step's GPU time goes
             (benchmarks/profile_train.py, base, length 128, 32,768 tokens): kernel time by category and the GPU's
             idle time, attnkit eager and compiled and Marian; with ``--traces``, each step's Chrome trace in
