@@ -276,7 +276,9 @@ def test_the_loop_stops_at_the_first_read_after_every_sentence_ended(monkeypatch
 
 @pytest.fixture
 def fresh_compiler(monkeypatch):
-    """No program compiled before the test, none left after it."""
+    """No program compiled before the test, none left after it; two steps a program instead of
+    ``STEPS_PER_PROGRAM`` (the same code, at half the compiling time: see ``test_a_compiled_call_runs_...``)."""
+    monkeypatch.setattr(programs, "STEPS_PER_PROGRAM", 2)
     torch._dynamo.reset()
     monkeypatch.setattr(programs, "_COMPILED", {})
     monkeypatch.setattr(programs, "_SEEN", {})
@@ -300,6 +302,29 @@ def test_twenty_calls_compile_one_program_per_bucket_and_decode_as_eager(fresh_c
         seen.add(size)
     assert counters["stats"]["unique_graphs"] == 2  # one program per bucket
     assert not counters["graph_break"]
+
+
+def test_a_compiled_call_runs_several_steps_a_program_inside_its_cache(monkeypatch):
+    """On a CPU the compiled engine runs ``STEPS_PER_PROGRAM`` steps a call for a few sentences, in a cache rounded
+    up to a multiple of them, so that the steps run after the longest output write inside it; where the rounding
+    would pass the positional limit, or for a larger batch, one step a call. The loop reads its stop test after
+    every call and counts steps, not calls."""
+    model, k = _model(), programs.STEPS_PER_PROGRAM
+    assert k > 1
+    limits: dict[str, Any] = dict(max_positions=200, max_extra=50, fixed_len=None)
+    for length in (2, 7, 13):
+        call = static.plan(model, _sources([length]), Engine("compiled"), **limits)
+        assert call.per_call == k and call.cache % k == 0 and call.cache >= call.steps
+    near = static.plan(model, _sources([13]), Engine("compiled"), **{**limits, "max_positions": 66})
+    assert near.per_call == 1 and near.cache <= 66  # 16 source positions + 50 = 66, not a multiple of 4
+    assert static.plan(model, _sources([3]), Engine("eager"), **limits).per_call == 1
+    many = _sources([3] * (programs.MAX_UNROLLED_SENTENCES + 1))  # a larger batch: one step a call
+    assert static.plan(model, many, Engine("compiled"), **limits).per_call == 1
+
+    calls, reads = [], []
+    runner = programs.Runner(None, lambda: calls.append(1), steps_per_call=k)
+    static.run_steps(runner, 10, lambda: reads.append(1) or torch.tensor(False), check_every=1)
+    assert len(calls) == math.ceil(10 / k) and len(reads) == len(calls) - 1
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from torch.testing import assert_close
 from attnkit.config import ClassifierConfig, TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
 from attnkit.errors import InputError
-from attnkit.inference import onednn, prepare_for_inference, quantize_for_inference
+from attnkit.inference import onednn, prepare_for_inference, programs, quantize_for_inference
 from attnkit.inference.onednn import MAX_TRANSPOSED_ROWS, MIN_WEIGHTS, OneDNNLinear
 from attnkit.inference.programs import Engine
 from attnkit.inference.quantize import Int8Linear
@@ -100,6 +100,31 @@ def test_a_compiled_product_of_a_few_rows_is_w_times_x_transposed_too(gemm):
         torch._dynamo.reset()
     assert_close(y, F.linear(x, module.weight, module.bias), atol=1e-5, rtol=1e-5)
     assert module.weight not in onednn._PACKED
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_compiled_product_of_one_row_is_written_out_as_a_sum(gemm, bias):
+    """Under ``torch.compile`` one row is multiplied as the sum it is (elementwise products summed over the input,
+    which Inductor makes one loop over W's rows): no library product in the graph, F.linear's values. Eager, it
+    stays F.linear (an (out, in) temporary would cost more than the product)."""
+    from torch._dynamo.testing import EagerAndRecordGraphs
+
+    gemm("onednn")
+    module = OneDNNLinear.of(_linear(768, 256)).eval()
+    if not bias:
+        module.register_parameter("bias", None)
+    x = torch.randn(1, 1, 256)  # (rows, 1, in), one sentence's decoding step
+    backend = EagerAndRecordGraphs()
+    torch._dynamo.reset()
+    try:
+        with torch.inference_mode():
+            y = torch.compile(module, fullgraph=True, backend=backend)(x)
+    finally:
+        torch._dynamo.reset()
+    targets = {str(node.target) for graph in backend.graphs for node in graph.graph.nodes}
+    assert not {t for t in targets if "linear" in t or "mm" in t}, targets
+    assert_close(y, F.linear(x, module.weight, module.bias), atol=1e-5, rtol=1e-5)
+    assert y.shape == (1, 1, 768)
 
 
 def test_the_packed_copy_follows_its_parameter(gemm):
@@ -199,6 +224,7 @@ def test_a_compiled_step_multiplies_on_onednn_without_a_graph_break(gemm, monkey
     as W x^T) compiles whole (``fullgraph=True``), runs oneDNN's product inside the program, and decodes the eager
     step's tokens. The source is one token, so that the encoder (one row) never takes that route itself."""
     gemm("onednn")
+    monkeypatch.setattr(programs, "STEPS_PER_PROGRAM", 2)  # several steps a program, at half the compiling time
     cfg = TranslatorConfig(**{**WIDE.__dict__, "n_layers": 1})
     model, src = _prepared(cfg), _sources(cfg)[:1, :1]  # (1, 1)
     calls = []

@@ -311,7 +311,7 @@ def _beam_search(
         )
 
     options = BeamOptions(K, n_best, eos_id, prefix=call.engine.prefix(device))
-    with running(call.engine, beam_step, model, options, (A, S, L, memory.dtype), allocate) as runner:
+    with running(call.engine, beam_step, model, options, (A, S, L, memory.dtype), allocate, call.per_call) as runner:
         s: BeamState = runner.state
         s.t.zero_()
         s.limit.zero_()

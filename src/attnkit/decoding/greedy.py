@@ -153,7 +153,7 @@ def _greedy(
         )
 
     options = GreedyOptions(eos_id, prefix=call.engine.prefix(device))
-    with running(call.engine, greedy_step, model, options, (R, S, L, memory.dtype), allocate) as runner:
+    with running(call.engine, greedy_step, model, options, (R, S, L, memory.dtype), allocate, call.per_call) as runner:
         s: GreedyState = runner.state
         s.t.zero_()
         s.last.fill_(bos_id)

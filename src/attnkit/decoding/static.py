@@ -27,7 +27,8 @@ from attnkit.model.transformer import Transformer
 @dataclass(frozen=True)
 class Plan:
     """What a call decodes: ``sentences`` sources for at most ``steps`` steps, in a static batch of ``rows``
-    sentences, ``source`` source positions and a cache of ``cache`` positions, on ``engine``."""
+    sentences, ``source`` source positions and a cache of ``cache`` positions, on ``engine``, ``per_call`` steps
+    at a time."""
 
     engine: Engine
     sentences: int
@@ -35,6 +36,7 @@ class Plan:
     rows: int
     source: int
     cache: int
+    per_call: int = 1
 
 
 def plan(
@@ -48,7 +50,10 @@ def plan(
 ) -> Plan:
     """The ``Plan`` of a call on ``src`` (B, S): B, S and the longest output themselves, or their buckets
     (``engine`` None: the device's default). The cache of a bucketed call holds the longest output of its source
-    bucket (``longest_output``), so that it adds no bucket of its own."""
+    bucket (``longest_output``), so that it adds no bucket of its own. Where the engine runs several steps a call
+    (``Engine.steps_per_call``: a compiled CPU step, a few sentences), the cache is rounded up to a multiple of
+    them, so that the steps run after the longest output (at most ``per_call - 1``, on finished rows) still write
+    inside it; or, where that would pass the positional limit, the call runs one step at a time."""
     engine = engine or default_engine(model_device(model))
     B, S = src.shape
     steps = longest_output(S, max_extra=max_extra, max_positions=max_positions, fixed_len=fixed_len)
@@ -58,7 +63,12 @@ def plan(
     cache = longest_output(source, max_extra=max_extra, max_positions=max_positions, fixed_len=None)
     if fixed_len is not None:
         cache = max(16, fixed_len)
-    return Plan(engine, B, steps, batch_bucket(B), source, cache)
+    rows = batch_bucket(B)
+    per_call = engine.steps_per_call(model_device(model), rows)
+    rounded = -(-cache // per_call) * per_call
+    if rounded > max_positions:
+        return Plan(engine, B, steps, rows, source, cache)
+    return Plan(engine, B, steps, rows, source, rounded, per_call)
 
 
 def zeros(device: torch.device, *shape: int, dtype: torch.dtype = torch.long) -> Tensor:
@@ -134,9 +144,12 @@ def banned_tokens(vocab_size: int, banned: list[int], device: torch.device) -> T
 
 
 def run_steps(runner: Runner, steps: int, stopped: Callable[[], Tensor], check_every: int) -> None:
-    """Step ``runner`` up to ``steps`` times; every ``check_every`` steps read ``stopped()`` (a 0-d bool tensor the
-    step keeps on the device) on the host, the loop's only read, and stop once it is True."""
-    for t in range(steps):
+    """Step ``runner`` until ``steps`` steps have run (``runner.steps_per_call`` a call); every ``check_every`` steps
+    (or every call, where a call runs more) read ``stopped()`` (a 0-d bool tensor the step keeps on the device) on
+    the host, the loop's only read, and stop once it is True."""
+    n = runner.steps_per_call
+    every = max(1, check_every // n)  # calls between two reads
+    for call, done in enumerate(range(n, steps + n, n)):
         runner.step()
-        if (t + 1) % check_every == 0 and t + 1 < steps and bool(stopped()):
+        if (call + 1) % every == 0 and done < steps and bool(stopped()):
             return

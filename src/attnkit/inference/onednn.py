@@ -14,7 +14,9 @@ for float32 products on a CPU, without autograd, of at least ``MIN_ROWS`` rows b
 ``uses_onednn()``; everything else is ``F.linear``. From ``MIN_ROWS`` to ``MAX_TRANSPOSED_ROWS`` rows (a decoding
 step of one sentence in a beam of 4, or of a few sentences), eager or compiled, it computes the product transposed
 instead, W x^T on MKL, which on those CPUs runs a matrix by a few columns fast where it runs a few rows by a matrix
-slowly: faster than oneDNN too there, and with no packed copy.
+slowly: faster than oneDNN too there, and with no packed copy. A single row in a compiled step (one sentence,
+greedy) is written out as the sum it is, which Inductor makes one loop over the matrix's rows on every thread, with
+the bias added in; the library's product of one row ran on one thread at about half the memory bandwidth.
 
 The packed copy is made at the first product and kept outside the module, keyed by the parameter, and made again
 once the parameter's storage or version changes (``.to()``, ``load_state_dict``, an optimizer step), so it is never
@@ -104,29 +106,40 @@ def _(x: Tensor, parameter: Tensor, bias: Tensor | None, transposed: bool) -> Te
 
 def linear(x: Tensor, parameter: Tensor, bias: Tensor | None, *, onednn: bool, transposed: bool = False) -> Tensor:
     """``F.linear(x, weight, bias)`` for x (..., in), with ``weight`` = ``parameter`` (out, in), or its transpose
-    where ``parameter`` is held (in, out); on oneDNN's packed weights where ``onednn`` (``uses_onednn()``, read when
-    the module was made) and that pays (module docstring)."""
+    where ``parameter`` is held (in, out); on the route that pays for its rows where ``onednn`` (``uses_onednn()``,
+    read when the module was made): module docstring."""
     weight = parameter.t() if transposed else parameter  # (out, in)
     out_features, in_features = weight.shape
     rows = x.numel() // in_features
-    few_rows = rows <= MAX_TRANSPOSED_ROWS and not transposed  # multiplied as W x^T, else on oneDNN
     if (
         torch.compiler.is_exporting()  # an exported program (ONNX, torch.export) holds the paper's product
         or torch.jit.is_tracing()  # and so does a traced one, which would keep the packed copy as a constant
-        or rows < MIN_ROWS
-        or weight.numel() < (MIN_TRANSPOSED_WEIGHTS if few_rows else MIN_WEIGHTS)
         or x.dtype != torch.float32
         or not x.is_cpu
         or (torch.is_grad_enabled() and (parameter.requires_grad or x.requires_grad))
         or not onednn
     ):
         return F.linear(x, weight, bias)  # (..., out)
-    if few_rows:
-        y = _transposed_product(x.reshape(rows, in_features), weight, bias)  # (rows, out)
+    flat = x.reshape(rows, in_features)  # (rows, in)
+    if rows == 1 and not transposed and torch.compiler.is_compiling():
+        y = _reduced_product(flat, weight, bias)  # (rows, out)
+    elif rows <= MAX_TRANSPOSED_ROWS and not transposed:
+        if rows < MIN_ROWS or weight.numel() < MIN_TRANSPOSED_WEIGHTS:
+            return F.linear(x, weight, bias)  # (..., out)
+        y = _transposed_product(flat, weight, bias)  # (rows, out)
     else:
+        if rows < MIN_ROWS or weight.numel() < MIN_WEIGHTS:
+            return F.linear(x, weight, bias)  # (..., out)
         product = _product_op if torch.compiler.is_compiling() else _product
-        y = product(x.reshape(rows, in_features), parameter, bias, transposed)  # (rows, out)
+        y = product(flat, parameter, bias, transposed)  # (rows, out)
     return y.view(*x.shape[:-1], out_features)  # (..., out)
+
+
+def _reduced_product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """x (1, in) W^T + b written as the sum it is, y_j = sum_i W_ji x_i + b_j, for a compiled step: Inductor makes
+    it one loop over W's rows, each read once, with the bias added in. Returns (1, out)."""
+    y = (weight * x).sum(-1)[None]  # (1, out)
+    return y if bias is None else y + bias
 
 
 def _transposed_product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

@@ -8,7 +8,8 @@ the same step can run as Python calling PyTorch operators, as one compiled progr
 Engines (``Engine.kind``):
     eager                 the step as written; shapes are the call's own (no buckets)
     compiled              ``torch.compile(step, fullgraph=True, dynamic=False)``: one program per shape bucket,
-                          compiled at the first call that needs it and reused by every later call in the process
+                          compiled at the first call that needs it and reused by every later call in the process;
+                          on a CPU each program runs ``STEPS_PER_PROGRAM`` steps a call
     cuda-graph            the eager step recorded once per model and bucket as a ``torch.cuda.CUDAGraph`` on state
                           that lives as long as the graph; a call fills the state and replays the graph
     compiled-cuda-graph   the compiled step, recorded the same way (fewer, fused kernels in the graph)
@@ -63,6 +64,14 @@ class Engine:
     def every(self, device: torch.device) -> int:
         return self.check_every if self.check_every is not None else default_check_every(device)
 
+    def steps_per_call(self, device: torch.device, sentences: int) -> int:
+        """Decoding steps one call of the program runs: on a CPU, compiled, for a batch of at most
+        ``MAX_UNROLLED_SENTENCES`` sentences, ``STEPS_PER_PROGRAM``; else one (a graph replay costs a few
+        microseconds, an eager step is as long as it is, and a larger batch's step is long enough that a call's
+        cost is a few percent of it)."""
+        few = sentences <= MAX_UNROLLED_SENTENCES
+        return STEPS_PER_PROGRAM if self.kind == "compiled" and device.type == "cpu" and few else 1
+
     def prefix(self, device: torch.device) -> bool:
         """Whether a step attends over, and reorders, only the cache positions written so far: the eager step on a
         CPU, which reads its position on the host for free, and then works on views whose length grows with it. A
@@ -70,6 +79,12 @@ class Engine:
         return self.kind == "eager" and device.type == "cpu"
 
 
+# Steps a compiled CPU program runs per call: each call pays Dynamo's cache lookup, AOT autograd's wrapper and
+# Inductor's (~0.3 ms on a 2-core EPYC, a sixth of a one-sentence step); four steps a call pay it once, for batches
+# of a few sentences, where that counts; compiling four steps takes several times as long as one
+# (docs/performance.md)
+STEPS_PER_PROGRAM = 4
+MAX_UNROLLED_SENTENCES = 4
 ENV = "ATTNKIT_ENGINE"  # the default engine, where set (a long-lived server may compile: docs/performance.md)
 
 
@@ -106,20 +121,29 @@ def length_bucket(n: int, limit: int) -> int:
 
 
 class Runner:
-    """One call's decoding: ``state`` to fill, then ``step()`` to advance it by one position."""
+    """One call's decoding: ``state`` to fill, then ``step()`` to advance it by ``steps_per_call`` positions."""
 
-    def __init__(self, state: Any, step: Callable[[], None]):
+    def __init__(self, state: Any, step: Callable[[], None], steps_per_call: int = 1):
         self.state = state
         self.step = step
+        self.steps_per_call = steps_per_call
 
 
 @contextmanager
 def running(
-    engine: Engine, step: Step, model: nn.Module, options: Any, key: Hashable, allocate: Callable[[], Any]
+    engine: Engine,
+    step: Step,
+    model: nn.Module,
+    options: Any,
+    key: Hashable,
+    allocate: Callable[[], Any],
+    steps_per_call: int = 1,
 ) -> Iterator[Runner]:
     """A ``Runner`` for ``step`` on ``model``: state from ``allocate()`` (zeros, and valid to run: a graph is recorded
     by running it), or, for the CUDA-graph engines, the state recorded with the graph of ``(step, options, key)``
-    for this model, made at the first call and held by one call at a time. ``key`` names the state's shapes."""
+    for this model, made at the first call and held by one call at a time. ``key`` names the state's shapes. The
+    compiled engine's program runs ``steps_per_call`` steps at a time (``Engine.steps_per_call``); the others run
+    one."""
     if engine.graphed:
         graph = _graph(engine, step, model, options, key, allocate)
         with graph.lock:
@@ -129,14 +153,15 @@ def running(
     if engine.kind == "eager":
         yield Runner(state, lambda: step(model, state, options))
         return
-    compiled = _compiled(step)
-    seen = _SEEN.setdefault(step, set())
+    steps = _steps(step, steps_per_call)
+    compiled = _compiled(steps)
+    seen = _SEEN.setdefault(steps, set())
     program = (key, options, _structure(model))
     if program in seen:
         # Compiled before in this process: Dynamo checks only the guards that tell its programs apart (shapes,
         # types, options; the model's structure is in the key), not the ~100 that hold for every call of this one.
         with torch.compiler.set_stance(torch._dynamo.eval_frame._stance.stance, skip_guard_eval_unsafe=True):
-            yield Runner(state, lambda: compiled(model, state, options))
+            yield Runner(state, lambda: compiled(model, state, options), steps_per_call)
         return
 
     def first() -> None:  # a new bucket compiles once, with every guard; later calls find its program
@@ -145,8 +170,26 @@ def running(
         seen.add(program)
         runner.step = lambda: compiled(model, state, options)
 
-    runner = Runner(state, first)
+    runner = Runner(state, first, steps_per_call)
     yield runner
+
+
+_STEPS: dict[tuple[Step, int], Step] = {}
+
+
+def _steps(step: Step, n: int) -> Step:
+    """``step`` run ``n`` times, one function per ``(step, n)`` (a compiled program traces the ``n`` steps into one);
+    ``step`` itself where ``n`` is 1."""
+    if n == 1:
+        return step
+    if (step, n) not in _STEPS:
+
+        def steps(model: Any, state: Any, options: Any) -> None:
+            for _ in range(n):
+                step(model, state, options)
+
+        _STEPS[step, n] = steps
+    return _STEPS[step, n]
 
 
 _MAX_PROGRAMS = 512  # compiled programs one step function may have (Dynamo's default limit, 8, counts per function)
@@ -156,9 +199,10 @@ _SEEN: dict[Step, set] = {}
 
 def _structure(model: nn.Module) -> tuple:
     """What a compiled step's program depends on in the model besides the shapes of its inputs: its modules' types and
-    its parameters' shapes and types (the values are inputs, so any model of this structure may run the program)."""
+    its parameters' shapes, strides and types (the values are inputs, so any model of this structure may run the
+    program; the program does not check the layout of what it is given, ``_compiled``)."""
     modules = tuple(type(m).__name__ for m in model.modules())
-    return modules, tuple((tuple(p.shape), p.dtype) for p in model.parameters())
+    return modules, tuple((tuple(p.shape), p.stride(), p.dtype) for p in model.parameters())
 
 
 def _compiling():
@@ -168,9 +212,14 @@ def _compiling():
 
 
 def _compiled(step: Step) -> Callable:
-    """``step`` compiled with static shapes and no graph break, once per process (one program per bucket inside)."""
+    """``step`` compiled with static shapes and no graph break, once per process (one program per bucket inside).
+    The program does not assert the sizes, strides and alignment of its ~80 inputs at every call (Inductor's
+    default; 1.3 us each on a 2-core EPYC, so ~0.1 ms a call). What it is given has the layout it was compiled
+    for: the state is allocated the same way at every call, and the model's layout is in the key of its program
+    (``_structure``)."""
     if step not in _COMPILED:
-        _COMPILED[step] = torch.compile(step, fullgraph=True, dynamic=False)
+        options: dict[str, Any] = {"size_asserts": False, "alignment_asserts": False}
+        _COMPILED[step] = torch.compile(step, fullgraph=True, dynamic=False, options=options)
     return _COMPILED[step]
 
 
