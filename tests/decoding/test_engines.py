@@ -327,6 +327,21 @@ def test_a_compiled_call_runs_several_steps_a_program_inside_its_cache(monkeypat
     assert len(calls) == math.ceil(10 / k) and len(reads) == len(calls) - 1
 
 
+@pytest.mark.parametrize("search", SEARCHES)
+def test_steps_run_past_the_longest_output_change_no_token(monkeypatch, search):
+    """A program of several steps runs up to ``per_call - 1`` steps after the longest output (here 5 a call, and
+    outputs of at most 5 + 8, 2 + 8 and 16 + 8 tokens, the last filling the 24 positions its source bucket's cache
+    would hold): on finished rows, inside the cache rounded up to 25, they change nothing. The compiled engine's
+    steps run uncompiled here (the same step function, in seconds)."""
+    monkeypatch.setattr(programs, "STEPS_PER_PROGRAM", 5)
+    monkeypatch.setattr(programs, "_compiled", lambda step: step)
+    monkeypatch.setattr(programs, "_SEEN", {})
+    model, src = _model(), _sources([5, 2, 16])
+    call = static.plan(model, src, Engine("compiled"), max_positions=TINY.max_len, max_extra=8, fixed_len=None)
+    assert (call.per_call, call.steps, call.cache) == (5, 24, 25)  # the last call runs a 25th step
+    assert SEARCHES[search](model, src, engine=Engine("compiled")) == SEARCHES[search](model, src)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # On a GPU (skipped elsewhere): the real CUDA graphs, and the compiled step inside them
 
