@@ -127,6 +127,18 @@ def test_a_compiled_product_of_one_row_is_written_out_as_a_sum(gemm, bias):
     assert y.shape == (1, 1, 768)
 
 
+def test_a_model_made_under_inference_mode_multiplies_without_a_packed_copy(gemm):
+    """Parameters made under ``torch.inference_mode`` are inference tensors, which keep no version counter: no packed
+    copy (it could not follow them), F.linear's values, at a row count that would take oneDNN's route."""
+    gemm("onednn")
+    with torch.inference_mode():
+        module = OneDNNLinear.of(_linear())
+        x = torch.randn(64, 256)
+        y = module(x)
+    assert module.weight.is_inference() and module.weight not in onednn._PACKED
+    assert_close(y, F.linear(x, module.weight, module.bias), atol=1e-5, rtol=1e-5)
+
+
 def test_the_packed_copy_follows_its_parameter(gemm):
     """Packed once, used again while the parameter is unchanged, made again after an in-place change, a load, or a
     cast; a deep copy packs its own."""

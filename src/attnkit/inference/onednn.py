@@ -90,7 +90,10 @@ def _packed(parameter: Tensor, transposed: bool) -> Tensor:
 
 def _product(x: Tensor, parameter: Tensor, bias: Tensor | None, transposed: bool) -> Tensor:
     """x (rows, in) times the weight (``parameter``, or its transpose), plus ``bias``, on oneDNN's packed copy of
-    it. Returns (rows, out)."""
+    it. Returns (rows, out). An inference tensor (a model made under ``torch.inference_mode``) keeps no version
+    counter, so a packed copy could not tell that it went stale: F.linear multiplies by it instead."""
+    if parameter.is_inference():
+        return F.linear(x, parameter.t() if transposed else parameter, bias)  # (rows, out)
     return torch.ops.mkldnn._linear_pointwise(x, _packed(parameter, transposed), bias, "none", [], "")
 
 
