@@ -80,7 +80,7 @@ class Engine:
 
 
 # Steps a compiled CPU program runs per call: each call pays Dynamo's cache lookup, AOT autograd's wrapper and
-# Inductor's (~0.3 ms on a 2-core EPYC, a sixth of a one-sentence step); four steps a call pay it once, for batches
+# Inductor's (~0.3 ms on a 2-core EPYC, a seventh of a one-sentence step); four steps a call pay it once, for batches
 # of a few sentences, where that counts; compiling four steps takes several times as long as one
 # (docs/performance.md)
 STEPS_PER_PROGRAM = 4
