@@ -1,6 +1,6 @@
 """The GPU check: everything about attnkit that needs a CUDA GPU, in one command, in 10-11 minutes.
 
-    python3 benchmarks/gpu_check.py OUT [--data DIR] [--parts bible train tests decode profile]
+    python3 benchmarks/gpu_check.py OUT [--data DIR] [--parts bible serve train tests decode profile]
                                         [--bible-minutes 3.1] [--cap PART=SECONDS ...] [--traces]
 
 Runs, each in a process of its own with a time cap, from the repository's root (``src/`` on the path: nothing is
@@ -10,6 +10,10 @@ with ``transformers`` has), in this order (the figures the issues ask for first;
     bible   the README's Bible En-De recipe on the GPU (``--device cuda --set precision=bf16``), stopped after
             ``--bible-minutes`` of training (the goal: 4,700 steps in at most 3), then BLEU on John with beam 4
                                                                                           (~2.3 min; cap ~5)
+    serve   the Bible translator of the bible part served on the GPU (``attnkit serve RUN --device cuda``), one
+            client sending John's first 40 verses one after another, greedy and beam 4: median latency of a
+            request and of the same call in the library (benchmarks/serve_load.py --phases one_client; needs the
+            serve extra: FastAPI, uvicorn, prometheus-client, else skipped with a note)            (~1 min)
     train   ``bench train`` on the GPU, each row written as it is measured, the most wanted first: every
             fixed-shape row (attnkit, torch.nn and Hugging Face Marian in float32, TF32 and bfloat16), the small
             model's token-budget rows (new shapes every step), attnkit compiled in bfloat16 as ``--set
@@ -28,8 +32,8 @@ with ``transformers`` has), in this order (the figures the issues ask for first;
 and writes to OUT (at most 8 files, what a lent machine returns): ``summary.txt`` (the table printed last),
 ``check.log`` (every part's output), ``tests.txt``, ``bench_train.jsonl`` and ``bench_decode.jsonl`` (a JSON line
 per result, written as it is measured: kept when the part meets its cap), ``bible_metrics.jsonl``,
-``bible_eval.json``, ``gpu.txt`` (nvidia-smi and torch's view of the device). ``--cap train=150`` changes a part's
-cap (bible: the cap of its evaluation).
+``bible_eval.json``, ``gpu.txt`` (nvidia-smi, torch's view of the device, the host's processor). ``--cap train=150``
+changes a part's cap (bible: the cap of its evaluation).
 
 The Bible data: the recipe's three split files, found under DIR/bible/en-de/ (``--data DIR``, a folder shaped like
 attnkit's cache; default ``$ATTNKIT_CACHE`` or ``~/.cache/attnkit``). A machine without network cannot fetch them:
@@ -44,6 +48,8 @@ import argparse
 import importlib.util
 import json
 import os
+import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,9 +57,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PARTS = ("bible", "train", "tests", "decode", "profile")  # in the order they run; all but profile by default
+PARTS = ("bible", "serve", "train", "tests", "decode", "profile")  # in the order they run; all but profile by default
 # each part's cap in seconds; bible: its evaluation's (its training stops after --bible-minutes)
-CAPS_S = {"bible": 90, "train": 270, "tests": 150, "decode": 100, "profile": 240}
+CAPS_S = {"bible": 90, "serve": 60, "train": 270, "tests": 150, "decode": 100, "profile": 240}
 RECIPE = (  # the README's Bible En-De recipe
     "--preset small --max-steps 4700 --set schedule=linear lr=1e-3 warmup_steps=300 checkpoint_every=250"
 ).split()
@@ -81,6 +87,7 @@ def main() -> int:
     env["PYTHONUNBUFFERED"] = "1"
     log = open(a.out / "check.log", "w", encoding="utf-8")
     rows: list[str] = []
+    work = Path(tempfile.mkdtemp(prefix="gpu-check-"))  # the Bible run, kept for the serve part
 
     def run(part: str, command: list[str], cap_s: float, stdout_to: Path | None = None) -> tuple[int, float]:
         """``command`` in a process of its own, its output appended to check.log (stdout to ``stdout_to``)."""
@@ -101,8 +108,11 @@ def main() -> int:
 
     python = sys.executable
     (a.out / "gpu.txt").write_text(_device_record(a.device), encoding="utf-8")
+    bible_run = work / "bible-en-de"
     if "bible" in a.parts:
-        rows += _bible(a, run, python, env, smoke, caps["bible"])
+        rows += _bible(a, run, python, env, smoke, caps["bible"], bible_run)
+    if "serve" in a.parts:
+        rows += _serve(a, run, python, smoke, caps["serve"], bible_run)
     if "train" in a.parts:
         out_lines = a.out / "bench_train.jsonl"
         command = [python, __file__, "--train-rows", a.device] + (["--quick"] if smoke else [])
@@ -127,7 +137,7 @@ def main() -> int:
         shape = ["--config", "small", "--length", "16", "--tokens", "512"] if smoke else ["--config", "base"]
         shape += [] if smoke else ["--length", "128", "--tokens", "32768", "--precision", "bf16"]
         command = [python, str(REPO / "benchmarks" / "profile_train.py"), "--device", a.device, "--compiled", *shape]
-        command += ["--trace", str(a.out / "traces")] if a.traces else []
+        command += ["--top", "30"] + (["--trace", str(a.out / "traces")] if a.traces else [])
         with tempfile.TemporaryDirectory() as work:
             table = Path(work) / "profile.txt"
             code, seconds = run("profile", command, caps["profile"], table)
@@ -135,6 +145,7 @@ def main() -> int:
         log.write(printed)
         rows.append(f"profile   {'ok' if code == 0 else f'FAILED ({code})'}  {seconds:5.0f} s")
         rows += [f"          {line}" for line in printed.splitlines()]
+    shutil.rmtree(work, ignore_errors=True)
     summary = "\n".join(rows) + "\n"
     (a.out / "summary.txt").write_text(summary, encoding="utf-8")
     log.close()
@@ -165,8 +176,10 @@ def train_rows(device: str, quick: bool) -> None:
                 print(result.to_json(), flush=True)
 
 
-def _bible(a: argparse.Namespace, run, python: str, env: dict[str, str], smoke: bool, eval_cap_s: float) -> list[str]:
-    """The Bible recipe, capped in time, and its BLEU on John; rows for the summary."""
+def _bible(
+    a: argparse.Namespace, run, python: str, env: dict[str, str], smoke: bool, eval_cap_s: float, run_dir: Path
+) -> list[str]:
+    """The Bible recipe, capped in time, into ``run_dir``, and its BLEU on John; rows for the summary."""
     cache = a.data or Path(os.environ.get("ATTNKIT_CACHE") or Path.home() / ".cache" / "attnkit")
     if not all((cache / "bible" / "en-de" / f"{split}.tsv").is_file() for split in ("train", "valid", "test")):
         return [
@@ -175,7 +188,6 @@ def _bible(a: argparse.Namespace, run, python: str, env: dict[str, str], smoke: 
         ]
     env["ATTNKIT_CACHE"] = str(cache.resolve())
     with tempfile.TemporaryDirectory() as work:
-        run_dir = Path(work) / "bible-en-de"
         minutes = 0.05 if smoke else a.bible_minutes
         smallest = ["valid_bleu=false", "--max-steps", "2"] if smoke else []
         precision = "fp32" if smoke else "bf16"
@@ -207,6 +219,33 @@ def _bible(a: argparse.Namespace, run, python: str, env: dict[str, str], smoke: 
         f"bible     John, beam {1 if smoke else 4}: BLEU {scores['bleu']:.1f}, chrF {scores['chrf']:.1f} "
         f"({eval_seconds:.0f} s; the CPU run of the whole recipe: 22.6, the goal within 1.0 of it)",
     ]
+
+
+def _serve(a: argparse.Namespace, run, python: str, smoke: bool, cap_s: float, run_dir: Path) -> list[str]:
+    """One client's latency against the Bible translator served on the device, greedy and beam 4; summary rows."""
+    if not (run_dir / "metrics.jsonl").is_file():
+        return ["serve     skipped: no Bible run (the bible part makes it; run both: --parts bible serve)"]
+    missing = [m for m in ("fastapi", "uvicorn", "prometheus_client") if importlib.util.find_spec(m) is None]
+    if missing:
+        return [f"serve     skipped: {', '.join(missing)} not installed (the serve extra; carry its wheels)"]
+    rows = []
+    for beam in (1,) if smoke else (1, 4):
+        out = Path(tempfile.mkdtemp()) / "serve.json"
+        command = [python, str(REPO / "benchmarks" / "serve_load.py"), "--model", str(run_dir), "--endpoint"]
+        command += ["translate", "--beam", str(beam), "--phases", "one_client", "--device", a.device]
+        command += ["--max-texts", "40", "--seconds", "2" if smoke else "8", "--out", str(out)]
+        code, seconds = run(f"serve beam {beam}", command, cap_s)
+        if code != 0 or not out.is_file():
+            rows.append(f"serve     beam {beam} FAILED ({code}) after {seconds:.0f} s: see check.log")
+            continue
+        report = json.loads(out.read_text(encoding="utf-8"))
+        one = report["one_client"]
+        rows.append(
+            f"serve     beam {beam}, one client, John's first 40 verses: p50 {one['p50_ms']:.1f} ms, p99 "
+            f"{one['p99_ms']:.1f} ms a request ({one['ok']} requests, errors {one['errors'] or 'none'}); "
+            f"the library alone {report['offline_single_ms']:.1f} ms"
+        )
+    return rows
 
 
 def _train_table(results: list[dict]) -> list[str]:
@@ -246,6 +285,15 @@ def _decode_table(lines: list[dict]) -> list[str]:
     return rows
 
 
+def _cpu_model() -> str:
+    """The host processor's model name (Linux), which the host-bound figures depend on."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "?")
+    except OSError:
+        return "?"
+
+
 def _device_record(device: str) -> str:
     """nvidia-smi's view and torch's of the device the check runs on."""
     lines = []
@@ -256,6 +304,7 @@ def _device_record(device: str) -> str:
         lines.append(f"nvidia-smi: {e}")
     import torch
 
+    lines.append(f"host: {platform.processor() or platform.machine()}, {_cpu_model()}, {os.cpu_count()} cores")
     lines.append(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}")
     if device != "cpu" and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)

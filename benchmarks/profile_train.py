@@ -23,6 +23,7 @@ timing). ``--trace DIR`` writes each profiled step as a Chrome trace (``chrome:/
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import time
 from pathlib import Path
@@ -91,6 +92,24 @@ def operator_totals(prof, wall_ms: float) -> dict[str, float]:
     return totals
 
 
+GRAPHS = "attnkit compiled+graphs"  # the step compiled as torch.compile(mode="reduce-overhead") makes it
+
+
+def longest(prof, n: int, on_gpu: bool) -> list[str]:
+    """The ``n`` kernels (GPU) or operators (CPU) of most self time in a profiled step: ms, calls, category, name."""
+    rows = []
+    for event in prof.key_averages():
+        if on_gpu and event.device_type != DeviceType.CUDA:
+            continue
+        ms = (event.self_device_time_total if on_gpu else event.self_cpu_time_total) / 1e3
+        rows.append((ms, event.count, event.key))
+    table = KERNEL_CATEGORIES if on_gpu else CATEGORIES
+    return [
+        f"    {ms:8.2f} ms {count:6d}x  {category(name, table, 'other')[:24]:24s}  {name[:110]}"
+        for ms, count, name in sorted(rows, reverse=True)[:n]
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", choices=tuple(CONFIGS), default="small")
@@ -100,7 +119,14 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=4096, help="tokens a batch (the train suite's: 4,096)")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--compiled", action="store_true", help="also attnkit's step compiled (--set compile=true)")
-    parser.add_argument("--trace", type=Path, help="a folder for each profiled step's Chrome trace")
+    parser.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="also attnkit's step compiled and replayed as CUDA graphs (Inductor's cudagraph trees, "
+        'torch.compile(mode="reduce-overhead"); CUDA only)',
+    )
+    parser.add_argument("--trace", type=Path, help="a folder for each profiled step's Chrome trace (gzipped)")
+    parser.add_argument("--top", type=int, default=0, help="also list each implementation's N longest kernels")
     args = parser.parse_args()
     tune_malloc()  # as the command line does (ATTNKIT_MALLOC=system leaves glibc's defaults)
     cfg = CONFIGS[args.config]
@@ -108,7 +134,10 @@ def main() -> int:
     on_gpu = device.type == "cuda"
     waits = synchronizer(device)
     sync = waits or (lambda: None)  # waits for the GPU's queue; nothing to wait for on a CPU
+    if args.cuda_graphs and not on_gpu:
+        parser.error("--cuda-graphs: CUDA only")
     impls = ("attnkit", "transformers") + (("attnkit compiled",) if args.compiled else ())
+    impls += (GRAPHS,) if args.cuda_graphs else ()
     with fixed_threads(args.threads):
         src, tgt_in, tgt_out = (t.to(device) for t in make_batch(cfg, args.length, args.tokens, seed=0))
         torch.manual_seed(0)
@@ -116,15 +145,20 @@ def main() -> int:
         steps = {}
         for impl in impls:
             torch.manual_seed(0)
-            model, forward = forward_fn(impl.removesuffix(" compiled"), cfg, ours)
-            backend = COMPILE_BACKEND if impl.endswith(" compiled") else None
+            # Dynamo keeps its programs per code object and tells them apart by their guards: the graphs' step
+            # takes a copy of the model, so that it compiles a program of its own rather than reuse the plain one
+            model, forward = forward_fn(impl.split(" ")[0], cfg, copy.deepcopy(ours) if impl == GRAPHS else ours)
+            backend = COMPILE_BACKEND if " compiled" in impl else None
             steps[impl] = training_step(
                 model.to(device), forward, src, tgt_in, tgt_out, args.precision, compile_backend=backend
             )
-            if backend is not None:
-                steps[impl]()  # the compilation, before the timing
+            if backend is not None:  # the compilation, before the timing (graphs: recorded by the third call)
+                with torch._inductor.config.patch({"triton.cudagraphs": impl == GRAPHS}):
+                    for _ in range(3 if impl == GRAPHS else 1):
+                        steps[impl]()
         timings = measure_interleaved(list(steps.values()), warmup=2, reps=5, sync=waits)
         shares: dict[str, dict[str, float]] = {}
+        tops: dict[str, list[str]] = {}
         walls = {}
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
         for impl, step in steps.items():
@@ -135,9 +169,10 @@ def main() -> int:
                 sync()
                 walls[impl] = (time.perf_counter() - start) * 1e3
             shares[impl] = kernel_totals(prof, walls[impl]) if on_gpu else operator_totals(prof, walls[impl])
+            tops[impl] = longest(prof, args.top, on_gpu)
             if args.trace:
                 args.trace.mkdir(parents=True, exist_ok=True)
-                prof.export_chrome_trace(str(args.trace / f"{impl.replace(' ', '-')}.json"))
+                prof.export_chrome_trace(str(args.trace / f"{impl.replace(' ', '-').replace('+', '-')}.json.gz"))
     plain = {impl: t.median_s * 1e3 for impl, t in zip(steps, timings)}
     shape = f"{args.config}, length {args.length}, {args.tokens} tokens"
     setting_line = f"{shape}, {args.precision}, " + (
@@ -158,6 +193,10 @@ def main() -> int:
         )
         print(f"  {label:48s}{cells}")
     print(f"  {'wall (profiled)':48s}" + "".join(f"{walls[impl]:9.1f} ms {'':9s}" for impl in impls))
+    for impl, lines in tops.items():
+        if lines:
+            print(f"  {impl}: the {len(lines)} longest {'kernels' if on_gpu else 'operators'} (self time, calls, name)")
+            print("\n".join(lines))
     return 0
 
 

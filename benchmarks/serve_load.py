@@ -3,6 +3,7 @@ the offline figures for the same inputs (issue 14's Done-when).
 
     python benchmarks/serve_load.py --model RUN_DIR [--clients 32] [--seconds 20] [--threads 1]
     python benchmarks/serve_load.py --model minilm --endpoint embed
+    python benchmarks/serve_load.py --model RUN_DIR --endpoint translate --beam 4 --phases one_client [--device cuda]
 
 Each client sends one text per request (the texts of the RT-polarity test split, or --texts FILE, in turn) and
 waits for the answer before sending the next (closed loop). Reported, as one JSON object:
@@ -31,6 +32,13 @@ import sys
 import time
 from pathlib import Path
 
+PHASES = ("batched", "unbatched", "one_client", "overload")
+ENDPOINTS = {  # endpoint -> (path, the body's field of texts)
+    "classify": ("/v1/classify", "inputs"),
+    "embed": ("/v1/embeddings", "input"),
+    "translate": ("/v1/translate", "inputs"),
+}
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -39,6 +47,7 @@ def free_port() -> int:
 
 
 def start_server(model: str, threads: int, extra: list[str]) -> tuple[subprocess.Popen, str]:
+    """``attnkit serve`` on a free loopback port, once it answers /ready (``extra``: its further flags)."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -200,12 +209,17 @@ def server_side_429(url: str, path: str) -> dict:
     return {"server_429": int(total), "server_429_within_10ms": int(within)}
 
 
-def offline(model_spec: str, endpoint: str, texts: list[str], seconds: float) -> dict:
+def offline(model_spec: str, endpoint: str, texts: list[str], seconds: float, device: str, beam: int) -> dict:
     """The library on the same inputs, in this process: all at once (batched, as the CLI does) and one by one."""
-    if endpoint == "classify":
+    if endpoint == "translate":
+        from attnkit.tasks.translate import TranslatorRun
+
+        translator = TranslatorRun(model_spec, device=device)
+        batch = lambda xs: translator.translate(xs, beam=beam)  # noqa: E731
+    elif endpoint == "classify":
         from attnkit.tasks.classify import ClassifierRun
 
-        run = ClassifierRun(model_spec)
+        run = ClassifierRun(model_spec, device=device)
         batch = run.predict
     else:
         from attnkit.interop.bert import load_bert_classifier, resolve_bert_folder
@@ -234,23 +248,33 @@ def offline(model_spec: str, endpoint: str, texts: list[str], seconds: float) ->
 
 
 def read_texts(args: argparse.Namespace) -> list[str]:
+    cache = Path(os.environ.get("ATTNKIT_CACHE") or Path.home() / ".cache" / "attnkit")
     if args.texts:
         lines = Path(args.texts).read_text(encoding="utf-8").splitlines()
+    elif args.endpoint == "translate":  # the Bible pairs' test split (John), its English side
+        from attnkit.data.readers import read_parallel_tsv
+
+        lines = [pair.source for pair in read_parallel_tsv(cache / "bible" / "en-de" / "test.tsv")]
     else:
         from attnkit.data.readers import read_labeled
 
-        lines = [ex.text for ex in read_labeled(Path.home() / ".cache" / "attnkit" / "rt-polarity" / "test.tsv")]
+        lines = [ex.text for ex in read_labeled(cache / "rt-polarity" / "test.tsv")]
     return [line for line in lines if line.strip()][: args.max_texts]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="classifier run directory, or minilm with --endpoint embed")
-    parser.add_argument("--endpoint", choices=("classify", "embed"), default="classify")
+    parser.add_argument(
+        "--model", required=True, help="classifier or translator run directory, or minilm with --endpoint embed"
+    )
+    parser.add_argument("--endpoint", choices=("classify", "embed", "translate"), default="classify")
+    parser.add_argument("--beam", type=int, default=4, help="translate: the beam of every request")
+    parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES), help="which phases to run")
+    parser.add_argument("--device", default="cpu", help="the server's and the library's device (cpu, cuda)")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (server and offline alike)")
-    parser.add_argument("--texts", help="one text per line (default: the RT-polarity test split)")
+    parser.add_argument("--texts", help="one text per line (default: the RT-polarity test split; translate: John)")
     parser.add_argument("--max-texts", type=int, default=1000)
     parser.add_argument("--overload-queue", type=int, default=8, help="the queue bound of the overload phase")
     parser.add_argument("--out", help="also write the JSON here")
@@ -262,8 +286,9 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     texts = read_texts(args)
-    path, field = ("/v1/classify", "inputs") if args.endpoint == "classify" else ("/v1/embeddings", "input")
-    extra = {"truncate": True} if args.endpoint == "classify" else {}
+    path, field = ENDPOINTS[args.endpoint]
+    extra = {"classify": {"truncate": True}, "translate": {"beam": args.beam, "truncate": True}}.get(args.endpoint, {})
+    device = ["--device", args.device]
     cpu = next(
         (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
         platform.processor(),
@@ -274,7 +299,8 @@ def main() -> None:
         "cores": os.cpu_count(),
         "load_average_at_start": os.getloadavg(),
         "texts": len(texts),
-        **offline(args.model, args.endpoint, texts, args.seconds),
+        "device": args.device,
+        **offline(args.model, args.endpoint, texts, args.seconds, args.device, args.beam),
     }
 
     for name, flags, clients in (
@@ -282,7 +308,9 @@ def main() -> None:
         ("unbatched", ["--no-batching"], args.clients),
         ("one_client", [], 1),
     ):
-        proc, url = start_server(args.model, args.threads, flags)
+        if name not in args.phases:
+            continue
+        proc, url = start_server(args.model, args.threads, flags + device)
         try:
             run(load(url, path, field, texts, min(clients, 4), 2, extra))  # warm-up: connections, first batches
             report[name] = run(load(url, path, field, texts, clients, args.seconds, extra))
@@ -290,9 +318,25 @@ def main() -> None:
             stop_server(proc)
         print(json.dumps({name: report[name]}), file=sys.stderr)
 
-    # Overload: capacity = a batch of max_queue inputs running + max_queue queued; 4x that many clients.
+    if "overload" in args.phases:
+        overload(report, args, path, field, texts, extra, device)
+    report["load_average_at_end"] = os.getloadavg()
+    if set(args.phases) == set(PHASES):
+        report["done_when"] = done_when(report)
+    elif "one_client" in args.phases:
+        one = report["one_client"]
+        report["one_client_p50_minus_offline_single_ms"] = round(one["p50_ms"] - report["offline_single_ms"], 2)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+
+
+def overload(report: dict, args: argparse.Namespace, path, field, texts, extra, device: list[str]) -> None:
+    """Capacity = a batch of max_queue inputs running + max_queue queued; 4x that many clients."""
     q = args.overload_queue
-    proc, url = start_server(args.model, args.threads, ["--max-queue", str(q), "--max-batch-inputs", str(q)])
+    flags = ["--max-queue", str(q), "--max-batch-inputs", str(q), *device]
+    proc, url = start_server(args.model, args.threads, flags)
     try:
         report["overload"] = {
             "max_queue": q,
@@ -301,10 +345,12 @@ def main() -> None:
         }
     finally:
         stop_server(proc)
-    report["load_average_at_end"] = os.getloadavg()
 
+
+def done_when(report: dict) -> dict:
+    """Issue 14's Done-when, from a report of every phase."""
     b, u, one = report["batched"], report["unbatched"], report["one_client"]
-    report["done_when"] = {
+    return {
         "zero_errors_at_clients": not b["errors"],
         "throughput_vs_offline_batched": round(b["throughput_per_s"] / report["offline_batched_per_s"], 3),
         "batching_speedup": round(b["throughput_per_s"] / max(u["throughput_per_s"], 1e-9), 2),
@@ -314,10 +360,6 @@ def main() -> None:
         f"{report['overload']['server_429']}",
         "overload_non_429_errors": {k: v for k, v in report["overload"]["errors"].items() if k != "429"},
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ them (each in a process of its own, as a user runs it)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,8 +81,8 @@ def test_learning_curve_tfidf_baseline_scores_every_size(tmp_path):
 @pytest.mark.slow
 def test_the_gpu_check_runs_the_bible_recipe_from_carried_data_and_summarises_it(tmp_path):
     """benchmarks/gpu_check.py at its smallest on a CPU (``--device cpu``), on a Bible of a few verses in a folder
-    shaped like attnkit's cache (what a machine without network is given): the recipe trains, John is scored, and
-    the figures land in the output folder."""
+    shaped like attnkit's cache (what a machine without network is given): the recipe trains, John is scored, the
+    trained translator is served and timed with one client, and the figures land in the output folder."""
     data = tmp_path / "data" / "bible" / "en-de"
     data.mkdir(parents=True)
     verses = [f"In the beginning {i} was the Word.\tIm Anfang {i} war das Wort." for i in range(12)]
@@ -89,9 +90,10 @@ def test_the_gpu_check_runs_the_bible_recipe_from_carried_data_and_summarises_it
         (data / f"{split}.tsv").write_text("source\ttarget\n" + "\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "out"
     printed = run_script(
-        "gpu_check.py", str(out), "--device", "cpu", "--parts", "bible", "--data", str(tmp_path / "data")
+        "gpu_check.py", str(out), "--device", "cpu", "--parts", "bible", "serve", "--data", str(tmp_path / "data")
     )
     assert "steps in" in printed and "John, beam 1: BLEU" in printed
+    assert re.search(r"serve     beam 1, one client, .*: p50 [\d.]+ ms, .*errors none\); the library alone", printed)
     assert sorted(p.name for p in out.iterdir()) == [
         "bible_eval.json", "bible_metrics.jsonl", "check.log", "gpu.txt", "summary.txt",
     ]  # fmt: skip
