@@ -26,8 +26,9 @@ with ``transformers`` has), in this order (the figures the issues ask for first;
     decode  ``attnkit bench decode --device cuda``, each row written as it is measured              (cap 100 s)
     profile (only when named in ``--parts``) where a bfloat16 training step's GPU time goes
             (benchmarks/profile_train.py, base, length 128, 32,768 tokens): kernel time by category and the GPU's
-            idle time, attnkit eager and compiled and Marian; with ``--traces``, each step's Chrome trace in
-            OUT/traces/                                                                              (~3 min)
+            idle time, attnkit eager and compiled (also recorded as CUDA graphs, and with Inductor's C++
+            wrapper: the options against the host-bound step) and Marian, the longest kernels of each; with
+            ``--traces``, each step's Chrome trace in OUT/traces/                                    (~3-4 min)
 
 and writes to OUT (at most 8 files, what a lent machine returns): ``summary.txt`` (the table printed last),
 ``check.log`` (every part's output), ``tests.txt``, ``bench_train.jsonl`` and ``bench_decode.jsonl`` (a JSON line
@@ -137,6 +138,7 @@ def main() -> int:
         shape = ["--config", "small", "--length", "16", "--tokens", "512"] if smoke else ["--config", "base"]
         shape += [] if smoke else ["--length", "128", "--tokens", "32768", "--precision", "bf16"]
         command = [python, str(REPO / "benchmarks" / "profile_train.py"), "--device", a.device, "--compiled", *shape]
+        command += [] if smoke else ["--cuda-graphs", "--cpp-wrapper"]
         command += ["--top", "30"] + (["--trace", str(a.out / "traces")] if a.traces else [])
         with tempfile.TemporaryDirectory() as work:
             table = Path(work) / "profile.txt"

@@ -93,6 +93,8 @@ def operator_totals(prof, wall_ms: float) -> dict[str, float]:
 
 
 GRAPHS = "attnkit compiled+graphs"  # the step compiled as torch.compile(mode="reduce-overhead") makes it
+CPP = "attnkit compiled+cpp"  # the step compiled with Inductor's C++ wrapper
+OPTIONS = {GRAPHS: {"triton.cudagraphs": True}, CPP: {"cpp_wrapper": True}}  # variant -> Inductor's options
 
 
 def longest(prof, n: int, on_gpu: bool) -> list[str]:
@@ -120,6 +122,12 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--compiled", action="store_true", help="also attnkit's step compiled (--set compile=true)")
     parser.add_argument(
+        "--cpp-wrapper",
+        action="store_true",
+        help="also attnkit's step compiled with Inductor's C++ wrapper (cpp_wrapper: kernels launched from C++, not "
+        "Python)",
+    )
+    parser.add_argument(
         "--cuda-graphs",
         action="store_true",
         help="also attnkit's step compiled and replayed as CUDA graphs (Inductor's cudagraph trees, "
@@ -137,7 +145,7 @@ def main() -> int:
     if args.cuda_graphs and not on_gpu:
         parser.error("--cuda-graphs: CUDA only")
     impls = ("attnkit", "transformers") + (("attnkit compiled",) if args.compiled else ())
-    impls += (GRAPHS,) if args.cuda_graphs else ()
+    impls += ((GRAPHS,) if args.cuda_graphs else ()) + ((CPP,) if args.cpp_wrapper else ())
     with fixed_threads(args.threads):
         src, tgt_in, tgt_out = (t.to(device) for t in make_batch(cfg, args.length, args.tokens, seed=0))
         torch.manual_seed(0)
@@ -145,15 +153,17 @@ def main() -> int:
         steps = {}
         for impl in impls:
             torch.manual_seed(0)
-            # Dynamo keeps its programs per code object and tells them apart by their guards: the graphs' step
-            # takes a copy of the model, so that it compiles a program of its own rather than reuse the plain one
-            model, forward = forward_fn(impl.split(" ")[0], cfg, copy.deepcopy(ours) if impl == GRAPHS else ours)
+            # Dynamo keeps its programs per code object and tells them apart by their guards: each variant of the
+            # compiled step takes a copy of the model, so that it compiles a program of its own under its options
+            # rather than reuse the plain one
+            variant = impl in OPTIONS
+            model, forward = forward_fn(impl.split(" ")[0], cfg, copy.deepcopy(ours) if variant else ours)
             backend = COMPILE_BACKEND if " compiled" in impl else None
             steps[impl] = training_step(
                 model.to(device), forward, src, tgt_in, tgt_out, args.precision, compile_backend=backend
             )
             if backend is not None:  # the compilation, before the timing (graphs: recorded by the third call)
-                with torch._inductor.config.patch({"triton.cudagraphs": impl == GRAPHS}):
+                with torch._inductor.config.patch(OPTIONS.get(impl, {})):
                     for _ in range(3 if impl == GRAPHS else 1):
                         steps[impl]()
         timings = measure_interleaved(list(steps.values()), warmup=2, reps=5, sync=waits)
