@@ -84,3 +84,24 @@ def test_info_reports_the_precision_and_device_the_worker_runs_in(translator_dir
             time.sleep(0.1)
         info = client.get("/info").json()
     assert info["inference"] == {"precision": "bf16", "device": "cpu", "worker": "process"}
+
+
+def test_the_warm_up_runs_both_searches_a_request_may_take_before_the_first_client(translator_dir):
+    """A translator is warmed up greedily and with the beam a request gets when it names none: each search is a
+    step of its own (its own CUDA graph or compiled program), which the first client would otherwise pay for."""
+    from attnkit.serving.models import DEFAULT_BEAM, TranslatorModel, warm_up
+    from attnkit.serving.schemas import TranslateRequest
+
+    served = load_model(translator_dir)
+    assert isinstance(served, TranslatorModel)
+    beams = []
+    translate = served.translate
+
+    def recorded(seqs, *, beam, **options):
+        beams.append(beam)
+        return translate(seqs, beam=beam, **options)
+
+    served.translate = recorded  # type: ignore[method-assign]
+    warm_up(served)
+    assert beams == [1, DEFAULT_BEAM]
+    assert TranslateRequest.model_validate({"inputs": "hello"}).beam == DEFAULT_BEAM

@@ -33,7 +33,7 @@ from attnkit.serving.gate import Gate, Route
 from attnkit.serving.http import ApiError, error_response, install_error_handlers
 from attnkit.serving.limits import Limits, check_beam, encode_inputs
 from attnkit.serving.metrics import Metrics
-from attnkit.serving.models import ServedModel, finite, run_batch, warm_up
+from attnkit.serving.models import DEFAULT_BEAM, ServedModel, finite, run_batch, warm_up
 from attnkit.serving.schemas import (
     FORM,
     AttentionRequest,
@@ -271,7 +271,7 @@ def create_app(
         JSON, or as a form (``application/x-www-form-urlencoded`` or the query string) as its client libraries
         send it."""
         m = served("translator")
-        beam = max(4, body.alternatives + 1)
+        beam = max(DEFAULT_BEAM, body.alternatives + 1)
         check_beam(beam, body.alternatives + 1, limits)
         _, seqs, _ = encode_inputs(m, body.q, False, limits, field="q")
         nbest = await infer(("translate", beam, 0.6, "gnmt", body.alternatives + 1), seqs)

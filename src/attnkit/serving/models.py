@@ -278,14 +278,20 @@ def load_model(spec: str | Path, precision: str = "fp32", device: torch.device |
     raise InputError(f"{path}: not a classifier or translator run directory, nor a BERT folder")
 
 
+DEFAULT_BEAM = 4  # a translation request's beam unless it names one (§6.1 used 4)
+
+
 def warm_up(served: ServedModel) -> None:
-    """Run one short input through the model: the first call pays for lazy initialisation, not a client."""
-    group = {
-        "classifier": ("classify",),
-        "embedder": ("embed", "mean", False),
-        "translator": ("translate", 1, 0.6, "gnmt", 1),
-    }[served.task]
-    run_batch(served, group, [[served.token_ids("hello world")]])
+    """Run one short input through the model: the first call pays for lazy initialisation, not a client. A
+    translator decodes it greedily and with a request's default beam (4): the two searches are different steps,
+    each with its own CUDA graph or compiled program to make (``attnkit.inference.programs``)."""
+    groups: dict[str, list[tuple]] = {
+        "classifier": [("classify",)],
+        "embedder": [("embed", "mean", False)],
+        "translator": [("translate", beam, 0.6, "gnmt", 1) for beam in (1, DEFAULT_BEAM)],
+    }
+    for group in groups[served.task]:
+        run_batch(served, group, [[served.token_ids("hello world")]])
 
 
 def run_batch(served: ServedModel, group: tuple, jobs: list[list[list[int]]]) -> list[Any]:

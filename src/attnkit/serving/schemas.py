@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from attnkit.decoding.penalty import LENGTH_PENALTIES
+from attnkit.serving.models import DEFAULT_BEAM
 
 # The largest beam any request may ask for (the server's --max-beam may lower it); past this a request costs
 # beam x memory for little gain (§6.1 used 4).
@@ -68,7 +69,7 @@ class EmbeddingsRequest(BaseModel):
 
 class TranslateRequest(_Strict):
     inputs: Inputs
-    beam: StrictInt = Field(4, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy (§6.1: 4)")
+    beam: StrictInt = Field(DEFAULT_BEAM, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy (§6.1: 4)")
     alpha: Alpha = Field(0.6, description="length penalty exponent (§6.1: 0.6)")
     length_penalty: Literal[LENGTH_PENALTIES] = "gnmt"  # type: ignore[valid-type]
     n_best: StrictInt = Field(1, ge=1, le=MAX_BEAM, description="how many translations per input, best first")
