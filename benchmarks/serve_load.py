@@ -312,7 +312,7 @@ def main() -> None:
             continue
         proc, url = start_server(args.model, args.threads, flags + device)
         try:
-            run(load(url, path, field, texts, min(clients, 4), 2, extra))  # warm-up: connections, first batches
+            run(load(url, path, field, texts, min(clients, 4), min(2, args.seconds), extra))  # warm-up
             report[name] = run(load(url, path, field, texts, clients, args.seconds, extra))
         finally:
             stop_server(proc)
