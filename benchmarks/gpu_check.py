@@ -27,9 +27,9 @@ with ``transformers`` has), in this order (the figures the issues ask for first;
             --device cuda``'s suite, each row written as it is measured                       (cap 150 s)
     profile (only when named in ``--parts``) where a bfloat16 training step's GPU time goes
             (benchmarks/profile_train.py, base, length 128, 32,768 tokens): kernel time by category and the GPU's
-            idle time, attnkit eager and compiled (also recorded as CUDA graphs, and with Inductor's C++
-            wrapper: the options against the host-bound step) and Marian, the longest kernels of each; with
-            ``--traces``, each step's Chrome trace in OUT/traces/                                    (~3-4 min)
+            idle time, attnkit eager and compiled (also recorded as CUDA graphs, with Inductor's C++ wrapper,
+            and with the optimizer's step compiled: the options against the host-bound step) and Marian, the
+            longest kernels of each; with ``--traces``, each step's Chrome trace in OUT/traces/      (~4-5 min)
 
 and writes to OUT (at most 8 files, what a lent machine returns): ``summary.txt`` (the table printed last),
 ``check.log`` (every part's output), ``tests.txt``, ``bench_train.jsonl`` and ``bench_decode.jsonl`` (a JSON line
@@ -61,7 +61,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PARTS = ("bible", "serve", "train", "tests", "decode", "profile")  # in the order they run; all but profile by default
 # each part's cap in seconds; bible: its evaluation's (its training stops after --bible-minutes)
-CAPS_S = {"bible": 90, "serve": 60, "train": 270, "tests": 150, "decode": 150, "profile": 240}
+CAPS_S = {"bible": 90, "serve": 60, "train": 270, "tests": 150, "decode": 150, "profile": 330}
 RECIPE = (  # the README's Bible En-De recipe
     "--preset small --max-steps 4700 --set schedule=linear lr=1e-3 warmup_steps=300 checkpoint_every=250"
 ).split()
@@ -139,7 +139,7 @@ def main() -> int:
         shape = ["--config", "small", "--length", "16", "--tokens", "512"] if smoke else ["--config", "base"]
         shape += [] if smoke else ["--length", "128", "--tokens", "32768", "--precision", "bf16"]
         command = [python, str(REPO / "benchmarks" / "profile_train.py"), "--device", a.device, "--compiled", *shape]
-        command += [] if smoke else ["--cuda-graphs", "--cpp-wrapper"]
+        command += [] if smoke else ["--cuda-graphs", "--cpp-wrapper", "--compiled-adam"]
         command += ["--top", "30"] + (["--trace", str(a.out / "traces")] if a.traces else [])
         with tempfile.TemporaryDirectory() as work:
             table = Path(work) / "profile.txt"

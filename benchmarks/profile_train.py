@@ -94,7 +94,8 @@ def operator_totals(prof, wall_ms: float) -> dict[str, float]:
 
 GRAPHS = "attnkit compiled+graphs"  # the step compiled as torch.compile(mode="reduce-overhead") makes it
 CPP = "attnkit compiled+cpp"  # the step compiled with Inductor's C++ wrapper
-OPTIONS = {GRAPHS: {"triton.cudagraphs": True}, CPP: {"cpp_wrapper": True}}  # variant -> Inductor's options
+ADAM = "attnkit compiled+adam"  # the step compiled, and the optimizer's step compiled too
+OPTIONS = {GRAPHS: {"triton.cudagraphs": True}, CPP: {"cpp_wrapper": True}, ADAM: {}}  # variant -> Inductor's options
 
 
 def longest(prof, n: int, on_gpu: bool) -> list[str]:
@@ -128,6 +129,12 @@ def main() -> int:
         "Python)",
     )
     parser.add_argument(
+        "--compiled-adam",
+        action="store_true",
+        help="also attnkit's step compiled with its fused Adam step compiled too (the optimizer's Python walk over "
+        "the parameters traced once)",
+    )
+    parser.add_argument(
         "--cuda-graphs",
         action="store_true",
         help="also attnkit's step compiled and replayed as CUDA graphs (Inductor's cudagraph trees, "
@@ -146,6 +153,7 @@ def main() -> int:
         parser.error("--cuda-graphs: CUDA only")
     impls = ("attnkit", "transformers") + (("attnkit compiled",) if args.compiled else ())
     impls += ((GRAPHS,) if args.cuda_graphs else ()) + ((CPP,) if args.cpp_wrapper else ())
+    impls += (ADAM,) if args.compiled_adam else ()
     with fixed_threads(args.threads):
         src, tgt_in, tgt_out = (t.to(device) for t in make_batch(cfg, args.length, args.tokens, seed=0))
         torch.manual_seed(0)
@@ -160,7 +168,14 @@ def main() -> int:
             model, forward = forward_fn(impl.split(" ")[0], cfg, copy.deepcopy(ours) if variant else ours)
             backend = COMPILE_BACKEND if " compiled" in impl else None
             steps[impl] = training_step(
-                model.to(device), forward, src, tgt_in, tgt_out, args.precision, compile_backend=backend
+                model.to(device),
+                forward,
+                src,
+                tgt_in,
+                tgt_out,
+                args.precision,
+                compile_backend=backend,
+                compile_optimizer=impl == ADAM,
             )
             if backend is not None:  # the compilation, before the timing (graphs: recorded by the third call)
                 with torch._inductor.config.patch(OPTIONS.get(impl, {})):

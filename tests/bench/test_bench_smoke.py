@@ -220,16 +220,22 @@ def test_the_token_budget_variant_feeds_new_padded_shapes_to_every_implementatio
 def test_the_compiled_row_computes_the_eager_steps_losses_and_times_its_compilation_apart(monkeypatch):
     """attnkit's step with its forward pass and loss compiled (as --set compile=true trains) gives the eager step's
     losses step after step (no dropout: the compiled graph draws its own masks); its row reports the first call,
-    the compilation, apart from the timed median. Traced with "aot_eager" here: the same graphs, no kernels made."""
+    the compilation, apart from the timed median; the optimizer's step compiled too (an experiment of
+    benchmarks/profile_train.py) updates the same. Traced with "aot_eager" here: the same graphs, no kernels made."""
     cfg = dataclasses.replace(TINY, dropout=0.0)
     src, tgt_in, tgt_out = train.make_batch(cfg, 8, 128, seed=3)  # (8, 8) each
     losses = []
-    for backend in (None, "aot_eager"):
+    for backend, optimizer in ((None, False), ("aot_eager", False), ("aot_eager", True)):
         torch.manual_seed(0)
         model = build_translator(cfg, pad_id=PAD_ID)
-        step = train.training_step(model, model, src, tgt_in, tgt_out, compile_backend=backend)
+        step = train.training_step(
+            model, model, src, tgt_in, tgt_out, compile_backend=backend, compile_optimizer=optimizer
+        )
         losses.append([step() for _ in range(3)])
     assert losses[1] == pytest.approx(losses[0], abs=1e-5) and losses[0][2] < losses[0][0]
+    assert losses[2] == pytest.approx(losses[0], abs=1e-5)
+    with pytest.raises(ValueError, match="compile_optimizer"):
+        train.training_step(model, model, src, tgt_in, tgt_out, compile_optimizer=True)
     monkeypatch.setattr(train, "COMPILE_BACKEND", "aot_eager")
     results = train.run(
         quick=True, threads=1, configs={"tiny": TINY}, lengths=(8,), tokens_per_batch=128, impls=("attnkit",),

@@ -147,13 +147,20 @@ def training_step(
     precision: str = "fp32",
     *,
     compile_backend: str | None = None,
+    compile_optimizer: bool = False,
 ) -> Callable[[], float]:
     """A closure running one optimizer step on the batch (model and batch on one device); the model is put in
     training mode (dropout on). ``precision="bf16"`` runs the forward pass under bfloat16 autocast, as
-    ``--set precision=bf16`` trains; ``compile_backend``: attnkit's forward pass and loss compiled
-    (``training_steps``)."""
+    ``--set precision=bf16`` trains; ``compile_backend``: attnkit's forward pass and loss compiled, and with
+    ``compile_optimizer`` the optimizer's step too (``training_steps``)."""
     return training_steps(
-        model, forward, [(src, tgt_in, tgt_out)], precision, per_call=1, compile_backend=compile_backend
+        model,
+        forward,
+        [(src, tgt_in, tgt_out)],
+        precision,
+        per_call=1,
+        compile_backend=compile_backend,
+        compile_optimizer=compile_optimizer,
     )
 
 
@@ -165,23 +172,31 @@ def training_steps(
     *,
     per_call: int,
     compile_backend: str | None = None,
+    compile_optimizer: bool = False,
 ) -> Callable[[], float]:
     """A closure running ``per_call`` optimizer steps, each on the next batch of ``batches`` (src, tgt_in, tgt_out,
     on the model's device; round again at the end); returns the last step's loss. "tf32" is float32 with TF32
     matrix products. attnkit runs under the kernels ``translate train`` chooses (``training.kernels``), and with
     ``compile_backend`` ("inductor", as ``--set compile=true`` trains; "aot_eager" to trace without generating
-    kernels) its forward pass and loss compiled into one graph."""
+    kernels) its forward pass and loss compiled into one graph. ``compile_optimizer`` (with ``compile_backend``; an
+    experiment, not what ``translate train`` does): the fused Adam step compiled with the same backend too, so that
+    its Python walk over every parameter runs once, when it is traced, rather than at every step."""
     model.train()
     device = batches[0][0].device
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     ours = isinstance(model, Transformer)
     if compile_backend is not None and not ours:
         raise ValueError("compile_backend: only attnkit's step is compiled here")
+    if compile_optimizer and compile_backend is None:
+        raise ValueError("compile_optimizer: with compile_backend only")
 
     def our_loss(src: Tensor, tgt_in: Tensor, positions: Tensor, targets: Tensor, src_rows: Tensor) -> Tensor:
         return batch_loss(model(src, tgt_in, positions, src_rows=src_rows), targets)  # logits (N, V) -> ()
 
     loss_of = our_loss if compile_backend is None else compiled(our_loss, backend=compile_backend)
+    update = optimizer.step
+    if compile_optimizer and compile_backend is not None:
+        update = torch.compile(optimizer.step, backend=compile_backend)
     # What ``translate train``'s batches bring from the host (``tasks.translate.data.training_batch``): the flat
     # positions of the real target and source tokens and the targets there, made once, before the steps.
     prepared = []
@@ -206,7 +221,7 @@ def training_steps(
                 if not ours:
                     loss = reference_loss(logits.float(), tgt_out)
                 loss.backward()
-                optimizer.step()
+                update()
                 optimizer.zero_grad(set_to_none=True)
         return loss.item()
 
