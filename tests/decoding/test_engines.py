@@ -188,6 +188,33 @@ def test_nbest_on_the_recorded_graph_is_the_eager_one(recorded_graphs):
         assert ours.normalized == pytest.approx(theirs.normalized, rel=1e-5)
 
 
+def _teacher_forced_score(model, src: torch.Tensor, tokens: list[int], eos: bool) -> float:
+    """log P(tokens, then EOS if emitted | src (1, S)) by one full pass over the output: the reference."""
+    target = tokens + [EOS] if eos else tokens
+    tgt_in = torch.tensor([[BOS] + target[:-1]])  # (1, T)
+    with torch.inference_mode():
+        logp = torch.log_softmax(model(src, tgt_in).float(), dim=-1)[0]  # (T, V)
+    return float(logp.gather(1, torch.tensor(target)[:, None]).sum())
+
+
+def test_greedy_scores_summed_in_the_search_are_a_teacher_forced_pass_on_every_engine(recorded_graphs):
+    """``greedy_decode_scored``: greedy_decode's tokens, whether EOS ended each output (else its length limit), and
+    the summed log-probabilities of its tokens and EOS, which a teacher-forced pass of each output gives too
+    (float32 rounding apart), in a batch and on the recorded graph: the server reports them without that pass."""
+    from attnkit.decoding import greedy_decode_scored
+
+    model, src = _model(), _sources([9, 3, 6, 1, 7, 5, 2, 8])
+    eager = greedy_decode_scored(model, src, **IDS, max_extra=8)
+    assert [h.tokens for h in eager] == greedy_decode(model, src, **IDS, max_extra=8)
+    assert {h.eos for h in eager} == {True, False}  # outputs that ended with EOS and outputs cut at their limit
+    for hyp, sentence in zip(eager, _unpadded(src)):
+        assert hyp.score == pytest.approx(_teacher_forced_score(model, sentence, hyp.tokens, hyp.eos), abs=1e-4)
+        assert hyp.normalized == hyp.score and hyp.score < 0
+    graph = greedy_decode_scored(model, src, **IDS, max_extra=8, engine=GRAPH)
+    assert [(h.tokens, h.eos) for h in graph] == [(h.tokens, h.eos) for h in eager]
+    assert [h.score for h in graph] == pytest.approx([h.score for h in eager], abs=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, "int8"])
 def test_reduced_precision_decodes_on_the_recorded_graph_as_eager(recorded_graphs, dtype):
     model = quantize_for_inference(_model()) if dtype == "int8" else _model(dtype)

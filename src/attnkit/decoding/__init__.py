@@ -8,7 +8,7 @@ list of encoded sources in length-sorted batches (``translate_ids``).
 
 from attnkit.decoding.beam import Hypothesis, beam_search, beam_search_nbest
 from attnkit.decoding.corpus import translate_ids
-from attnkit.decoding.greedy import greedy_decode
+from attnkit.decoding.greedy import greedy_decode, greedy_decode_scored
 from attnkit.decoding.limits import output_limits
 from attnkit.decoding.penalty import LENGTH_PENALTIES, length_penalty
 
@@ -18,6 +18,7 @@ __all__ = [
     "beam_search",
     "beam_search_nbest",
     "greedy_decode",
+    "greedy_decode_scored",
     "length_penalty",
     "output_limits",
     "translate_ids",

@@ -13,6 +13,8 @@ stays in the batch, finished, and its later tokens are not read (``attnkit.decod
     out        (R, L)      tokens emitted; column t is written at step t
     lengths    (R,)        output length of each (its limit until it emits EOS)
     finished   (R,)        True once a row emitted EOS or reached its limit; stop: all of them (0-d)
+    score      (R,)        float32: summed log-probabilities of each row's tokens so far, EOS included (only where
+                           asked for: ``greedy_decode_scored``)
     cache      n_layers x DecoderLayerCache: self-attention K/V of positions 0 .. t - 1, cross-attention K/V
     src_mask   (R, 1, 1, S) True = real source token;  banned (V,) tokens never emitted
 """
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnkit.decoding.beam import Hypothesis
 from attnkit.decoding.limits import output_limits
 from attnkit.decoding.static import (
     Plan,
@@ -53,6 +56,7 @@ class GreedyState:
     lengths: Tensor
     finished: Tensor
     stop: Tensor
+    score: Tensor
     cache: list[DecoderLayerCache]
     src_mask: Tensor | None  # None: no padding (``static.fill_source_mask``)
     banned: Tensor
@@ -62,6 +66,7 @@ class GreedyState:
 class GreedyOptions:
     eos_id: int
     prefix: bool  # attend over the written positions only (``Engine.prefix``)
+    score: bool = False  # sum the log-probabilities of the emitted tokens into ``GreedyState.score``
 
 
 def greedy_step(model: Transformer, s: GreedyState, o: GreedyOptions) -> None:
@@ -69,8 +74,11 @@ def greedy_step(model: Transformer, s: GreedyState, o: GreedyOptions) -> None:
     cache, offset = written(s.cache, s.t, o.prefix)
     logits, _, _ = model.decode(s.last, None, s.src_mask, cache=cache, offset=offset)  # (R, 1, V)
     # In float32, also from a bfloat16 model: ties in argmax stay rare.
-    logits = logits[:, -1].float().masked_fill(s.banned, float("-inf"))  # (R, V)
-    token = logits.argmax(dim=-1)  # (R,)
+    logits = logits[:, -1].float()  # (R, V)
+    token = logits.masked_fill(s.banned, float("-inf")).argmax(dim=-1)  # (R,)
+    if o.score:  # log P(token) under the whole distribution (as a teacher-forced pass); finished rows add 0
+        logp = logits.log_softmax(dim=-1).gather(1, token[:, None])[:, 0]  # (R,)
+        s.score.add_(logp.masked_fill(s.finished, 0.0))
     s.out.index_copy_(1, s.t, token[:, None])  # (R, L), column t
     ended = (token == o.eos_id) & ~s.finished  # (R,)
     s.lengths.copy_(torch.where(ended, s.t, s.lengths))  # EOS was output token t: t tokens before it
@@ -104,6 +112,42 @@ def greedy_decode(
     Returns:
         For each source, its output token ids without BOS and EOS (never ``model.pad_id``).
     """
+    found = _decode(model, src, bos_id, eos_id, max_positions, max_extra, fixed_len, engine, score=False)
+    return [tokens for tokens, _, _ in found]
+
+
+@torch.inference_mode()
+def greedy_decode_scored(
+    model: Transformer,
+    src: Tensor,
+    *,
+    bos_id: int,
+    eos_id: int,
+    max_positions: int,
+    max_extra: int = 50,
+    engine: Engine | None = None,
+) -> list[Hypothesis]:
+    """``greedy_decode``'s outputs with their scores, summed during the search: for each source, its tokens, the
+    log-probabilities of them and of EOS where it was emitted (each under the step's whole distribution, as a
+    teacher-forced pass of the output scores it; ``normalized`` is the same sum: greedy search does not rank by
+    length), and whether EOS ended it (else the length limit)."""
+    found = _decode(model, src, bos_id, eos_id, max_positions, max_extra, None, engine, score=True)
+    return [Hypothesis(tokens, score, score, eos) for tokens, score, eos in found]
+
+
+def _decode(
+    model: Transformer,
+    src: Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_positions: int,
+    max_extra: int,
+    fixed_len: int | None,
+    engine: Engine | None,
+    *,
+    score: bool,
+) -> list[tuple[list[int], float, bool]]:
+    """Each source's (tokens, score, ended by EOS); unless ``score``, 0.0 and False (not read)."""
     limits = output_limits(
         src, pad_id=model.pad_id, max_extra=max_extra, max_positions=max_positions, fixed_len=fixed_len
     )
@@ -113,10 +157,11 @@ def greedy_decode(
     was_training = model.training
     model.eval()  # no dropout (§5.4 applies it in training only)
     try:
-        out, lengths = _greedy(model, src, limits, call, bos_id, eos_id, suppress_eos=fixed_len is not None)
+        found = _greedy(model, src, limits, call, bos_id, eos_id, suppress_eos=fixed_len is not None, score=score)
     finally:
         model.train(was_training)
-    return [row[:n] for row, n in zip(out, lengths)]
+    out, lengths, scores, eos = found
+    return [(row[:n], total, ended) for row, n, total, ended in zip(out, lengths, scores, eos)]
 
 
 def _greedy(
@@ -128,8 +173,10 @@ def _greedy(
     eos_id: int,
     *,
     suppress_eos: bool,
-) -> tuple[list[list[int]], list[int]]:
-    """The decoding loop of ``call``; returns the emitted tokens and the output lengths of the B real rows."""
+    score: bool,
+) -> tuple[list[list[int]], list[int], list[float], list[bool]]:
+    """The decoding loop of ``call``; returns the emitted tokens and the output lengths of the B real rows, and with
+    ``score`` their scores and whether each ended with EOS (else zeros and False, not read)."""
     B, R, S, L = call.sentences, call.rows, call.source, call.cache
     vocab, device = model.embeddings.token.num_embeddings, src.device
     padded = pad_sources(src, R, S, model.pad_id)  # (R, S)
@@ -147,12 +194,13 @@ def _greedy(
             lengths=zeros(device, R),
             finished=zeros(device, R, dtype=torch.bool),
             stop=zeros(device, dtype=torch.bool),
+            score=zeros(device, R, dtype=torch.float32),
             cache=empty_cache(model, R, S, L, like=memory),
             src_mask=zeros(device, R, 1, 1, S, dtype=torch.bool),
             banned=zeros(device, vocab, dtype=torch.bool),
         )
 
-    options = GreedyOptions(eos_id, prefix=call.engine.prefix(device))
+    options = GreedyOptions(eos_id, prefix=call.engine.prefix(device), score=score)
     with running(call.engine, greedy_step, model, options, (R, S, L, memory.dtype), allocate, call.per_call) as runner:
         s: GreedyState = runner.state
         s.t.zero_()
@@ -162,9 +210,12 @@ def _greedy(
         s.lengths.copy_(s.limit)
         s.finished.copy_(s.limit == 0)  # the rows that fill the bucket are finished before they start
         s.stop.zero_()
+        s.score.zero_()
         s.src_mask = fill_source_mask(s.src_mask, src_mask, options.prefix)
         s.banned.copy_(banned_tokens(vocab, banned, device))
         fill_cross(model, memory, s.cache)
         run_steps(runner, call.steps, lambda: s.stop, call.engine.every(device))
         out, lengths = s.out[:B].tolist(), s.lengths[:B].tolist()  # the call's one read of its result
-    return out, lengths
+        if not score:
+            return out, lengths, [0.0] * B, [False] * B
+        return out, lengths, s.score[:B].tolist(), (s.lengths[:B] < s.limit[:B]).tolist()

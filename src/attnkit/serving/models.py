@@ -178,49 +178,29 @@ class TranslatorModel(ServedModel):
         self, seqs: list[list[int]], *, beam: int, alpha: float, length_penalty: str, n_best: int
     ) -> list[list[Candidate]]:
         """The n best translations of each encoded source, best first. The best one is what ``translate run``
-        prints: greedy search for beam 1, otherwise beam search (§6.1)."""
-        from attnkit.decoding import beam_search_nbest, greedy_decode
+        prints: greedy search for beam 1 (its score summed during the search), otherwise beam search (§6.1)."""
+        from attnkit.decoding import beam_search_nbest, greedy_decode_scored
 
         tok, max_positions = self.tokenizer, self.model.embeddings.position.max_len
         src = pad(seqs, tok.pad_id).to(model_device(self.model))  # (B, S)
         if beam == 1:
-            outs = greedy_decode(self.model, src, bos_id=self.bos_id, eos_id=self.eos_id, max_positions=max_positions)
-            return [[self._scored_greedy(s, out)] for s, out in zip(seqs, outs)]
-        nbest = beam_search_nbest(
-            self.model,
-            src,
-            bos_id=self.bos_id,
-            eos_id=self.eos_id,
-            max_positions=max_positions,
-            n_best=n_best,
-            beam_size=beam,
-            alpha=alpha,
-            length_penalty=length_penalty,
-        )
-        return [[Candidate(tok.decode(h.tokens), h.score, h.normalized, h.eos) for h in hyps] for hyps in nbest]
-
-    def _scored_greedy(self, src_ids: list[int], out: list[int]) -> Candidate:
-        """Greedy search returns tokens only: score them with one teacher-forced pass (summed log-probabilities of
-        the output and its EOS; a greedy output is not length-normalised, so both scores are the same)."""
-        from attnkit.decoding.limits import output_limits
-
-        tok = self.tokenizer
-        src = torch.tensor([src_ids], device=model_device(self.model))  # (1, S)
-        limit = int(
-            output_limits(
+            found = greedy_decode_scored(
+                self.model, src, bos_id=self.bos_id, eos_id=self.eos_id, max_positions=max_positions
+            )
+            nbest = [[h] for h in found]
+        else:
+            nbest = beam_search_nbest(
+                self.model,
                 src,
-                pad_id=tok.pad_id,
-                max_extra=50,
-                max_positions=self.model.embeddings.position.max_len,
-                fixed_len=None,
-            )[0]
-        )
-        eos = len(out) < limit
-        target = out + [self.eos_id] if eos else out
-        tgt_in = torch.tensor([[self.bos_id] + target[:-1]], device=src.device)  # (1, T)
-        logp = torch.log_softmax(self.model(src, tgt_in).float(), dim=-1)[0]  # (T, V)
-        score = float(logp.gather(1, torch.tensor(target, device=src.device)[:, None]).sum()) if target else 0.0
-        return Candidate(tok.decode(out), score, score, eos)
+                bos_id=self.bos_id,
+                eos_id=self.eos_id,
+                max_positions=max_positions,
+                n_best=n_best,
+                beam_size=beam,
+                alpha=alpha,
+                length_penalty=length_penalty,
+            )
+        return [[Candidate(tok.decode(h.tokens), h.score, h.normalized, h.eos) for h in hyps] for hyps in nbest]
 
     @torch.inference_mode()
     def attention(self, ids: list[int]) -> dict:
