@@ -275,17 +275,19 @@ def _train_table(results: list[dict]) -> list[str]:
         if r["impl"] not in ("matmul", "data sheet"):
             key = (r["config"], r["seq_len"], r["dtype"], r.get("variant") or "fixed")
             by_key.setdefault(key, {})[r["impl"]] = r
-    lines = ["          config len dtype     variant      impl              ms  Marian ms  Marian/it    MFU"]
+    lines = [
+        "          config len dtype     variant      impl                              ms  Marian ms  Marian/it    MFU"
+    ]
     for (config, length, dtype, variant), impls in by_key.items():
         marian = impls.get("transformers")
-        for name in ("attnkit", "attnkit compiled"):
+        for name in ("attnkit", "attnkit cuda-graphs", "attnkit compiled", "attnkit compiled cuda-graphs"):
             ours = impls.get(name)
             if ours is None:
                 continue
             theirs = f"{marian['ms']:9.1f}  {marian['ms'] / ours['ms']:8.2f}x" if marian else f"{'-':>9s}  {'-':>9s}"
             mfu = f"{ours['mfu']:.1%}" if ours.get("mfu") is not None else "-"
             lines.append(
-                f"          {config:6s} {length:3d} {dtype:9s} {variant:12s} {name:16s} {ours['ms']:6.1f}  {theirs}"
+                f"          {config:6s} {length:3d} {dtype:9s} {variant:12s} {name:32s} {ours['ms']:6.1f}  {theirs}"
                 f"  {mfu:>5s}"
             )
     return lines

@@ -406,3 +406,12 @@ def test_the_library_refuses_impossible_decoding_options_by_name(tiny_translator
     for options, name in cases:
         with pytest.raises(InputError, match=name):
             run.translate(["a b c"], **options)
+
+
+def test_cuda_graphs_without_a_gpu_is_refused_before_training(tmp_path, capsys, tiny):
+    """``--set cuda_graphs=true`` names what it needs (a CUDA device) in one error line, and writes no run."""
+    argv = tiny.translate_train(tmp_path, tmp_path / "run", "cuda_graphs=true", "max_steps=2")
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert_one_error_line(err, "cuda_graphs=true", "CUDA")
+    assert not (tmp_path / "run" / "model.safetensors").exists()

@@ -5,6 +5,7 @@ on the GPU; a run stopped and resumed on the GPU is bitwise the uninterrupted on
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -118,10 +119,10 @@ RESUME = textwrap.dedent(
     from attnkit.training.events import Step
     from attnkit.training.task import TrainContext
 
-    task, data, out, precision, stop_at, device = sys.argv[1:7]
+    task, data, out, precision, stop_at, device, *flags = sys.argv[1:]
     stop_at = int(stop_at)
     common = dict(d_model=16, n_heads=2, d_ff=32, n_layers=1, min_freq=1, precision=precision, checkpoint_every=2,
-                  dropout=0.1, seed=3)
+                  dropout=0.1, seed=3, cuda_graphs="cuda_graphs" in flags)
     if task == "classify":
         model_cfg, train_cfg = task_configs("classify", None, dict(common, epochs=3))
         train, run = read_labeled(data), train_classifier
@@ -149,10 +150,13 @@ RESUME = textwrap.dedent(
 )
 
 
-def run_script(task: str, data: Path, out: Path, precision: str, stop_at: int, device: str = "cuda") -> None:
+def run_script(
+    task: str, data: Path, out: Path, precision: str, stop_at: int, device: str = "cuda", graphs: bool = False
+) -> None:
     env = {**os.environ, "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONPATH": os.pathsep.join(sys.path)}
+    flags = ["cuda_graphs"] if graphs else []
     done = subprocess.run(
-        [sys.executable, "-c", RESUME, task, str(data), str(out), precision, str(stop_at), device],
+        [sys.executable, "-c", RESUME, task, str(data), str(out), precision, str(stop_at), device, *flags],
         env=env,
         capture_output=True,
         text=True,
@@ -161,17 +165,22 @@ def run_script(task: str, data: Path, out: Path, precision: str, stop_at: int, d
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("task", ["classify", "translate"])
-def test_a_run_stopped_and_resumed_on_the_gpu_is_bitwise_the_uninterrupted_run(tmp_path, tiny, task, precision):
+@pytest.mark.parametrize(
+    ("task", "precision", "graphs"),
+    [(t, p, False) for t in ("classify", "translate") for p in PRECISIONS] + [("translate", "bf16", True)],
+    ids=lambda v: {True: "cuda_graphs", False: "eager"}.get(v, v) if isinstance(v, bool) else v,
+)
+def test_a_run_stopped_and_resumed_on_the_gpu_is_bitwise_the_uninterrupted_run(tmp_path, tiny, task, precision, graphs):
+    """Also with ``cuda_graphs=true``: the resumed process records its graphs again and replays them with each
+    batch's dropout seed (and makes its first update eagerly), bitwise what the uninterrupted one computed."""
     if task == "classify":
         data = tiny.SEED_TSV
     else:
         data = tmp_path / "pairs.tsv"
         header, body = tiny.PAIRS_TSV.split("\n", 1)
         data.write_text(header + "\n" + body * 3, encoding="utf-8")  # 12 pairs: several batches a step budget
-    run_script(task, data, tmp_path / "alone", precision, 0)
-    run_script(task, data, tmp_path / "stopped", precision, 5)  # after the save at step 4
+    run_script(task, data, tmp_path / "alone", precision, 0, graphs=graphs)
+    run_script(task, data, tmp_path / "stopped", precision, 5, graphs=graphs)  # after the save at step 4
     for name in ("model.safetensors", "train_state.safetensors", "metrics.jsonl"):
         assert (tmp_path / "alone" / name).read_bytes() == (tmp_path / "stopped" / name).read_bytes(), name
     if precision == "fp16":  # the loss scale travelled through the training state's JSON
@@ -233,11 +242,15 @@ def _pairs(tmp_path: Path, n: int = 200) -> Path:
     return path
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-def test_a_training_step_synchronises_only_to_read_its_sums(tmp_path, quietly, tiny, monkeypatch, precision):
+@pytest.mark.parametrize(
+    ("precision", "graphs"), [(p, "false") for p in PRECISIONS] + [("bf16", "true")], ids=lambda v: str(v)
+)
+def test_a_training_step_synchronises_only_to_read_its_sums(tmp_path, quietly, tiny, monkeypatch, precision, graphs):
     """From the second step on (the first one starts the CUDA context, cuBLAS and the optimizer's state), every step
     runs under ``torch.cuda.set_sync_debug_mode("error")``, which raises at any call that makes the host wait for the
-    GPU, except the step's one read of its loss, statistics and gradient norm (``loop.read_step``)."""
+    GPU, except the step's one read of its loss, statistics and gradient norm (``loop.read_step``). Replayed from
+    CUDA graphs too (``cuda_graphs=true``), where recording a new shape's graph (or the update's) may wait, once."""
+    from attnkit.training import graphs as graphs_module
     from attnkit.training import loop
 
     real_step, real_read = loop._train_step, loop.read_step
@@ -261,13 +274,26 @@ def test_a_training_step_synchronises_only_to_read_its_sums(tmp_path, quietly, t
         finally:
             torch.cuda.set_sync_debug_mode(mode)
 
+    def allowed(record):
+        def recording(*args, **kwargs):
+            mode = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("default")
+            try:
+                return record(*args, **kwargs)
+            finally:
+                torch.cuda.set_sync_debug_mode(mode)
+
+        return recording
+
     monkeypatch.setattr(loop, "_train_step", strict_step)
     monkeypatch.setattr(loop, "read_step", allowed_read)
+    for name in ("_record", "_record_update"):
+        monkeypatch.setattr(graphs_module.GraphedStep, name, allowed(getattr(graphs_module.GraphedStep, name)))
     out = tmp_path / "run"
     command = [
         "translate", "train", "--train", str(_pairs(tmp_path)), "--out", str(out), "--quiet", "--device", "cuda",
         "--set", *tiny.SET, "tokenizer=word", "valid_bleu=false", "max_tokens=256", "max_steps=12",
-        "checkpoint_every=100", f"precision={precision}",
+        "checkpoint_every=100", f"precision={precision}", f"cuda_graphs={graphs}",
     ]  # fmt: skip
     quietly(*command)
     assert steps == list(range(1, 13))
@@ -283,10 +309,36 @@ def test_the_compiled_step_computes_the_eager_steps_loss_on_the_gpu(tmp_path, qu
         command = [
             "translate", "train", "--train", str(_pairs(tmp_path, 60)), "--out", str(out), "--quiet", "--device",
             "cuda", "--set", *tiny.SET, "tokenizer=word", "valid_bleu=false", "max_tokens=256", "max_steps=8",
-            "dropout=0", "tf32=false", f"compile={str(compile_).lower()}",
+            "dropout=0", "tf32=false", f"compile={str(compile_).lower()}", "cuda_graphs=false",
         ]  # fmt: skip
         quietly(*command)
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         losses[compile_] = [row["loss"] for row in rows if "loss" in row]
     assert len(losses[True]) == 8
     assert losses[True] == pytest.approx(losses[False], rel=1e-4)
+
+
+def test_steps_replayed_from_cuda_graphs_train_as_the_eager_steps(tmp_path, quietly, tiny):
+    """``cuda_graphs=true`` (each batch shape's step recorded once, replayed after; ``training.graphs``) trains to
+    the eager run's losses, step by step, on token-budget batches of varied shapes (float32, no TF32, no dropout:
+    the same arithmetic up to the padding of fixed-shape batches), compiled or not; with dropout, in bfloat16, it
+    trains (resumed: ``test_a_run_stopped_and_resumed_on_the_gpu_is_bitwise_the_uninterrupted_run``)."""
+
+    def losses(out: Path, *settings: str) -> list[float]:
+        command = [
+            "translate", "train", "--train", str(_pairs(tmp_path, 60)), "--out", str(out), "--quiet", "--device",
+            "cuda", "--set", *tiny.SET, "tokenizer=word", "valid_bleu=false", "max_tokens=256", "tf32=false",
+            "checkpoint_every=4", *settings,
+        ]  # fmt: skip
+        quietly(*command)
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        return [row["loss"] for row in rows if "loss" in row]
+
+    eager = losses(tmp_path / "eager", "max_steps=10", "dropout=0", "cuda_graphs=false")
+    for compile_ in ("false", "true"):
+        graphed = losses(
+            tmp_path / f"graphs-{compile_}", "max_steps=10", "dropout=0", "cuda_graphs=true", f"compile={compile_}"
+        )
+        assert graphed == pytest.approx(eager, rel=1e-4)
+    bf16 = losses(tmp_path / "bf16", "max_steps=10", "precision=bf16", "cuda_graphs=true")
+    assert len(bf16) == 10 and all(math.isfinite(x) for x in bf16)

@@ -135,9 +135,14 @@ class TrainConfig:
     # autocast with a gradient scaler (CUDA only)
     precision: str = "fp32"
     tf32: bool = True  # CUDA: float32 matrix multiplications on TF32 tensor cores (Ampere and newer); ignored elsewhere
-    # torch.compile the forward pass and loss of a batch into fused kernels (training.kernels); the first steps pay
-    # the compilation. Off by default on every device until a GPU measures that it pays (docs/gpu.md)
+    # torch.compile the forward pass and loss of a batch into fused kernels (training.kernels). Off by default: the
+    # first steps pay 30-90 s of compilation, which a long run on a GPU earns back (docs/gpu.md) and a CPU does not
     compile: bool = False
+    # Each training step replayed from CUDA graphs recorded once per batch shape (batches padded to a bounded set of
+    # shapes) instead of launched kernel by kernel from Python (training.graphs): translation on one CUDA process,
+    # one batch a step, fp32 or bf16. None (default): wherever it can; true: insist (an error names what is missing);
+    # false: never
+    cuda_graphs: bool | None = None
     tensorboard: bool = False  # also log every metric to RUN/tensorboard (needs `pip install tensorboard`)
     tokenizer: str = "word"  # "word" (lower-cased words and punctuation), "bpe" (lossless) or "wordpiece"
     # "morphemes": the word vocabulary's units are Korean morphemes (MeCab-ko, `pip install 'attnkit[ko]'`); "none"

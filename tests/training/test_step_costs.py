@@ -24,6 +24,7 @@ from attnkit.data.readers import Pair
 from attnkit.model import transformer
 from attnkit.tasks.translate import train_translator
 from attnkit.training import loop, losses
+from attnkit.training.task import TrainContext
 
 
 @pytest.fixture
@@ -179,3 +180,65 @@ def translation_task(dropout: float):
     parallel = encode_pairs(tokenizer, data, model_cfg.max_len, "truncate")
     task = TranslationTask(parallel, None, [], tokenizer, train_cfg, model_cfg.d_model, "test")
     return task, model
+
+
+def test_a_fixed_shape_batch_gives_the_batchs_loss_and_gradients():
+    """``cuda_graphs=true`` records a step per batch shape, so the translator's batches are padded to a bounded set
+    of shapes (``fixed_shape_batch``: rows to a multiple of 8, copies of row 0; lengths to a multiple of 16, within
+    the positional limit; every target position read, padding as the target the loss leaves out): the loss and the
+    gradients are the batch's own, and its size is still its real target tokens."""
+    from attnkit.tasks.translate.data import fixed_shape_batch
+
+    task, model = translation_task(dropout=0.0)
+    batch = task.collate([0, 1, 2])  # 3 pairs, source lengths 3, 5, 4 (+ EOS)
+    fixed = fixed_shape_batch(batch, task.tokenizer.pad_id, max_positions=64)
+    assert [tuple(t.shape) for t in fixed.tensors] == [(8, 16), (8, 16), (128,), (128,)]
+    assert fixed.size == batch.size == int((fixed.tensors[3] != task.tokenizer.pad_id).sum())
+    assert (fixed.tensors[0][3:] == fixed.tensors[0][0]).all()  # the added rows: copies of row 0
+    # within the positional limit: no length past max_positions, unless the batch's own is longer
+    assert batch.tensors[0].shape == (3, 5)
+    assert fixed_shape_batch(batch, task.tokenizer.pad_id, max_positions=6).tensors[0].shape == (8, 6)
+    assert fixed_shape_batch(batch, task.tokenizer.pad_id, max_positions=4).tensors[0].shape == (8, 5)
+
+    def loss_and_grads(b):
+        model.zero_grad()
+        out = task.loss(model, b)
+        out.value.backward()
+        return out.value.detach(), [p.grad.clone() for p in model.parameters()]
+
+    loss, grads = loss_and_grads(batch)
+    fixed_loss, fixed_grads = loss_and_grads(fixed)
+    torch.testing.assert_close(fixed_loss, loss, rtol=1e-5, atol=1e-6)
+    for fixed_grad, grad in zip(fixed_grads, grads):
+        torch.testing.assert_close(fixed_grad, grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "settings, context, needle",
+    [
+        ({}, TrainContext(), "needs a CUDA device"),
+        ({}, TrainContext(torch.device("cuda"), rank=0, world_size=2), "one process"),
+        ({"accum_steps": 2}, TrainContext(torch.device("cuda")), "accum_steps=2"),
+        ({"precision": "fp16"}, TrainContext(torch.device("cuda")), "fp16"),
+    ],
+)
+def test_cuda_graphs_names_what_it_needs_and_the_run_lacks_and_unset_records_where_it_can(settings, context, needle):
+    from attnkit.config import TranslatorTrainConfig
+    from attnkit.errors import InputError
+    from attnkit.tasks.translate.train import TranslationTask
+    from attnkit.training.graphs import check_graphs, use_graphs
+
+    cfg = TranslatorTrainConfig(cuda_graphs=True, **settings)
+    with pytest.raises(InputError, match=needle):
+        check_graphs(cfg, TranslationTask, context)
+    with pytest.raises(InputError, match="only translate train"):  # a task whose batches have no bounded shapes
+        check_graphs(TranslatorTrainConfig(cuda_graphs=True), object(), TrainContext(torch.device("cuda")))
+    # unset (the default): wherever it can be, and silently not elsewhere; false: never
+    unset = TranslatorTrainConfig(**settings)
+    assert use_graphs(unset, TranslationTask, context) is False
+    assert use_graphs(TranslatorTrainConfig(), TranslationTask, TrainContext(torch.device("cuda"))) is True
+    assert (
+        use_graphs(TranslatorTrainConfig(cuda_graphs=False), TranslationTask, TrainContext(torch.device("cuda")))
+        is False
+    )
+    assert use_graphs(TranslatorTrainConfig(), object(), TrainContext(torch.device("cuda"))) is False

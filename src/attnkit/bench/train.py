@@ -32,7 +32,7 @@ kernels that compiling fuses.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -56,14 +56,16 @@ from attnkit.bench.common import (
     training_flops,
 )
 from attnkit.bench.gpu import synchronizer
-from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig
+from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig, TranslatorTrainConfig
 from attnkit.data.batching import token_budget_batches
 from attnkit.data.readers import Pair
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
+from attnkit.training.graphs import GraphedStep
 from attnkit.training.kernels import compiled, training_kernels
 from attnkit.training.losses import sequence_loss
 from attnkit.training.precision import autocast, native_bf16, set_tf32
+from attnkit.training.task import Batch, BatchLoss
 
 CONFIGS: dict[str, TranslatorConfig] = {
     "small": TranslatorConfig(**TRANSLATOR_PRESETS["small"]),
@@ -148,11 +150,12 @@ def training_step(
     *,
     compile_backend: str | None = None,
     compile_optimizer: bool = False,
+    cuda_graphs: bool = False,
 ) -> Callable[[], float]:
     """A closure running one optimizer step on the batch (model and batch on one device); the model is put in
     training mode (dropout on). ``precision="bf16"`` runs the forward pass under bfloat16 autocast, as
     ``--set precision=bf16`` trains; ``compile_backend``: attnkit's forward pass and loss compiled, and with
-    ``compile_optimizer`` the optimizer's step too (``training_steps``)."""
+    ``compile_optimizer`` the optimizer's step too; ``cuda_graphs``: replayed from CUDA graphs (``training_steps``)."""
     return training_steps(
         model,
         forward,
@@ -161,6 +164,7 @@ def training_step(
         per_call=1,
         compile_backend=compile_backend,
         compile_optimizer=compile_optimizer,
+        cuda_graphs=cuda_graphs,
     )
 
 
@@ -173,6 +177,7 @@ def training_steps(
     per_call: int,
     compile_backend: str | None = None,
     compile_optimizer: bool = False,
+    cuda_graphs: bool = False,
 ) -> Callable[[], float]:
     """A closure running ``per_call`` optimizer steps, each on the next batch of ``batches`` (src, tgt_in, tgt_out,
     on the model's device; round again at the end); returns the last step's loss. "tf32" is float32 with TF32
@@ -180,7 +185,10 @@ def training_steps(
     ``compile_backend`` ("inductor", as ``--set compile=true`` trains; "aot_eager" to trace without generating
     kernels) its forward pass and loss compiled into one graph. ``compile_optimizer`` (with ``compile_backend``; an
     experiment, not what ``translate train`` does): the fused Adam step compiled with the same backend too, so that
-    its Python walk over every parameter runs once, when it is traced, rather than at every step."""
+    its Python walk over every parameter runs once, when it is traced, rather than at every step. ``cuda_graphs``
+    (attnkit, CUDA): each step replayed from the graphs ``--set cuda_graphs=true`` records
+    (``training.graphs.GraphedStep``: forward, loss, backward and clipping per batch shape, then the host's read of
+    the loss, then Adam's update), with or without ``compile_backend``."""
     model.train()
     device = batches[0][0].device
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
@@ -206,6 +214,10 @@ def training_steps(
         prepared.append((src, tgt_in, tgt_out, positions, tgt_out.flatten()[positions], src_rows))
     settings = training_kernels if ours else _tf32_only
     cursor = 0
+    if cuda_graphs:
+        if not ours or device.type != "cuda":
+            raise ValueError("cuda_graphs: attnkit's step on a CUDA device only")
+        return _graphed_steps(model, optimizer, loss_of, prepared, precision, per_call)
 
     def step() -> float:
         nonlocal cursor
@@ -224,6 +236,42 @@ def training_steps(
                 update()
                 optimizer.zero_grad(set_to_none=True)
         return loss.item()
+
+    return step
+
+
+def _graphed_steps(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_of: Callable[..., Tensor],
+    prepared: Sequence[tuple[Tensor, ...]],
+    precision: str,
+    per_call: int,
+) -> Callable[[], float]:
+    """``training_steps`` replayed from CUDA graphs, each step as ``translate train --set cuda_graphs=true`` takes
+    it: the graphs' gradients, the one read of the loss and norm, the update."""
+    cfg = TranslatorTrainConfig(precision="bf16" if precision == "bf16" else "fp32", cuda_graphs=True)
+
+    class Step:  # the loop's view of a task (``training.task.StepTask``) for this loss
+        stats: tuple[str, ...] = ()
+
+        def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
+            return BatchLoss(loss_of(*batch.tensors) * batch.size)  # summed over the batch's target tokens
+
+    graphs = GraphedStep(model, optimizer, Step(), Step().loss, cfg)
+    batches = [Batch((src, tgt_in, positions, targets, src_rows), len(targets))
+               for src, tgt_in, _, positions, targets, src_rows in prepared]  # fmt: skip
+    cursor = 0
+
+    def step() -> float:
+        nonlocal cursor
+        with training_kernels(tf32=precision == "tf32", device=batches[0].tensors[0].device):
+            for _ in range(per_call):
+                values, _, _ = graphs.gradients(batches[cursor % len(batches)], seed=cursor)
+                loss = values[0].item()  # the loop's one read of a step (loss, statistics, norm)
+                graphs.update()
+                cursor += 1
+        return loss / batches[(cursor - 1) % len(batches)].size
 
     return step
 
@@ -350,16 +398,21 @@ def _timed_rows(
     torch.manual_seed(seed)
     ours = build_translator(cfg, pad_id=PAD_ID).to(device)
     runs = [(impl, precision) for precision in precisions for impl in chosen]
+    # Replayed from CUDA graphs, as --set cuda_graphs=true trains: at fixed shapes (a token-budget row's shapes are
+    # new at every step, and a graph is recorded per shape; translate train pads its batches to a bounded set)
+    graphed = "attnkit" in chosen and device.type == "cuda" and variant == "fixed"
+    runs += [("attnkit cuda-graphs", precision) for precision in precisions if graphed]
     runs += [("attnkit compiled", precision) for precision in compiled_runs]
+    runs += [("attnkit compiled cuda-graphs", precision) for precision in compiled_runs if graphed]
     steps, first_call_s = [], {}
     sync = synchronizer(device)
     for impl, precision in runs:
         torch.manual_seed(seed)  # same dropout masks' seed and, for peers, same initialisation seed
-        model, forward = forward_fn(impl.removesuffix(" compiled"), cfg, ours)
-        backend = COMPILE_BACKEND if impl.endswith(" compiled") else None
+        model, forward = forward_fn(impl.split(" ")[0], cfg, ours)
+        backend = COMPILE_BACKEND if " compiled" in impl else None
         steps.append(training_steps(model.to(device), forward, batches, precision, per_call=per_call,
-                                    compile_backend=backend))  # fmt: skip
-        if backend is not None:  # the compilation, kept out of the warm-up that sizes the timed rounds
+                                    compile_backend=backend, cuda_graphs=impl.endswith("cuda-graphs")))  # fmt: skip
+        if impl != "attnkit" and impl.startswith("attnkit"):  # the compilation or recording, kept out of the timing
             first_call_s[(impl, precision)] = timed_call(steps[-1], sync)
     timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0, sync=sync)
     for (impl, precision), timing in zip(runs, timings):

@@ -40,6 +40,7 @@ from attnkit.config import TrainConfig
 from attnkit.errors import InputError
 from attnkit.training.distributed import broadcast_from_main, share_of_step, sum_across, sum_gradients, sum_on_device
 from attnkit.training.events import Checkpointed, Evaluated, Event, FitResult, Planned, Resumed, Skipped, Step, Warned
+from attnkit.training.graphs import GraphedStep, fixed_shape_collate, stepped, use_graphs
 from attnkit.training.guards import NonFiniteError, check_step
 from attnkit.training.kernels import compiled, training_kernels
 from attnkit.training.optim import set_learning_rate
@@ -80,6 +81,8 @@ def fit(
     run = _open_run(model, optimizer, task, cfg, run_dir, resume, context or TrainContext(), on_event)
     state, generator, the_plan = run.state, run.generator, run.plan
     loss_fn = compiled(task.loss) if cfg.compile else task.loss
+    graphs = GraphedStep(model, optimizer, task, loss_fn, cfg) if run.graphed else None
+    collate = fixed_shape_collate(task) if graphs is not None else task.collate  # graphs: a bounded set of shapes
     stopped_by = _finished(cfg, state)  # "" unless resuming a run that had already stopped
     if stopped_by:
         on_event(Warned(_nothing_left(stopped_by, cfg)))
@@ -96,13 +99,22 @@ def fit(
                 batches[i : i + state.batches_per_step]
                 for i in range(state.batch_index, len(batches), state.batches_per_step)
             ]
-            for group, mine in zip(groups, prefetched(groups, task.collate, run.context)):
+            for group, mine in zip(groups, prefetched(groups, collate, run.context)):
                 state.step += 1
                 state.batch_index += len(group)
                 lr = the_plan.lr(state.step)
                 set_learning_rate(optimizer, lr)
                 outcome = _train_step(
-                    model, optimizer, task, mine, cfg, run.context, run.scaler, step=state.step, loss=loss_fn
+                    model,
+                    optimizer,
+                    task,
+                    mine,
+                    cfg,
+                    run.context,
+                    run.scaler,
+                    step=state.step,
+                    loss=loss_fn,
+                    graphs=graphs,
                 )
                 _record_step(run, outcome, lr, _epochs_done(state, len(batches)))
 
@@ -159,6 +171,7 @@ class _Run:
     log: runs.MetricsLog | _NoLog
     scaler: torch.amp.GradScaler | None  # fp16 only
     on_event: Callable[[Event], None]
+    graphed: bool  # steps replayed from CUDA graphs (``training.graphs.use_graphs``)
     last: dict[str, float] = field(default_factory=dict)  # metrics of the last evaluation
 
 
@@ -175,6 +188,7 @@ def _open_run(
     """A new run, or the saved one resumed: the state, the batch generator, the metrics log, the schedule planned on
     the budgets (emitting ``Resumed``, warnings and ``Planned``); every rank starts from rank 0's weights."""
     check_precision(cfg.precision, context.device)
+    graphed = use_graphs(cfg, task, context)  # (cuda_graphs=true that cannot be: an error, before any work)
     scaler = grad_scaler(cfg.precision, context.device)
     batches_per_epoch = len(task.epoch_batches(None))
     if not batches_per_epoch:
@@ -233,6 +247,7 @@ def _open_run(
         log=log,
         scaler=scaler,
         on_event=on_event,
+        graphed=graphed,
     )
 
 
@@ -358,6 +373,7 @@ def _train_step(
     *,
     step: int,
     loss: Callable[[nn.Module, Batch], BatchLoss] | None = None,
+    graphs: GraphedStep | None = None,
 ) -> _StepOutcome:
     """One optimizer step over this process's batches of the step: (index i in the step's group, the batch on the
     host), those with i % world_size == rank. ``loss`` is ``task.loss`` or its compiled form. With ``scaler``
@@ -366,11 +382,65 @@ def _train_step(
     Nothing in the step waits for the device but one read at its end: the loss and the statistics are summed where
     they are computed, the normaliser is the batches' own count of units (known when they were built), and the
     step's sums and gradient norm come back to the host together, once, for the log line and the non-finite guard.
+    With ``graphs`` (``training.graphs.use_graphs``) the same step is replayed from CUDA graphs.
     """
     loss = loss or task.loss
     device = context.device
-    mine = [(i, to_device(batch, device)) for i, batch in batches]  # the one device move
-    (n_units,) = sum_across([float(sum(batch.size for _, batch in mine))], context)  # the step's normaliser
+    if graphs is not None:
+        i, batch = stepped(batches)
+        values, to_sum, graphed = graphs.gradients(batch, _dropout_seed(cfg.seed, step, i))
+        mine, n_units = [(i, graphed)], float(batch.size)
+        loss_total, *stat_totals, norm = read_step(values)  # (1 + K + 1,)
+        loss_total *= to_sum
+    else:
+        mine = [(i, to_device(batch, device)) for i, batch in batches]  # the one device move
+        (n_units,) = sum_across([float(sum(batch.size for _, batch in mine))], context)  # the step's normaliser
+        loss_total, stat_totals, norm = _gradients(
+            model, optimizer, task, mine, n_units, cfg, context, scaler, step, loss
+        )
+
+    def replay() -> None:  # the same forward passes, with the same dropout masks, for the diagnosis
+        with autocast(cfg.precision, device):
+            for i, batch in mine:
+                torch.manual_seed(_dropout_seed(cfg.seed, step, i))
+                task.loss(model, batch)
+
+    # A finite loss whose scaled gradients overflowed float16 is the scaler's to handle: its step() skips the update
+    # and its update() lowers the scale. Only a non-finite loss (or any non-finite value without a scaler) is a
+    # problem of the run. Every rank holds the same summed values here, so every rank decides alike.
+    scaler_overflow = scaler is not None and math.isfinite(loss_total) and not math.isfinite(norm)
+    problem = None if scaler_overflow else check_step(model, loss_total, norm, step=step, replay=replay)
+    if problem is not None:
+        if graphs is None:  # (a graph's gradients stay where it reads them; it zeroes them itself)
+            optimizer.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.update()  # closes the step it unscaled (and lowers the scale: the gradients were not finite)
+        return _StepOutcome(0.0, int(n_units), {}, problem)
+    if graphs is not None:
+        graphs.update()
+    elif scaler is not None:
+        scaler.step(optimizer)  # skipped when the unscaled gradients held an inf or NaN
+        scaler.update()
+    else:
+        optimizer.step()
+    return _StepOutcome(loss_total, int(n_units), dict(zip(task.stats, stat_totals)), None)
+
+
+def _gradients(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    task: StepTask,
+    mine: list[tuple[int, Batch]],
+    n_units: float,
+    cfg: TrainConfig,
+    context: TrainContext,
+    scaler: torch.amp.GradScaler | None,
+    step: int,
+    loss: Callable[[nn.Module, Batch], BatchLoss],
+) -> tuple[float, list[float], float]:
+    """The step's gradients, summed over its batches and processes and clipped, left in the parameters; returns
+    the summed loss, the summed statistics and the gradient norm, read together (the step's one read)."""
+    device = context.device
     optimizer.zero_grad(set_to_none=True)
     # float64: exact for a mean times its size (MPS has no float64)
     sums = torch.zeros(
@@ -394,29 +464,7 @@ def _train_step(
         scaler.unscale_(optimizer)  # clip (and check) the true gradients, not the scaled ones
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm or float("inf"))
     loss_total, *stat_totals, norm = read_step(torch.cat([sums, grad_norm.reshape(1).to(sums.dtype)]))  # (1 + K + 1,)
-
-    def replay() -> None:  # the same forward passes, with the same dropout masks, for the diagnosis
-        with autocast(cfg.precision, device):
-            for i, batch in mine:
-                torch.manual_seed(_dropout_seed(cfg.seed, step, i))
-                task.loss(model, batch)
-
-    # A finite loss whose scaled gradients overflowed float16 is the scaler's to handle: its step() skips the update
-    # and its update() lowers the scale. Only a non-finite loss (or any non-finite value without a scaler) is a
-    # problem of the run. Every rank holds the same summed values here, so every rank decides alike.
-    scaler_overflow = scaler is not None and math.isfinite(loss_total) and not math.isfinite(norm)
-    problem = None if scaler_overflow else check_step(model, loss_total, norm, step=step, replay=replay)
-    if problem is not None:
-        optimizer.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.update()  # closes the step it unscaled (and lowers the scale: the gradients were not finite)
-        return _StepOutcome(0.0, int(n_units), {}, problem)
-    if scaler is not None:
-        scaler.step(optimizer)  # skipped when the unscaled gradients held an inf or NaN
-        scaler.update()
-    else:
-        optimizer.step()
-    return _StepOutcome(loss_total, int(n_units), dict(zip(task.stats, stat_totals)), None)
+    return loss_total, stat_totals, norm
 
 
 def read_step(values: torch.Tensor) -> list[float]:

@@ -76,6 +76,39 @@ def training_batch(data: ParallelData, indices: list[int], tokenizer: Tokenizer)
     return Batch((src, tgt_in, positions, targets, src_rows), len(targets))
 
 
+ROWS_MULTIPLE = 8  # a fixed-shape batch's rows: a multiple of this
+LENGTH_MULTIPLE = 16  # its source and target lengths: multiples of this (within the positional limit)
+
+
+def fixed_shape_batch(batch: Batch, pad_id: int, max_positions: int) -> Batch:
+    """``batch`` (``training_batch``'s) padded to a bounded set of shapes, for a step recorded as a CUDA graph per
+    shape (``training.graphs``): B rows to a multiple of ``ROWS_MULTIPLE``, S and T to multiples of
+    ``LENGTH_MULTIPLE`` (at most ``max_positions``, or the batch's own length where that is longer). The rows added
+    are copies of row 0 (a row with no real token would attend to nothing, and its softmax's NaN would reach the
+    gradients); the loss reads every target position, the added ones and the padding with the padding id as their
+    target, which the loss leaves out. Same loss and gradients as ``batch``, up to the order of float additions; the
+    size is still the real target tokens.
+
+    Its tensors: src (R, S'), tgt_in (R, T'), positions (R T',) = all of them, targets (R T',); no ``src_rows``
+    (their number changes from batch to batch): the encoder masks the padding, as it does on a GPU anyway.
+    """
+    src, tgt_in, positions, targets, _ = batch.tensors  # (B, S), (B, T), (N,), (N,), (N_src,)
+    (B, S), T = src.shape, tgt_in.size(1)
+    R = -(-B // ROWS_MULTIPLE) * ROWS_MULTIPLE
+
+    def length(n: int) -> int:
+        return min(-(-n // LENGTH_MULTIPLE) * LENGTH_MULTIPLE, max(n, max_positions))
+
+    S2, T2 = length(S), length(T)
+    fixed_src = torch.full((R, S2), pad_id, dtype=src.dtype)  # (R, S')
+    fixed_src[:B, :S], fixed_src[B:, :S] = src, src[:1]
+    fixed_tgt_in = torch.full((R, T2), pad_id, dtype=tgt_in.dtype)  # (R, T')
+    fixed_tgt_in[:B, :T], fixed_tgt_in[B:, :T] = tgt_in, tgt_in[:1]
+    fixed_targets = torch.full((R * T2,), pad_id, dtype=targets.dtype)  # (R T',)
+    fixed_targets[(positions // T) * T2 + positions % T] = targets  # b * T + t -> b * T' + t
+    return Batch((fixed_src, fixed_tgt_in, torch.arange(R * T2), fixed_targets), batch.size)
+
+
 def encode_sources(tokenizer: Tokenizer, texts: list[str], max_len: int, policy: str) -> tuple[list[list[int]], int]:
     """Source ids + EOS, as in training; over-long sources are truncated (keeping the EOS, and counted) or refused,
     as the run was configured. Returns the ids and how many were truncated."""

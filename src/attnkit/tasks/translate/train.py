@@ -26,9 +26,10 @@ from attnkit.errors import InputError
 from attnkit.evaluation.bleu import bleu_metric, corpus_scores
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
-from attnkit.tasks.translate.data import ParallelData, encode_pairs, training_batch
+from attnkit.tasks.translate.data import ParallelData, encode_pairs, fixed_shape_batch, training_batch
 from attnkit.tokenization import Tokenizer, train_tokenizer
 from attnkit.training.events import Event, Prepared
+from attnkit.training.graphs import check_graphs
 from attnkit.training.loop import fit
 from attnkit.training.losses import sequence_loss
 from attnkit.training.optim import make_optimizer
@@ -77,6 +78,7 @@ class TranslationTask:
     cfg: TranslatorTrainConfig
     d_model: int
     fingerprint: str
+    max_positions: int = 0  # the model's max_len: no fixed-shape batch is longer (``fixed_shape_batch``)
     unit: str = "tokens"
     stats: tuple[str, ...] = ()
     metric: str = field(init=False)
@@ -94,9 +96,13 @@ class TranslationTask:
     def collate(self, indices: list[int]) -> Batch:
         return training_batch(self.data, indices, self.tokenizer)
 
+    def fixed_shape(self, batch: Batch) -> Batch:
+        """``batch`` padded to a bounded set of shapes, for steps replayed from CUDA graphs (``training.graphs``)."""
+        return fixed_shape_batch(batch, self.tokenizer.pad_id, self.max_positions)
+
     def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
-        src, tgt_in, positions, targets, src_rows = batch.tensors
-        logits = model(src, tgt_in, positions, src_rows=src_rows)  # (N, V): only the real positions are projected
+        src, tgt_in, positions, targets, *src_rows = batch.tensors  # no src_rows in a fixed-shape batch
+        logits = model(src, tgt_in, positions, src_rows=src_rows[0] if src_rows else None)  # (N, V)
         loss, _ = sequence_loss(logits, targets, self.tokenizer.pad_id, self.cfg.label_smoothing)  # float32
         return BatchLoss(loss)
 
@@ -187,6 +193,8 @@ def train_translator(
     if prepared is not None and valid is not None:
         raise ValueError("a prepared corpus brings its own valid split; pass valid=None")
     context = context or TrainContext()
+    if train_cfg.cuda_graphs:  # asked for: what it needs, before any work (``fit`` decides on the run's own settings)
+        check_graphs(train_cfg, TranslationTask, context)
     run = open_run(out_dir, resume, context)
     source = runs.read_run(init_from, task="translate") if init_from is not None else None
     if run.saved is not None:
@@ -250,7 +258,14 @@ def train_translator(
     extra = {"init_from": str(init_from)} if init_from is not None else {}
     write_run_files(run, "translate", model_cfg, train_cfg, tokenizer, files=None, context=context, **extra)
     task = TranslationTask(
-        data.train, data.valid, data.valid_targets, tokenizer, train_cfg, model_cfg.d_model, data.fingerprint
+        data.train,
+        data.valid,
+        data.valid_targets,
+        tokenizer,
+        train_cfg,
+        model_cfg.d_model,
+        data.fingerprint,
+        model_cfg.max_len,
     )
     result = fit(model, optimizer, task, train_cfg, run.path, resume=run.resume, on_event=on_event, context=context)
     return TranslateSummary(
