@@ -64,7 +64,7 @@ def translation_task(accum: int) -> tuple[torch.nn.Module, TranslationTask]:
     cfg = TranslatorTrainConfig(**TRAIN, accum_steps=accum, max_tokens=120, valid_bleu=False)
     model = build_translator(TranslatorConfig(vocab_size=tokenizer.vocab_size, **TINY), pad_id=tokenizer.pad_id)
     data = encode_pairs(tokenizer, pairs, 64, "truncate")
-    return model, TranslationTask(data, None, [], tokenizer, cfg, 16, "synthetic")
+    return model, TranslationTask(data, None, [], tokenizer, cfg, 16, "synthetic", 64)
 
 
 def main(out: Path, accum: int) -> None:

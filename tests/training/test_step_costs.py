@@ -178,7 +178,7 @@ def translation_task(dropout: float):
     torch.manual_seed(0)
     model = build_translator(model_cfg, pad_id=tokenizer.pad_id).train()
     parallel = encode_pairs(tokenizer, data, model_cfg.max_len, "truncate")
-    task = TranslationTask(parallel, None, [], tokenizer, train_cfg, model_cfg.d_model, "test")
+    task = TranslationTask(parallel, None, [], tokenizer, train_cfg, model_cfg.d_model, "test", model_cfg.max_len)
     return task, model
 
 
@@ -187,7 +187,9 @@ def test_a_fixed_shape_batch_gives_the_batchs_loss_and_gradients():
     of shapes (``fixed_shape_batch``: rows to a multiple of 8, copies of row 0; lengths to a multiple of 16, within
     the positional limit; every target position read, padding as the target the loss leaves out): the loss and the
     gradients are the batch's own, and its size is still its real target tokens."""
+    from attnkit.config import TranslatorTrainConfig
     from attnkit.tasks.translate.data import fixed_shape_batch
+    from attnkit.training.graphs import fixed_shape_collate, use_graphs
 
     task, model = translation_task(dropout=0.0)
     batch = task.collate([0, 1, 2])  # 3 pairs, source lengths 3, 5, 4 (+ EOS)
@@ -197,6 +199,9 @@ def test_a_fixed_shape_batch_gives_the_batchs_loss_and_gradients():
     assert (fixed.tensors[0][3:] == fixed.tensors[0][0]).all()  # the added rows: copies of row 0
     # within the positional limit: no length past max_positions, unless the batch's own is longer
     assert batch.tensors[0].shape == (3, 5)
+    # as the loop collates for a run whose steps are replayed (``graphs.use_graphs``: this task, on a GPU)
+    assert use_graphs(TranslatorTrainConfig(), task, TrainContext(torch.device("cuda")))
+    assert [t.shape for t in fixed_shape_collate(task)([0, 1, 2]).tensors] == [t.shape for t in fixed.tensors]
     assert fixed_shape_batch(batch, task.tokenizer.pad_id, max_positions=6).tensors[0].shape == (8, 6)
     assert fixed_shape_batch(batch, task.tokenizer.pad_id, max_positions=4).tensors[0].shape == (8, 5)
 

@@ -211,7 +211,9 @@ def test_batching_reads_no_sentence_and_a_batch_reads_only_its_own(trained, task
     if task == "translate":
         data = _prepared_data(corpus, corpus.tokenizer)
         read.clear()  # the valid split is read whole, into lists
-        task_ = TranslationTask(data.train, None, [], corpus.tokenizer, TranslatorTrainConfig(max_tokens=120), 16, "")
+        task_ = TranslationTask(
+            data.train, None, [], corpus.tokenizer, TranslatorTrainConfig(max_tokens=120), 16, "", 12
+        )
         parts = ["train.src", "train.tgt"]
     else:
         train_ids, train_y, _, _, _ = prepared_examples(corpus)

@@ -78,7 +78,7 @@ class TranslationTask:
     cfg: TranslatorTrainConfig
     d_model: int
     fingerprint: str
-    max_positions: int = 0  # the model's max_len: no fixed-shape batch is longer (``fixed_shape_batch``)
+    max_positions: int  # the model's max_len: no fixed-shape batch is longer (``fixed_shape_batch``)
     unit: str = "tokens"
     stats: tuple[str, ...] = ()
     metric: str = field(init=False)
