@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -103,7 +103,7 @@ class _ShapeGraph:
     backward pass (1 / the step's units, or batch size / units for a mean loss), and what it leaves for the host:
     ``values`` (the loss as computed, each statistic, the gradient norm; float64)."""
 
-    graph: torch.cuda.CUDAGraph
+    replay: Callable[[], None]
     batch: Batch
     scale: Tensor
     values: Tensor
@@ -120,12 +120,12 @@ class GraphedStep:
         self.model, self.optimizer, self.task, self.loss, self.cfg = model, optimizer, task, loss, cfg
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.device = self.params[0].device
-        self.pool = torch.cuda.graph_pool_handle()
+        self.pool: Any = None  # the memory pool every graph allocates from (torch's handle, made at the first)
         self.shapes: dict[tuple, _ShapeGraph] = {}
         self.grads: list[Tensor] = []  # (held: a graph writes where they were when it was recorded)
         self.lr = [torch.zeros((), device=self.device) for _ in optimizer.param_groups]  # () float32 each
         self.updates = 0
-        self.update_graph: torch.cuda.CUDAGraph | None = None
+        self.update_graph: Callable[[], None] | None = None  # its replay
 
     def gradients(self, batch: Batch, seed: int) -> tuple[Tensor, float, Batch]:
         """Replay the graph of ``batch``'s shape (recorded at its first sight) on ``batch`` (host memory, pinned),
@@ -138,7 +138,7 @@ class GraphedStep:
             static.copy_(t, non_blocking=True)
         shape.scale.fill_(1.0 if shape.mean else 1.0 / batch.size)  # one batch a step: its units are the step's
         torch.manual_seed(seed)  # a replay reads the generator's seed: the masks an eager step would draw
-        shape.graph.replay()
+        shape.replay()
         return shape.values, float(batch.size) if shape.mean else 1.0, Batch(shape.batch.tensors, batch.size)
 
     def update(self) -> None:
@@ -153,7 +153,7 @@ class GraphedStep:
             lr.fill_(group["lr"])
         if self.update_graph is None:
             self.update_graph = self._record_update()
-        self.update_graph.replay()
+        self.update_graph()
 
     def _attach(self) -> None:
         """The held gradients as the parameters' ``.grad``, for what runs eagerly or is being recorded (the backward
@@ -179,20 +179,32 @@ class GraphedStep:
         inputs = Batch(tuple(t.to(self.device) for t in batch.tensors), batch.size)
         values = torch.zeros(2 + len(self.task.stats), dtype=torch.float64, device=self.device)
         scale = torch.ones((), device=self.device)
-        shape = _ShapeGraph(torch.cuda.CUDAGraph(), inputs, scale, values, mean=False)
+        shape = _ShapeGraph(lambda: None, inputs, scale, values, mean=False)
+        self._warm_up(lambda: self._pass(shape))
+        shape.replay = self._capture(lambda: self._pass(shape))
+        self.shapes[key] = shape
+        return shape
+
+    def _warm_up(self, work: Callable[[], None]) -> None:
+        """``work`` run ``WARMUP`` times on a side stream before it is recorded (as PyTorch's docs do)."""
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(WARMUP):
-                self._pass(shape)
+                work()
         torch.cuda.current_stream().wait_stream(side)
-        # thread_local: the collating thread may pin memory meanwhile (global mode would fail the recording)
-        with torch.cuda.graph(shape.graph, pool=self.pool, capture_error_mode="thread_local"):
-            self._pass(shape)
-        self.shapes[key] = shape
-        return shape
 
-    def _record_update(self) -> torch.cuda.CUDAGraph:
+    def _capture(self, work: Callable[[], None]) -> Callable[[], None]:
+        """``work`` recorded as a CUDA graph in this step's memory pool (recording runs nothing); returns its
+        replay."""
+        self.pool = self.pool or torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: the collating thread may pin memory meanwhile (global mode would fail the recording)
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            work()
+        return graph.replay
+
+    def _record_update(self) -> Callable[[], None]:
         """The optimizer's step recorded with tensor learning rates (``self.lr``); the groups get their floats back,
         and ``capturable`` off, so that the saved state is as an eager run saves it."""
         self._attach()
@@ -200,14 +212,11 @@ class GraphedStep:
         floats = [(group["lr"], group.get("capturable", False)) for group in groups]
         for lr, group in zip(self.lr, groups):
             group["lr"], group["capturable"] = lr, True
-        graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-                self.optimizer.step()
+            return self._capture(self.optimizer.step)
         finally:
             for (lr, capturable), group in zip(floats, groups):
                 group["lr"], group["capturable"] = lr, capturable
-        return graph
 
 
 def _stat(value: Tensor | float, device: torch.device) -> Tensor:
