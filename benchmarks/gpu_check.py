@@ -7,22 +7,23 @@ Runs, each in a process of its own with a time cap, from the repository's root (
 installed; the machine needs torch, transformers, pytest and attnkit's own dependencies, which a stock PyTorch image
 with ``transformers`` has), in this order (the figures the issues ask for first; times and caps on one H100):
 
-    bible   the README's Bible En-De recipe on the GPU (``--device cuda --set precision=bf16``), stopped after
-            ``--bible-minutes`` of training (the goal: 4,700 steps in at most 3), then BLEU on John with beam 4
-                                                                                          (~2.3 min; cap ~5)
+    bible   the README's Bible En-De recipe on the GPU (``--device cuda --set precision=bf16``; each step replayed
+            from CUDA graphs, the default), stopped after ``--bible-minutes`` of training (the goal: 4,700 steps
+            in at most 3), then BLEU on John with beam 4              (~1 min on an H200, 45.5 s of it training)
     serve   the Bible translator of the bible part served on the GPU (``attnkit serve RUN --device cuda``), one
             client sending John's first 40 verses one after another, greedy and beam 4: median latency of a
             request and of the same call in the library (benchmarks/serve_load.py --phases one_client; needs the
             serve extra: FastAPI, uvicorn, prometheus-client, else skipped with a note)            (~1 min)
     train   ``bench train`` on the GPU, each row written as it is measured, the most wanted first: every
-            fixed-shape row (attnkit, torch.nn and Hugging Face Marian in float32, TF32 and bfloat16), the small
-            model's token-budget rows (new shapes every step), attnkit compiled in bfloat16 as ``--set
-            compile=true`` trains (20-90 s of compilation a row), the base model's token-budget rows
+            fixed-shape row (attnkit, torch.nn and Hugging Face Marian in float32, TF32 and bfloat16; attnkit also
+            replayed from CUDA graphs, as ``translate train`` runs it), the small model's token-budget rows (new
+            shapes every step), attnkit compiled in bfloat16 as ``--set compile=true`` trains (20-90 s of
+            compilation a row; also replayed), the base model's token-budget rows
                                                                                                (cap 4.5 min)
     tests   the CUDA tests (tests/test_cuda.py, tests/bench/test_bench_gpu.py; four processes where pytest-xdist
             is installed): training in fp32, bf16, fp16 on the GPU, CPU/GPU agreement, bit-exact resume, a step
-            under torch.cuda.set_sync_debug_mode("error"), the compiled step against the eager one, every bench
-            suite on the GPU                                                         (~3.7 min in one process)
+            under torch.cuda.set_sync_debug_mode("error"), the compiled step against the eager one, steps replayed
+            from CUDA graphs against eager ones, every bench suite on the GPU          (~4 min in one process)
     decode  one sentence a call, attnkit on every engine and Hugging Face ``generate``, then ``attnkit bench decode
             --device cuda``'s suite, each row written as it is measured                       (cap 150 s)
     profile (only when named in ``--parts``) where a bfloat16 training step's GPU time goes

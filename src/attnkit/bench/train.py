@@ -27,6 +27,13 @@ apart (``first_call_s``) and left out of the median. It runs in the first precis
 the device runs, and only when asked (``attnkit bench train --compiled``: bfloat16, else float32): each row costs a
 compilation of 20-90 s on an H100's host, and more on a CPU. In bfloat16 a GPU step is bound by the elementwise
 kernels that compiling fuses.
+
+Rows "attnkit cuda-graphs" and "attnkit compiled cuda-graphs" (CUDA, fixed shapes) are attnkit's step replayed from
+CUDA graphs, as ``translate train`` runs it on one GPU by default (``training.graphs.GraphedStep``: per batch shape the
+forward pass, loss, backward and clipping recorded as one graph, Adam's update as another, the host's one read of the
+loss between them); their first call, the recording, is timed apart. The token-budget variant brings a new shape at
+every step by design, and a graph is recorded per shape: it is not recorded (``translate train`` pads its batches to a
+bounded set of shapes; the Bible recipe measures that end to end, docs/gpu.md).
 """
 
 from __future__ import annotations
