@@ -28,12 +28,13 @@ the device runs, and only when asked (``attnkit bench train --compiled``: bfloat
 compilation of 20-90 s on an H100's host, and more on a CPU. In bfloat16 a GPU step is bound by the elementwise
 kernels that compiling fuses.
 
-Rows "attnkit cuda-graphs" and "attnkit compiled cuda-graphs" (CUDA, fixed shapes) are attnkit's step replayed from
-CUDA graphs, as ``translate train`` runs it on one GPU by default (``training.graphs.GraphedStep``: per batch shape the
-forward pass, loss, backward and clipping recorded as one graph, Adam's update as another, the host's one read of the
-loss between them); their first call, the recording, is timed apart. The token-budget variant brings a new shape at
-every step by design, and a graph is recorded per shape: it is not recorded (``translate train`` pads its batches to a
-bounded set of shapes; the Bible recipe measures that end to end, docs/gpu.md).
+Rows "attnkit cuda-graphs" and "attnkit compiled cuda-graphs" (CUDA) are attnkit's step replayed from CUDA graphs,
+as ``translate train`` runs it on one GPU by default (``training.graphs.GraphedStep``: each batch padded to a bounded
+set of shapes, per shape the forward pass, loss, backward and clipping recorded as one graph, Adam's update as
+another, the host's one read of the loss between them). Their first call is one pass over every batch of the row,
+which records each shape as it first comes, timed apart (``first_call_s``); the timed calls then replay: on
+token-budget batches, the regime of a run once its shapes are recorded (the Bible recipe's ~50 shapes, in its first
+epoch).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from attnkit.data.batching import token_budget_batches
 from attnkit.data.readers import Pair
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
+from attnkit.tasks.translate.data import fixed_shape_batch
 from attnkit.training.graphs import GraphedStep
 from attnkit.training.kernels import compiled, training_kernels
 from attnkit.training.losses import sequence_loss
@@ -212,19 +214,13 @@ def training_steps(
     update = optimizer.step
     if compile_optimizer and compile_backend is not None:
         update = torch.compile(optimizer.step, backend=compile_backend)
-    # What ``translate train``'s batches bring from the host (``tasks.translate.data.training_batch``): the flat
-    # positions of the real target and source tokens and the targets there, made once, before the steps.
-    prepared = []
-    for src, tgt_in, tgt_out in batches:
-        positions = (tgt_out != PAD_ID).flatten().nonzero().squeeze(1)  # (N,)
-        src_rows = (src != PAD_ID).flatten().nonzero().squeeze(1)  # (N_src,)
-        prepared.append((src, tgt_in, tgt_out, positions, tgt_out.flatten()[positions], src_rows))
+    prepared = with_indices(batches)
     settings = training_kernels if ours else _tf32_only
     cursor = 0
     if cuda_graphs:
         if not ours or device.type != "cuda":
             raise ValueError("cuda_graphs: attnkit's step on a CUDA device only")
-        return _graphed_steps(model, optimizer, loss_of, prepared, precision, per_call)
+        return _graphed_steps(model, optimizer, prepared, precision, per_call, compile_backend=compile_backend)
 
     def step() -> float:
         nonlocal cursor
@@ -247,38 +243,65 @@ def training_steps(
     return step
 
 
+def with_indices(batches: Sequence[tuple[Tensor, Tensor, Tensor]]) -> list[tuple[Tensor, ...]]:
+    """Each (src, tgt_in, tgt_out) with what ``translate train``'s batches bring from the host
+    (``tasks.translate.data.training_batch``), made once, before the steps: (src, tgt_in, tgt_out, positions (N,),
+    targets (N,), src_rows (N_src,)), the flat positions of the real target tokens, the targets there, and the flat
+    positions of the real source tokens."""
+    prepared: list[tuple[Tensor, ...]] = []
+    for src, tgt_in, tgt_out in batches:
+        positions = (tgt_out != PAD_ID).flatten().nonzero().squeeze(1)  # (N,)
+        src_rows = (src != PAD_ID).flatten().nonzero().squeeze(1)  # (N_src,)
+        prepared.append((src, tgt_in, tgt_out, positions, tgt_out.flatten()[positions], src_rows))
+    return prepared
+
+
 def _graphed_steps(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    loss_of: Callable[..., Tensor],
     prepared: Sequence[tuple[Tensor, ...]],
     precision: str,
     per_call: int,
+    *,
+    compile_backend: str | None = None,
+    recorder: type[GraphedStep] = GraphedStep,
 ) -> Callable[[], float]:
-    """``training_steps`` replayed from CUDA graphs, each step as ``translate train --set cuda_graphs=true`` takes
-    it: the graphs' gradients, the one read of the loss and norm, the update."""
+    """``training_steps`` replayed from CUDA graphs, each step as ``translate train`` takes it on one GPU: the batch
+    padded to the bounded set of shapes (``fixed_shape_batch``; the fixed-shape rows' sizes are on that set already),
+    the graphs' gradients of the loss summed over its target tokens, the one read of the loss and norm, the update.
+    ``recorder``: ``GraphedStep``, or a test's stand-in that records nothing."""
     cfg = TranslatorTrainConfig(precision="bf16" if precision == "bf16" else "fp32", cuda_graphs=True)
+    device = prepared[0][0].device
+    assert isinstance(model, Transformer)
+    max_positions = model.embeddings.position.max_len
+
+    def summed(model: nn.Module, batch: Batch) -> BatchLoss:  # as ``TranslationTask.loss`` computes it
+        src, tgt_in, positions, targets = batch.tensors
+        loss, _ = sequence_loss(model(src, tgt_in, positions), targets, PAD_ID, smoothing=LABEL_SMOOTHING)
+        return BatchLoss(loss)
 
     class Step:  # the loop's view of a task (``training.task.StepTask``) for this loss
         stats: tuple[str, ...] = ()
+        loss = staticmethod(summed if compile_backend is None else compiled(summed, backend=compile_backend))
 
-        def loss(self, model: nn.Module, batch: Batch) -> BatchLoss:
-            return BatchLoss(loss_of(*batch.tensors) * batch.size)  # summed over the batch's target tokens
-
-    graphs = GraphedStep(model, optimizer, Step(), Step().loss, cfg)
-    batches = [Batch((src, tgt_in, positions, targets, src_rows), len(targets))
-               for src, tgt_in, _, positions, targets, src_rows in prepared]  # fmt: skip
+    graphs = recorder(model, optimizer, Step(), Step.loss, cfg)
+    batches = []
+    for src, tgt_in, _, positions, targets, src_rows in prepared:
+        host = Batch(tuple(t.cpu() for t in (src, tgt_in, positions, targets, src_rows)), len(targets))
+        fixed = fixed_shape_batch(host, PAD_ID, max_positions)
+        batches.append(Batch(tuple(t.to(device) for t in fixed.tensors), fixed.size))
     cursor = 0
 
     def step() -> float:
         nonlocal cursor
-        with training_kernels(tf32=precision == "tf32", device=batches[0].tensors[0].device):
+        with training_kernels(tf32=precision == "tf32", device=device):
             for _ in range(per_call):
-                values, _, _ = graphs.gradients(batches[cursor % len(batches)], seed=cursor)
-                loss = values[0].item()  # the loop's one read of a step (loss, statistics, norm)
+                batch = batches[cursor % len(batches)]
+                values, _, _ = graphs.gradients(batch, seed=cursor)
+                loss = values[0].item() / batch.size  # the loop's one read of a step (loss, statistics, norm)
                 graphs.update()
                 cursor += 1
-        return loss / batches[(cursor - 1) % len(batches)].size
+        return loss
 
     return step
 
@@ -405,9 +428,8 @@ def _timed_rows(
     torch.manual_seed(seed)
     ours = build_translator(cfg, pad_id=PAD_ID).to(device)
     runs = [(impl, precision) for precision in precisions for impl in chosen]
-    # Replayed from CUDA graphs, as --set cuda_graphs=true trains: at fixed shapes (a token-budget row's shapes are
-    # new at every step, and a graph is recorded per shape; translate train pads its batches to a bounded set)
-    graphed = "attnkit" in chosen and device.type == "cuda" and variant == "fixed"
+    # Replayed from CUDA graphs, as translate train runs on one GPU (batches padded to its bounded set of shapes)
+    graphed = "attnkit" in chosen and device.type == "cuda"
     runs += [("attnkit cuda-graphs", precision) for precision in precisions if graphed]
     runs += [("attnkit compiled", precision) for precision in compiled_runs]
     runs += [("attnkit compiled cuda-graphs", precision) for precision in compiled_runs if graphed]
@@ -420,7 +442,13 @@ def _timed_rows(
         steps.append(training_steps(model.to(device), forward, batches, precision, per_call=per_call,
                                     compile_backend=backend, cuda_graphs=impl.endswith("cuda-graphs")))  # fmt: skip
         if impl != "attnkit" and impl.startswith("attnkit"):  # the compilation or recording, kept out of the timing
-            first_call_s[(impl, precision)] = timed_call(steps[-1], sync)
+            first = steps[-1]
+            if impl.endswith("cuda-graphs"):  # one pass over every cycle: each shape recorded as it first comes
+
+                def first(step: Callable[[], float] = steps[-1]) -> float:
+                    return [step() for _ in cycles][-1]
+
+            first_call_s[(impl, precision)] = timed_call(first, sync)
     timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0, sync=sync)
     for (impl, precision), timing in zip(runs, timings):
         t = timing.median_s / per_call  # one step
