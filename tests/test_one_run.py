@@ -160,3 +160,16 @@ def test_progress_without_a_terminal_is_plain_lines(tmp_path, tiny):
     progress = [line for line in lines if line.startswith("step ")]
     assert progress[0].startswith("step 8/80 (10%)  loss ") and progress[-1].startswith("step 80/80 (100%)  loss ")
     assert len(progress) == 10 and all(" lr " in line and line.endswith(" steps/s") for line in progress)
+
+
+def test_the_plan_line_says_when_steps_are_replayed_from_cuda_graphs(capsys):
+    """A run whose steps are replayed from CUDA graphs (the default for translate train on one GPU) says so in its
+    plan line, which a run without them leaves as it was."""
+    from attnkit.cli.progress import TrainingProgress
+    from attnkit.training.events import Planned
+
+    for graphed in (False, True):
+        TrainingProgress(interactive=False)(Planned(100, 10, 10, "linear", 10, 0, graphed=graphed))
+    plain, graphed_line = capsys.readouterr().err.splitlines()
+    assert plain == "100 steps (10 an epoch), schedule linear with 10 warmup steps"
+    assert graphed_line == plain + "; each step replayed from CUDA graphs, recorded once per batch shape"

@@ -46,6 +46,7 @@ class TrainingProgress:
             self._line(
                 f"{event.total_steps} steps ({event.steps_per_epoch} an epoch), schedule {event.schedule} "
                 f"with {event.warmup} warmup steps"
+                + ("; each step replayed from CUDA graphs, recorded once per batch shape" if event.graphed else "")
             )
             self.total, self.started = event.total_steps, (time.monotonic(), event.start_step)
             self.last_line = self.started[0]

@@ -29,6 +29,7 @@ class Planned:
     schedule: str
     warmup: int
     start_step: int  # > 0 when resuming
+    graphed: bool = False  # each step replayed from CUDA graphs (``training.graphs``)
 
 
 @dataclass(frozen=True)

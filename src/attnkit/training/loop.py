@@ -231,6 +231,7 @@ def _open_run(
             schedule=the_plan.schedule,
             warmup=the_plan.warmup,
             start_step=state.step,
+            graphed=graphed,
         )
     )
     return _Run(
