@@ -389,8 +389,8 @@ def _train_step(
     device = context.device
     if graphs is not None:
         i, batch = stepped(batches)
-        values, to_sum, graphed = graphs.gradients(batch, _dropout_seed(cfg.seed, step, i))
-        mine, n_units = [(i, graphed)], float(batch.size)
+        values, to_sum, recorded = graphs.gradients(batch, _dropout_seed(cfg.seed, step, i))
+        mine, n_units = [(i, recorded)], float(batch.size)  # (the batch as the graph read it, for the diagnosis)
         loss_total, *stat_totals, norm = read_step(values)  # (1 + K + 1,)
         loss_total *= to_sum
     else:
