@@ -92,8 +92,8 @@ def _references(results) -> dict[str, float]:
 
 @pytest.mark.cuda
 def test_train_suite_on_a_gpu_reports_mfu_against_the_peak_of_each_rows_arithmetic():
-    """float32, TF32 and bfloat16 rows, at fixed shapes and on token-budget batches; a float32 row's MFU is relative
-    to the float32 peak, never to bfloat16's."""
+    """float32, TF32 and bfloat16 rows, at fixed shapes and on token-budget batches, attnkit's also replayed from
+    CUDA graphs; a float32 row's MFU is relative to the float32 peak, never to bfloat16's."""
     results = train.run(
         quick=True, threads=1, configs={"tiny": TINY}, lengths=(8,), tokens_per_batch=256, device=_cuda()
     )
@@ -107,6 +107,11 @@ def test_train_suite_on_a_gpu_reports_mfu_against_the_peak_of_each_rows_arithmet
     for r in rows:
         assert r.mfu is not None and r.gflop_per_s is not None
         assert r.mfu == pytest.approx(r.gflop_per_s / references[r.dtype], rel=1e-3) and 0 < r.mfu < 1
+    # attnkit's step replayed from CUDA graphs, as translate train runs it, in every precision and variant, its first
+    # call (a pass recording each shape) timed apart
+    graphed = [r for r in rows if r.impl == "attnkit cuda-graphs"]
+    assert {(r.dtype, r.variant) for r in graphed} == {(r.dtype, r.variant) for r in rows}
+    assert all((r.first_call_s or 0) > 0 for r in graphed)
 
 
 @pytest.mark.cuda
