@@ -170,3 +170,20 @@ def assert_same_run(a: Path, b: Path) -> None:
 def same_run() -> Callable[[Path, Path], None]:
     """``assert_same_run``: weights, training state and metrics log of two runs are byte for byte the same."""
     return assert_same_run
+
+
+@pytest.fixture(scope="session")
+def replayed_step() -> type:
+    """``training.graphs.GraphedStep`` with each recording standing in for itself: a "replay" runs the recorded work
+    again (what a CUDA graph's replay computes), and warming up runs it once, so that a recorded step's bookkeeping
+    (inputs, held gradients, scale, values, updates) runs on a CPU."""
+    from attnkit.training.graphs import GraphedStep
+
+    class Replayed(GraphedStep):
+        def _warm_up(self, work):
+            work()
+
+        def _capture(self, work):
+            return work
+
+    return Replayed

@@ -484,21 +484,12 @@ def test_changes_probe_decoding_variants_emit_the_shipped_tokens():
         assert all(out == outputs[0] for out in outputs[1:]), search
 
 
-def test_the_cuda_graphs_rows_step_as_the_eager_rows_on_padded_token_budget_batches():
+def test_the_cuda_graphs_rows_step_as_the_eager_rows_on_padded_token_budget_batches(replayed_step):
     """The "attnkit cuda-graphs" rows' step (``train._graphed_steps``: each batch padded to translate train's bounded
     set of shapes, the loss summed over its target tokens, recorded gradients, the one read, the update) computes the
     eager row's losses on token-budget batches of varied shapes (no dropout; Adam's steps amplify the padding's
     rounding, hence the later steps' tolerance). Here each recording stands in for itself (a replay runs the
     recorded work again), so that it runs on a CPU; the rows themselves need CUDA."""
-    from attnkit.training.graphs import GraphedStep
-
-    class Replayed(GraphedStep):
-        def _warm_up(self, work):
-            work()
-
-        def _capture(self, work):
-            return work
-
     cfg = dataclasses.replace(TINY, dropout=0.0)
     batches = train.token_budget_cycles(cfg, 12, 256, cycles=1, seed=0)[0]
     losses = []
@@ -508,7 +499,7 @@ def test_the_cuda_graphs_rows_step_as_the_eager_rows_on_padded_token_budget_batc
         if graphed:
             optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
             prepared = train.with_indices(batches)
-            step = train._graphed_steps(model, optimizer, prepared, "fp32", 1, recorder=Replayed)
+            step = train._graphed_steps(model, optimizer, prepared, "fp32", 1, recorder=replayed_step)
         else:
             step = train.training_steps(model, model, batches, "fp32", per_call=1)
         losses.append([step() for _ in batches])

@@ -249,27 +249,18 @@ def test_cuda_graphs_names_what_it_needs_and_the_run_lacks_and_unset_records_whe
     assert use_graphs(TranslatorTrainConfig(), object(), TrainContext(torch.device("cuda"))) is False
 
 
-def test_a_step_replayed_from_its_recording_trains_as_the_eager_step():
+def test_a_step_replayed_from_its_recording_trains_as_the_eager_step(replayed_step):
     """The loop's step with ``graphs`` (``training.graphs.GraphedStep``: the batch copied into the recorded inputs,
     the gradients zeroed and summed into tensors it holds, the loss scaled by the step's units, the values read
     once, the first update eager and the later ones replayed) gives the eager step's losses and weights, step by
     step, on batches of 3, 2 and 1 sentence pairs, which pad to one shape, recorded once (no dropout). Here each
     recording stands in for itself (a replay runs the recorded work again, which is what a CUDA graph's replay
     computes), so that the bookkeeping runs on a CPU; on a GPU the recordings are CUDA graphs (tests/test_cuda.py)."""
-    from attnkit.training.graphs import GraphedStep
-
-    class Replayed(GraphedStep):
-        def _warm_up(self, work):
-            work()
-
-        def _capture(self, work):
-            return work
-
     task, model = translation_task(dropout=0.0)
     twin = copy.deepcopy(model)
     # SGD: Adam would scale the rounding differences of near-zero gradients (padded sums) up to its step size
     eager_opt, graphed_opt = (torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, twin))
-    graphs = Replayed(twin, graphed_opt, task, task.loss, task.cfg)
+    graphs = replayed_step(twin, graphed_opt, task, task.loss, task.cfg)
     for step, indices in enumerate([[0, 1, 2], [3, 4], [5], [0, 1, 2]], start=1):
         batch = task.collate(indices)
         eager = loop._train_step(model, eager_opt, task, [(0, batch)], task.cfg, TrainContext(), step=step)

@@ -39,6 +39,7 @@ epoch).
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -206,6 +207,11 @@ def training_steps(
         raise ValueError("compile_backend: only attnkit's step is compiled here")
     if compile_optimizer and compile_backend is None:
         raise ValueError("compile_optimizer: with compile_backend only")
+    prepared = with_indices(batches)
+    if cuda_graphs:
+        if not ours or device.type != "cuda":
+            raise ValueError("cuda_graphs: attnkit's step on a CUDA device only")
+        return _graphed_steps(model, optimizer, prepared, precision, per_call, compile_backend=compile_backend)
 
     def our_loss(src: Tensor, tgt_in: Tensor, positions: Tensor, targets: Tensor, src_rows: Tensor) -> Tensor:
         return batch_loss(model(src, tgt_in, positions, src_rows=src_rows), targets)  # logits (N, V) -> ()
@@ -214,13 +220,8 @@ def training_steps(
     update = optimizer.step
     if compile_optimizer and compile_backend is not None:
         update = torch.compile(optimizer.step, backend=compile_backend)
-    prepared = with_indices(batches)
     settings = training_kernels if ours else _tf32_only
     cursor = 0
-    if cuda_graphs:
-        if not ours or device.type != "cuda":
-            raise ValueError("cuda_graphs: attnkit's step on a CUDA device only")
-        return _graphed_steps(model, optimizer, prepared, precision, per_call, compile_backend=compile_backend)
 
     def step() -> float:
         nonlocal cursor
@@ -442,13 +443,9 @@ def _timed_rows(
         steps.append(training_steps(model.to(device), forward, batches, precision, per_call=per_call,
                                     compile_backend=backend, cuda_graphs=impl.endswith("cuda-graphs")))  # fmt: skip
         if impl != "attnkit" and impl.startswith("attnkit"):  # the compilation or recording, kept out of the timing
-            first = steps[-1]
-            if impl.endswith("cuda-graphs"):  # one pass over every cycle: each shape recorded as it first comes
-
-                def first(step: Callable[[], float] = steps[-1]) -> float:
-                    return [step() for _ in cycles][-1]
-
-            first_call_s[(impl, precision)] = timed_call(first, sync)
+            # (recorded rows: a pass over every cycle, each shape recorded as it first comes)
+            calls = len(cycles) if impl.endswith("cuda-graphs") else 1
+            first_call_s[(impl, precision)] = timed_call(functools.partial(_calls, steps[-1], calls), sync)
     timings = measure_interleaved(steps, warmup=warmup, reps=reps, budget_s=20.0, sync=sync)
     for (impl, precision), timing in zip(runs, timings):
         t = timing.median_s / per_call  # one step
@@ -472,6 +469,11 @@ def _timed_rows(
             reps=len(timing.times_s),
             first_call_s=first_call_s.get((impl, precision)),
         )
+
+
+def _calls(step: Callable[[], float], n: int) -> None:
+    for _ in range(n):
+        step()
 
 
 DTYPE_NAMES = {"fp32": "float32", "tf32": "tf32", "bf16": "bfloat16"}  # --set precision -> the row's arithmetic
