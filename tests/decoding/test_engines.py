@@ -315,9 +315,10 @@ def fresh_compiler(monkeypatch):
 
 
 def test_twenty_calls_compile_one_program_per_bucket_and_decode_as_eager(fresh_compiler):
-    """Batches of 1 and 2 sentences of 2 to 12 tokens (buckets of 1 and 2 rows, 16 source positions): two programs,
-    each compiled by the first call of its bucket and found by the later ones (Dynamo is told to fail on any
-    recompilation after the first call of a bucket), with the eager step's tokens."""
+    """Batches of 1 and 2 sentences of 2 to 12 tokens (buckets of 1 and 2 rows, 16 source positions): per bucket a
+    program of the steps and one of the encoder, each compiled by the first call of its bucket and found by the
+    later ones (Dynamo is told to fail on any recompilation after the first call of a bucket), with the eager
+    step's tokens."""
     model, compiled = _model(), Engine("compiled")
     gen = torch.Generator().manual_seed(5)
     seen: set[int] = set()
@@ -327,7 +328,7 @@ def test_twenty_calls_compile_one_program_per_bucket_and_decode_as_eager(fresh_c
             out = SEARCHES["greedy"](model, src, engine=compiled)
         assert out == SEARCHES["greedy"](model, src), call
         seen.add(size)
-    assert counters["stats"]["unique_graphs"] == 2  # one program per bucket
+    assert counters["stats"]["unique_graphs"] == 2 * 2  # a step program and an encoder program per bucket
     assert not counters["graph_break"]
 
 
@@ -361,7 +362,7 @@ def test_steps_run_past_the_longest_output_change_no_token(monkeypatch, search):
     would hold): on finished rows, inside the cache rounded up to 25, they change nothing. The compiled engine's
     steps run uncompiled here (the same step function, in seconds)."""
     monkeypatch.setattr(programs, "STEPS_PER_PROGRAM", 5)
-    monkeypatch.setattr(programs, "_compiled", lambda step: step)
+    monkeypatch.setattr(programs, "_compiled", lambda fn, device: fn)
     monkeypatch.setattr(programs, "_SEEN", {})
     model, src = _model(), _sources([5, 2, 16])
     call = static.plan(model, src, Engine("compiled"), max_positions=TINY.max_len, max_extra=8, fixed_len=None)

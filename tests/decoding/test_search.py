@@ -270,6 +270,9 @@ def test_model_mode_is_restored_and_dropout_is_off():
     model.train()
     assert (greedy_decode(model, src, **IDS, max_extra=5), beam_search(model, src, **IDS, max_extra=5)) == expected
     assert model.training
+    model.eval()
+    model.decoder.layers[0].train()  # in evaluation mode at the top only: still no dropout anywhere
+    assert (greedy_decode(model, src, **IDS, max_extra=5), beam_search(model, src, **IDS, max_extra=5)) == expected
 
 
 def test_length_penalties():

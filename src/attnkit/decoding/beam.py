@@ -51,6 +51,8 @@ from attnkit.decoding.static import (
     Plan,
     banned_tokens,
     empty_cache,
+    encode,
+    evaluating,
     fill_cross,
     fill_source_mask,
     pad_sources,
@@ -245,9 +247,7 @@ def beam_search_nbest(
     if src.size(0) == 0:
         return []
     call = plan(model, src, engine, max_positions=max_positions, max_extra=max_extra, fixed_len=fixed_len)
-    was_training = model.training
-    model.eval()  # no dropout (§5.4 applies it in training only)
-    try:
+    with evaluating(model):
         return _beam_search(
             model,
             src,
@@ -261,8 +261,6 @@ def beam_search_nbest(
             eos_id=eos_id,
             suppress_eos=fixed_len is not None,
         )
-    finally:
-        model.train(was_training)
 
 
 def _beam_search(
@@ -283,7 +281,7 @@ def _beam_search(
     K, B, device = beam_size, call.sentences, src.device
     A, S, L = call.rows, call.source, call.cache
     R, vocab = A * K, model.embeddings.token.num_embeddings
-    memory, src_mask, _ = model.encode(pad_sources(src, A, S, model.pad_id))  # (A, S, D), (A, 1, 1, S)
+    memory, src_mask = encode(model, pad_sources(src, A, S, model.pad_id), call.engine)  # (A, S, D), (A, 1, 1, S)
     # Never emit padding (as fairseq): a pad token in the prefix would be masked out by a full decoder pass
     # (``decoder_self_mask``) but not by the cached one. Never emit EOS when the length is fixed. Banned after the
     # softmax, so that scores stay the model's log-probabilities.

@@ -32,6 +32,8 @@ from attnkit.decoding.static import (
     Plan,
     banned_tokens,
     empty_cache,
+    encode,
+    evaluating,
     fill_cross,
     fill_source_mask,
     pad_sources,
@@ -154,12 +156,8 @@ def _decode(
     if src.size(0) == 0:
         return []
     call = plan(model, src, engine, max_positions=max_positions, max_extra=max_extra, fixed_len=fixed_len)
-    was_training = model.training
-    model.eval()  # no dropout (§5.4 applies it in training only)
-    try:
+    with evaluating(model):
         found = _greedy(model, src, limits, call, bos_id, eos_id, suppress_eos=fixed_len is not None, score=score)
-    finally:
-        model.train(was_training)
     out, lengths, scores, eos = found
     return [(row[:n], total, ended) for row, n, total, ended in zip(out, lengths, scores, eos)]
 
@@ -180,7 +178,7 @@ def _greedy(
     B, R, S, L = call.sentences, call.rows, call.source, call.cache
     vocab, device = model.embeddings.token.num_embeddings, src.device
     padded = pad_sources(src, R, S, model.pad_id)  # (R, S)
-    memory, src_mask, _ = model.encode(padded)  # (R, S, D), (R, 1, 1, S)
+    memory, src_mask = encode(model, padded, call.engine)  # (R, S, D), (R, 1, 1, S)
     # Never emit padding (as fairseq): a pad token in the prefix would be masked out by a full decoder pass
     # (``decoder_self_mask``) but not by the cached one. Never emit EOS when the length is fixed.
     banned = [model.pad_id] + ([eos_id] if suppress_eos else [])

@@ -9,7 +9,8 @@ Engines (``Engine.kind``):
     eager                 the step as written; shapes are the call's own (no buckets)
     compiled              ``torch.compile(step, fullgraph=True, dynamic=False)``: one program per shape bucket,
                           compiled at the first call that needs it and reused by every later call in the process;
-                          on a CPU each program runs ``STEPS_PER_PROGRAM`` steps a call
+                          on a CPU each program runs ``STEPS_PER_PROGRAM`` steps a call, and the call's sources
+                          are encoded by a compiled program too
     cuda-graph            the eager step recorded once per model and bucket as a ``torch.cuda.CUDAGraph`` on state
                           that lives as long as the graph; a call fills the state and replays the graph
     compiled-cuda-graph   the compiled step, recorded the same way (fewer, fused kernels in the graph)
@@ -32,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnkit.devices import model_device
 from attnkit.errors import InputError
 
 ENGINES = ("eager", "compiled", "cuda-graph", "compiled-cuda-graph")
@@ -71,6 +73,11 @@ class Engine:
         cost is a few percent of it)."""
         few = sentences <= MAX_UNROLLED_SENTENCES
         return STEPS_PER_PROGRAM if self.kind == "compiled" and device.type == "cpu" and few else 1
+
+    def compiles_encoder(self, device: torch.device) -> bool:
+        """Whether a call encodes its sources by a compiled program too: the compiled engine on a CPU, where the
+        encoder's ~200 operators run eagerly in ~7 ms, a tenth of a one-sentence call (docs/performance.md)."""
+        return self.kind == "compiled" and device.type == "cpu"
 
     def prefix(self, device: torch.device) -> bool:
         """Whether a step attends over, and reorders, only the cache positions written so far: the eager step on a
@@ -154,7 +161,7 @@ def running(
         yield Runner(state, lambda: step(model, state, options))
         return
     steps = _steps(step, steps_per_call)
-    compiled = _compiled(steps)
+    compiled = _compiled(steps, model_device(model))
     seen = _SEEN.setdefault(steps, set())
     program = (key, options, _structure(model))
     if program in seen:
@@ -193,16 +200,25 @@ def _steps(step: Step, n: int) -> Step:
 
 
 _MAX_PROGRAMS = 512  # compiled programs one step function may have (Dynamo's default limit, 8, counts per function)
-_COMPILED: dict[Step, Callable] = {}
-_SEEN: dict[Step, set] = {}
+_COMPILED: dict[tuple[Callable, str], Callable] = {}
+_SEEN: dict[Callable, set] = {}
 
 
 def _structure(model: nn.Module) -> tuple:
     """What a compiled step's program depends on in the model besides the shapes of its inputs: its modules' types and
     its parameters' shapes, strides and types (the values are inputs, so any model of this structure may run the
-    program; the program does not check the layout of what it is given, ``_compiled``)."""
-    modules = tuple(type(m).__name__ for m in model.modules())
-    return modules, tuple((tuple(p.shape), p.stride(), p.dtype) for p in model.parameters())
+    program; the program does not check the layout of what it is given, ``_compiled``). Read at every call, so by
+    walking the modules' own tables: ``model.parameters()`` takes three times as long (~0.9 ms for the small
+    translator on a 2-core EPYC)."""
+    modules, parameters = [], []
+    unseen: list[nn.Module | None] = [model]
+    while unseen:
+        module = unseen.pop()
+        if module is not None:
+            modules.append(type(module).__name__)
+            parameters += [(p.shape, p.stride(), p.dtype) for p in module._parameters.values() if p is not None]
+            unseen += module._modules.values()
+    return tuple(modules), tuple(parameters)
 
 
 def _compiling():
@@ -211,16 +227,35 @@ def _compiling():
     return torch._dynamo.config.patch(recompile_limit=_MAX_PROGRAMS, accumulated_recompile_limit=_MAX_PROGRAMS)
 
 
-def _compiled(step: Step) -> Callable:
-    """``step`` compiled with static shapes and no graph break, once per process (one program per bucket inside).
-    The program does not assert the sizes, strides and alignment of its ~80 inputs at every call (Inductor's
-    default; 1.3 us each on a 2-core EPYC, so ~0.1 ms a call). What it is given has the layout it was compiled
-    for: the state is allocated the same way at every call, and the model's layout is in the key of its program
-    (``_structure``)."""
-    if step not in _COMPILED:
+def _compiled(fn: Callable, device: torch.device) -> Callable:
+    """``fn`` compiled with static shapes and no graph break, once per process and device type (one program per
+    bucket inside). The program does not assert the sizes, strides and alignment of its ~80 inputs at every call
+    (Inductor's default; 1.3 us each on a 2-core EPYC, so ~0.1 ms a call). What it is given has the layout it was
+    compiled for: the state is allocated the same way at every call, and the model's layout is in the key of its
+    program (``_structure``).
+
+    On a CPU, two of Inductor's options differ from its defaults (docs/performance.md):
+    - ``realize_opcount_threshold=10``: any value that feeds a reduction and is computed by more than 10 operations
+      is stored, not recomputed inside the reduction's loop (default 50). The value that matters is a step's input
+      x = E[token] sqrt(d_model) + PE[t]: E is held transposed (``TransposedEmbedding``), so recomputed for each
+      output row of the first self-attention projection it is gathered scalar by scalar, in 8 x 8 tiles
+      transposed by scalar code; stored once, that projection is a row-by-row sum like the others.
+    - ``cpp_wrapper=True``: the program allocates its buffers and calls its kernels from C++, not from a Python
+      function of a few hundred lines per step; compiling it takes longer (a minute for four steps, cold)."""
+    if (fn, device.type) not in _COMPILED:
         options: dict[str, Any] = {"size_asserts": False, "alignment_asserts": False}
-        _COMPILED[step] = torch.compile(step, fullgraph=True, dynamic=False, options=options)
-    return _COMPILED[step]
+        if device.type == "cpu":
+            options.update(realize_opcount_threshold=10, cpp_wrapper=True)
+        _COMPILED[fn, device.type] = torch.compile(fn, fullgraph=True, dynamic=False, options=options)
+    return _COMPILED[fn, device.type]
+
+
+def compiled_call(fn: Callable, model: nn.Module, *args: Any) -> Any:
+    """``fn(model, *args)`` by its compiled program (``_compiled``, one per shape of ``args``): what the compiled
+    engine runs once a call outside its steps (the encoder). Dynamo checks all its guards (~0.1 ms): once a call,
+    that costs less than telling programs apart by the model's structure (``_structure``)."""
+    with _compiling():
+        return _compiled(fn, model_device(model))(model, *args)
 
 
 @dataclass
@@ -254,7 +289,7 @@ def _graph(
         if full_key in graphs:
             return graphs[full_key]
         state = allocate()
-        fn = _compiled(step) if engine.kind == "compiled-cuda-graph" else step
+        fn = _compiled(step, model_device(model)) if engine.kind == "compiled-cuda-graph" else step
         with torch.cuda.device(next(model.parameters()).device):  # the model's GPU, whichever is current
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
