@@ -241,7 +241,8 @@ def _compiled(fn: Callable, device: torch.device) -> Callable:
       output row of the first self-attention projection it is gathered scalar by scalar, in 8 x 8 tiles
       transposed by scalar code; stored once, that projection is a row-by-row sum like the others.
     - ``cpp_wrapper=True``: the program allocates its buffers and calls its kernels from C++, not from a Python
-      function of a few hundred lines per step; compiling it takes longer (a minute for four steps, cold)."""
+      function of a few hundred lines per step (compiling four steps: 70 s against 65 with Inductor's cache cold,
+      5 s against 8 with it warm)."""
     if (fn, device.type) not in _COMPILED:
         options: dict[str, Any] = {"size_asserts": False, "alignment_asserts": False}
         if device.type == "cpu":
