@@ -355,6 +355,24 @@ def test_a_compiled_call_runs_several_steps_a_program_inside_its_cache(monkeypat
     assert len(calls) == math.ceil(10 / k) and len(reads) == len(calls) - 1
 
 
+def test_a_known_program_is_found_again_only_for_a_model_of_the_same_structure():
+    """A compiled program found again skips Dynamo's guards (``programs.running``), so its key holds the model's
+    structure (``programs._structure``): the same for another model of the same shapes, different for one cast to
+    another dtype, one not prepared or quantized (other modules), or one with a weight held in another layout."""
+    model = _model()
+    other = _model()
+    with torch.no_grad():
+        other.output_proj.weight.add_(1.0)  # other values, the same structure
+    structure = programs._structure(model)
+    assert programs._structure(other) == structure
+    assert programs._structure(_model(torch.bfloat16)) != structure
+    assert programs._structure(build_translator(TINY, pad_id=PAD)) != structure  # not prepared: other modules
+    assert programs._structure(quantize_for_inference(build_translator(TINY, pad_id=PAD))) != structure
+    transposed = _model()
+    transposed.output_proj.weight = torch.nn.Parameter(transposed.output_proj.weight.t().contiguous().t())
+    assert programs._structure(transposed) != structure  # the same shape, another stride
+
+
 @pytest.mark.parametrize("search", SEARCHES)
 def test_steps_run_past_the_longest_output_change_no_token(monkeypatch, search):
     """A program of several steps runs up to ``per_call - 1`` steps after the longest output (here 5 a call, and
