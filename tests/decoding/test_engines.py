@@ -12,6 +12,8 @@ search keeps on the host between steps would be frozen at recording, and a repla
 from __future__ import annotations
 
 import math
+import threading
+import time
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -24,7 +26,7 @@ from torch.utils._pytree import tree_flatten
 from attnkit.config import TranslatorConfig
 from attnkit.decoding import beam_search, beam_search_nbest, greedy_decode, static
 from attnkit.errors import InputError
-from attnkit.inference import prepare_for_inference, programs, quantize_for_inference
+from attnkit.inference import background, cuda_graphs, prepare_for_inference, programs, quantize_for_inference
 from attnkit.inference.programs import Engine
 from attnkit.model.build import build_translator
 
@@ -121,7 +123,7 @@ def recorded_graphs(monkeypatch):
     monkeypatch.setattr(torch.cuda, "stream", lambda stream: nullcontext())
     monkeypatch.setattr(torch.cuda, "device", lambda device: nullcontext())
     monkeypatch.setattr(torch.cuda, "current_stream", _Stream)
-    monkeypatch.setattr(programs, "_GRAPHS", type(programs._GRAPHS)())
+    monkeypatch.setattr(cuda_graphs, "_GRAPHS", type(cuda_graphs._GRAPHS)())
     RecordedGraph.recorded = 0
 
 
@@ -239,7 +241,7 @@ def test_graphs_are_recorded_once_per_model_and_bucket(recorded_graphs):
     model._apply(torch.clone)  # the weights move (as .to() may move them): graphs that read the old ones go
     src = _sources([4, 5])
     assert SEARCHES["greedy"](model, src, engine=GRAPH) == SEARCHES["greedy"](model, src)
-    assert RecordedGraph.recorded == 6 and len(programs._GRAPHS[model][1]) == 1
+    assert RecordedGraph.recorded == 6 and len(cuda_graphs._GRAPHS[model][1]) == 1
 
 
 def _count_steps(monkeypatch) -> CountingMode:
@@ -371,6 +373,123 @@ def test_a_known_program_is_found_again_only_for_a_model_of_the_same_structure()
     transposed = _model()
     transposed.output_proj.weight = torch.nn.Parameter(transposed.output_proj.weight.t().contiguous().t())
     assert programs._structure(transposed) != structure  # the same shape, another stride
+
+
+@pytest.fixture
+def background_compiler(monkeypatch):
+    """A compiler thread of the test's own (``attnkit.inference.background``), told to stop waiting at the end."""
+    compiler = background.Compiler()
+    monkeypatch.setattr(background, "COMPILER", compiler)
+    return compiler
+
+
+def test_a_call_never_waits_for_the_background_compiler(monkeypatch, background_compiler):
+    """With ``Engine.background``, a call whose bucket has no program decodes eagerly and queues its programs (the
+    encoder's and the steps') for the compiler's thread; a call of a known bucket runs its programs, except while
+    the thread compiles (Dynamo's guard switch is the process's): then eagerly too. Every call gives the eager
+    tokens. The compiler here is a stand-in that holds each compilation until the test lets it go and records which
+    thread runs a program (real compilation: the next test)."""
+    release = threading.Event()
+    runs: list[str] = []  # the thread of each program run
+
+    def stand_in(fn, device):
+        def program(*args):
+            if threading.current_thread().name == "attnkit-compile":
+                assert release.wait(30), "bounded: the test releases every compilation"
+            runs.append(threading.current_thread().name)
+            return fn(*args)
+
+        return program
+
+    monkeypatch.setattr(programs, "_compiled", stand_in)
+    monkeypatch.setattr(programs, "_SEEN", {})
+    model, engine = _model(), Engine("compiled", background=True)
+    one, two = _sources([7], seed=3), _sources([9, 4], seed=4)  # buckets of 1 and 2 rows
+    expected = {1: SEARCHES["greedy"](model, one), 2: SEARCHES["greedy"](model, two)}
+
+    assert SEARCHES["greedy"](model, one, engine=engine) == expected[1]  # eager: both programs queued
+    assert runs == []
+    release.set()
+    assert background_compiler.wait(30)
+    assert runs == ["attnkit-compile"] * 2  # the encoder's program and the steps', each run once to compile it
+    runs.clear()
+    assert SEARCHES["greedy"](model, one, engine=engine) == expected[1]  # the programs, in the caller's thread
+    assert runs and set(runs) == {"MainThread"}
+
+    release.clear()
+    runs.clear()
+    assert SEARCHES["greedy"](model, two, engine=engine) == expected[2]  # a new bucket: eager, queued
+    assert SEARCHES["greedy"](model, one, engine=engine) == expected[1]  # known, but the compiler is busy: eager
+    assert runs == []
+    release.set()
+    assert background_compiler.wait(30)
+    runs.clear()
+    assert SEARCHES["greedy"](model, two, engine=engine) == expected[2]
+    assert runs and set(runs) == {"MainThread"}
+
+
+def test_the_compiler_pauses_while_calls_run_and_takes_a_slice_when_they_never_stop(monkeypatch):
+    """The compiler's thread holds the GIL while it compiles, and an eager call beside it waits up to 5 ms for it at
+    each operator (measured: a 0.4 s call took 2-40 s): so it pauses at its next Python call while a call runs. A
+    call that never stops still lets it go on, ``SLICE_S`` after each ``GIVE_WAY_S``. The compilation here is a
+    stand-in that counts its Python calls, for at most 20 s."""
+    monkeypatch.setattr(background, "GIVE_WAY_S", 0.5)
+    monkeypatch.setattr(background, "SLICE_S", 0.1)
+    compiler, started, stop = background.Compiler(), threading.Event(), threading.Event()
+    ticks: list[None] = []
+
+    def tick() -> None:
+        ticks.append(None)
+
+    def compile() -> None:
+        started.set()
+        deadline = time.monotonic() + 20
+        while not stop.is_set() and time.monotonic() < deadline:
+            tick()
+
+    compiler.submit("slow", compile)
+    assert started.wait(10)
+    with compiler.program("another", lambda: None) as ready:  # a call: not compiled, so eager, and queued
+        assert not ready
+        time.sleep(0.1)  # the compiler reaches its next call and waits there
+        before = len(ticks)
+        time.sleep(0.3)
+        assert len(ticks) - before <= 1  # paused
+        time.sleep(1.0)  # past GIVE_WAY_S: a slice of compiling, then paused again
+        assert len(ticks) - before > 1
+    after = len(ticks)
+    time.sleep(0.2)
+    assert len(ticks) > after  # no call: on at full speed
+    stop.set()
+    assert compiler.wait(30) and compiler.known == {"slow", "another"}
+
+
+def test_programs_compiled_in_the_background_thread_serve_the_callers_calls(fresh_compiler, background_compiler):
+    """Real compilation in the compiler's thread (one bucket: the encoder's program and the steps'): a later call
+    runs them without compiling again, even with every guard checked (Dynamo is told to fail on a recompilation;
+    a program compiled in another grad mode than the caller's would fail it), and decodes as eager."""
+    model, src = _model(), _sources([6], seed=2)
+    expected = SEARCHES["greedy"](model, src)
+    with torch.inference_mode():  # as the server decodes
+        assert SEARCHES["greedy"](model, src, engine=Engine("compiled", background=True)) == expected
+        assert background_compiler.wait(300)
+        assert background_compiler.known and not background_compiler.failed
+        assert counters["stats"]["unique_graphs"] == 2
+        with torch.compiler.set_stance("fail_on_recompile"):
+            assert SEARCHES["greedy"](model, src, engine=Engine("compiled", background=True)) == expected
+            programs._SEEN.clear()  # the steps' program looked up again with all its guards, as at a first call
+            assert SEARCHES["greedy"](model, src, engine=Engine("compiled")) == expected
+    assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"]
+
+
+def test_only_the_compiled_engine_compiles_in_the_background(monkeypatch):
+    with pytest.raises(ValueError, match="background=True is for the compiled engine, not eager"):
+        Engine("eager", background=True)
+    cpu = torch.device("cpu")
+    monkeypatch.setenv(programs.ENV, "compiled")
+    assert programs.default_engine(cpu, background=True) == Engine("compiled", background=True)
+    monkeypatch.setenv(programs.ENV, "eager")
+    assert programs.default_engine(cpu, background=True) == Engine("eager")
 
 
 @pytest.mark.parametrize("search", SEARCHES)

@@ -237,3 +237,50 @@ def test_the_direct_path_answers_as_fastapi_does(classifier_client, path, body):
     assert direct.status_code == routed.status_code
     assert direct.headers["content-type"] == routed.headers["content-type"]
     assert direct.json() == routed.json()
+
+
+def test_with_the_compiled_engine_a_new_bucket_is_answered_while_its_programs_compile(
+    monkeypatch, translator_dir, translator_client, serve_client
+):
+    """``ATTNKIT_ENGINE=compiled``: the warm-up waits for the programs of one sentence; a request of another bucket
+    (two sentences, beam 4) is answered by the eager step, within a timeout shorter than its compilation, with the
+    default server's translations (and scores, to rounding), while its programs are made in the compiler's thread.
+    The compiler is a stand-in that takes 2.5 s for each program of that bucket (real compilation:
+    ``tests/decoding/test_engines.py``)."""
+    import threading
+    import time
+
+    from attnkit.inference import background, programs
+
+    slow = threading.Event()
+
+    def stand_in(fn, device):
+        def program(*args):
+            if slow.is_set():  # from here on only the new bucket's programs run: each first run compiles
+                time.sleep(2.5)
+            return fn(*args)
+
+        return program
+
+    compiler = background.Compiler()
+    monkeypatch.setattr(background, "COMPILER", compiler)
+    monkeypatch.setattr(programs, "_compiled", stand_in)
+    monkeypatch.setattr(programs, "_SEEN", {})
+    monkeypatch.setenv(programs.ENV, "compiled")
+    body = {"inputs": ["a b c", "d e"], "beam": 4, "n_best": 2}
+    expected = translator_client.post("/v1/translate", json=body).json()  # the default (eager) server's
+    with serve_client(translator_dir, timeout_s=1.5) as client:
+        assert client.get("/info").json()["inference"]["engine"] == "compiled"
+        assert compiler.known and compiler.wait(0)  # the warm-up's programs, made before it was ready
+        slow.set()
+        started = time.monotonic()
+        answer = client.post("/v1/translate", json=body)
+        assert answer.status_code == 200, answer.text
+        assert time.monotonic() - started < 1.5 and not compiler.wait(0)  # answered; still compiling
+        got = answer.json()["results"]
+        assert [[c["translation"] for c in r["n_best"]] for r in got] == [
+            [c["translation"] for c in r["n_best"]] for r in expected["results"]
+        ]
+        scores = [c["score"] for r in got for c in r["n_best"]]  # the bucket's padded shapes round differently
+        assert scores == pytest.approx([c["score"] for r in expected["results"] for c in r["n_best"]], rel=1e-4)
+        assert compiler.wait(60) and not compiler.failed

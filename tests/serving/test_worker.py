@@ -83,7 +83,7 @@ def test_info_reports_the_precision_and_device_the_worker_runs_in(translator_dir
 
             time.sleep(0.1)
         info = client.get("/info").json()
-    assert info["inference"] == {"precision": "bf16", "device": "cpu", "worker": "process"}
+    assert info["inference"] == {"precision": "bf16", "device": "cpu", "engine": "eager", "worker": "process"}
 
 
 def test_the_warm_up_runs_both_searches_a_request_may_take_before_the_first_client(translator_dir):

@@ -107,7 +107,7 @@ def encode(model: Transformer, src: Tensor, engine: Engine) -> tuple[Tensor, Ten
     """The encoder's memory (R, S, D) and the source mask (R, 1, 1, S) of a call's sources ``src`` (R, S): by one
     compiled program per shape where ``engine`` compiles on a CPU (``Engine.compiles_encoder``), else eagerly."""
     if engine.compiles_encoder(model_device(model)):
-        return compiled_call(_encode, model, src)
+        return compiled_call(engine, _encode, model, src)
     return _encode(model, src)
 
 

@@ -15,6 +15,10 @@ Engines (``Engine.kind``):
                           that lives as long as the graph; a call fills the state and replays the graph
     compiled-cuda-graph   the compiled step, recorded the same way (fewer, fused kernels in the graph)
 
+A compiled engine made with ``background=True`` (a server's) never makes a call wait for the compiler: a bucket's
+first calls run the step as written while its program is compiled in a thread of its own
+(``attnkit.inference.background``).
+
 Bucketed engines round the batch and the source length up to powers of two (``batch_bucket``, ``length_bucket``),
 so that a process meets a handful of shapes, not one per call. A search reads its stop test on the host once every
 ``check_every`` steps (``default_check_every``).
@@ -23,18 +27,18 @@ so that a process meets a handful of shapes, not one per call. A search reads it
 from __future__ import annotations
 
 import os
-import threading
-import weakref
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from attnkit.devices import model_device
 from attnkit.errors import InputError
+from attnkit.inference import background
+from attnkit.inference.cuda_graphs import recorded
 
 ENGINES = ("eager", "compiled", "cuda-graph", "compiled-cuda-graph")
 Step = Callable[[Any, Any, Any], None]  # step(model, state, options), in place
@@ -42,17 +46,22 @@ Step = Callable[[Any, Any, Any], None]  # step(model, state, options), in place
 
 @dataclass(frozen=True)
 class Engine:
-    """How a search runs its steps: ``kind`` (one of ``ENGINES``) and how many steps pass between two host reads of
-    the stop test (None: ``default_check_every`` of the model's device)."""
+    """How a search runs its steps: ``kind`` (one of ``ENGINES``), how many steps pass between two host reads of
+    the stop test (None: ``default_check_every`` of the model's device), and, for the compiled engine, whether a
+    call of a bucket without a program runs eagerly while another thread compiles it (``background``: a server's
+    choice, ``attnkit.inference.background``) rather than waiting for the compiler."""
 
     kind: str = "eager"
     check_every: int | None = None
+    background: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ENGINES:
             raise ValueError(f"engine={self.kind!r}; expected one of {', '.join(ENGINES)}")
         if self.check_every is not None and self.check_every < 1:
             raise ValueError(f"check_every={self.check_every} must be >= 1")
+        if self.background and self.kind != "compiled":
+            raise ValueError(f"background=True is for the compiled engine, not {self.kind}")
 
     @property
     def bucketed(self) -> bool:
@@ -95,11 +104,12 @@ MAX_UNROLLED_SENTENCES = 4
 ENV = "ATTNKIT_ENGINE"  # the default engine, where set (a long-lived server may compile: docs/performance.md)
 
 
-def default_engine(device: torch.device) -> Engine:
+def default_engine(device: torch.device, *, background: bool = False) -> Engine:
     """What a search runs on unless told: ``ATTNKIT_ENGINE`` where set; else CUDA graphs of the eager step on a GPU
     (a step of ~100 small kernels is launch-bound, and recording a graph takes a fraction of a second), the eager
     step elsewhere (compiling costs seconds per shape bucket on a GPU and tens of seconds on a CPU, which a one-shot
-    command does not earn back; docs/performance.md)."""
+    command does not earn back; docs/performance.md). With ``background`` (a server), a compiled engine compiles
+    in a thread of its own (``Engine.background``)."""
     chosen = os.environ.get(ENV, "").strip()
     if not chosen:
         return Engine("cuda-graph" if device.type == "cuda" else "eager")
@@ -107,7 +117,7 @@ def default_engine(device: torch.device) -> Engine:
         raise InputError(f"{ENV}={chosen!r}: expected one of {', '.join(ENGINES)}")
     if chosen.endswith("cuda-graph") and device.type != "cuda":
         raise InputError(f"{ENV}={chosen}: CUDA graphs need a CUDA device, and this model is on {device.type}")
-    return Engine(chosen)
+    return Engine(chosen, background=background and chosen == "compiled")
 
 
 def default_check_every(device: torch.device) -> int:
@@ -150,9 +160,16 @@ def running(
     by running it), or, for the CUDA-graph engines, the state recorded with the graph of ``(step, options, key)``
     for this model, made at the first call and held by one call at a time. ``key`` names the state's shapes. The
     compiled engine's program runs ``steps_per_call`` steps at a time (``Engine.steps_per_call``); the others run
-    one."""
+    one. With ``engine.background``, a call that may not run the program yet (``Compiler.program``) runs the same
+    steps as written, on the same state."""
     if engine.graphed:
-        graph = _graph(engine, step, model, options, key, allocate)
+        fn = _compiled(step, model_device(model)) if engine.kind == "compiled-cuda-graph" else step
+
+        def run(state: Any) -> None:  # warmed up, then recorded (the compiled step compiles at the first)
+            with _compiling():
+                fn(model, state, options)
+
+        graph = recorded(model, (engine.kind, step, options, key), allocate, run)
         with graph.lock:
             yield Runner(graph.state, graph.graph.replay)
         return
@@ -164,10 +181,22 @@ def running(
     compiled = _compiled(steps, model_device(model))
     seen = _SEEN.setdefault(steps, set())
     program = (key, options, _structure(model))
+    if engine.background:
+
+        def compile() -> None:  # in the compiler's thread, on a state of its own
+            with _compiling():
+                compiled(model, allocate(), options)
+            seen.add(program)
+
+        with background.COMPILER.program((steps, program), compile) as ready:
+            if ready:
+                with _skipping_guards():
+                    yield Runner(state, lambda: compiled(model, state, options), steps_per_call)
+            else:  # the same steps as written, on the same state: the same tokens, no compiler to wait for
+                yield Runner(state, lambda: steps(model, state, options), steps_per_call)
+        return
     if program in seen:
-        # Compiled before in this process: Dynamo checks only the guards that tell its programs apart (shapes,
-        # types, options; the model's structure is in the key), not the ~100 that hold for every call of this one.
-        with torch.compiler.set_stance(torch._dynamo.eval_frame._stance.stance, skip_guard_eval_unsafe=True):
+        with _skipping_guards():
             yield Runner(state, lambda: compiled(model, state, options), steps_per_call)
         return
 
@@ -179,6 +208,13 @@ def running(
 
     runner = Runner(state, first, steps_per_call)
     yield runner
+
+
+def _skipping_guards():
+    """For a program compiled before in this process: Dynamo checks only the guards that tell its programs apart
+    (shapes, types, options; the model's structure is in the key), not the ~100 that hold for every call of this
+    one."""
+    return torch.compiler.set_stance(torch._dynamo.eval_frame._stance.stance, skip_guard_eval_unsafe=True)
 
 
 _STEPS: dict[tuple[Step, int], Step] = {}
@@ -251,55 +287,24 @@ def _compiled(fn: Callable, device: torch.device) -> Callable:
     return _COMPILED[fn, device.type]
 
 
-def compiled_call(fn: Callable, model: nn.Module, *args: Any) -> Any:
+def compiled_call(engine: Engine, fn: Callable, model: nn.Module, *args: Tensor) -> Any:
     """``fn(model, *args)`` by its compiled program (``_compiled``, one per shape of ``args``): what the compiled
     engine runs once a call outside its steps (the encoder). Dynamo checks all its guards: once a call, that costs
-    about what telling programs apart by the model's structure would (``_structure``, ~0.3 ms)."""
-    with _compiling():
-        return _compiled(fn, model_device(model))(model, *args)
+    about what telling programs apart by the model's structure would (``_structure``, ~0.3 ms). With
+    ``engine.background``, ``fn`` itself runs until the program is made."""
+    compiled = _compiled(fn, model_device(model))
+    if not engine.background:
+        with _compiling():
+            return compiled(model, *args)
+    program = (fn, tuple((a.shape, a.dtype) for a in args), _structure(model))
+    inputs = [a.clone() for a in args]  # the compiler's thread runs the program once, on inputs of its own
 
+    def compile() -> None:
+        with _compiling():
+            compiled(model, *inputs)
 
-@dataclass
-class _Graph:
-    state: Any
-    graph: torch.cuda.CUDAGraph
-    lock: threading.Lock
-
-
-_GRAPHS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[int, ...], dict[Hashable, _Graph]]] = (
-    weakref.WeakKeyDictionary()
-)
-_GRAPHS_LOCK = threading.Lock()
-
-
-def _graph(
-    engine: Engine, step: Step, model: nn.Module, options: Any, key: Hashable, allocate: Callable[[], Any]
-) -> _Graph:
-    """The CUDA graph of ``step`` on ``model`` for ``(options, key)``: warmed up on a side stream (kernels load,
-    cuBLAS makes its handles, the compiled step compiles), then recorded. Replaying it runs the step on the state
-    recorded with it, whose tensors must never be replaced, only written."""
-    # A graph reads the weights where they were when it was recorded: once the model is moved or cast, its graphs
-    # are dropped.
-    weights = tuple(p.data_ptr() for p in model.parameters())
-    full_key = (engine.kind, step, options, key)
-    with _GRAPHS_LOCK:
-        recorded_for, graphs = _GRAPHS.get(model, (weights, {}))
-        if recorded_for != weights:
-            graphs = {}
-        _GRAPHS[model] = (weights, graphs)
-        if full_key in graphs:
-            return graphs[full_key]
-        state = allocate()
-        fn = _compiled(step, model_device(model)) if engine.kind == "compiled-cuda-graph" else step
-        with torch.cuda.device(next(model.parameters()).device):  # the model's GPU, whichever is current
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side), _compiling():
-                for _ in range(3):
-                    fn(model, state, options)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                fn(model, state, options)
-        graphs[full_key] = _Graph(state, graph, threading.Lock())
-        return graphs[full_key]
+    with background.COMPILER.program(program, compile) as ready:
+        if not ready:
+            return fn(model, *args)
+        with _compiling():
+            return compiled(model, *args)

@@ -27,6 +27,8 @@ from attnkit import runs
 from attnkit.data.batching import pad
 from attnkit.devices import model_device
 from attnkit.errors import InputError
+from attnkit.inference.background import compiling_here
+from attnkit.inference.programs import default_engine
 from attnkit.serving.batcher import padding_bounded
 from attnkit.tokenization import Tokenizer
 
@@ -166,6 +168,12 @@ class TranslatorModel(ServedModel):
         self.bos_id: int = self.tokenizer.bos_id
         self.eos_id: int = self.tokenizer.eos_id
         self._cfg = cfg
+        # The device's default (ATTNKIT_ENGINE); a compiled engine compiles a new bucket's programs in a thread of
+        # its own while that bucket's requests decode eagerly: a request never waits for the compiler.
+        self.engine = default_engine(model_device(self.model), background=True)
+
+    def inference(self) -> dict:
+        return {**super().inference(), "engine": self.engine.kind}
 
     def config(self) -> dict:
         return {"task": self.task, **vars(self._cfg)}
@@ -185,7 +193,7 @@ class TranslatorModel(ServedModel):
         src = pad(seqs, tok.pad_id).to(model_device(self.model))  # (B, S)
         if beam == 1:
             found = greedy_decode_scored(
-                self.model, src, bos_id=self.bos_id, eos_id=self.eos_id, max_positions=max_positions
+                self.model, src, bos_id=self.bos_id, eos_id=self.eos_id, max_positions=max_positions, engine=self.engine
             )
             nbest = [[h] for h in found]
         else:
@@ -199,6 +207,7 @@ class TranslatorModel(ServedModel):
                 beam_size=beam,
                 alpha=alpha,
                 length_penalty=length_penalty,
+                engine=self.engine,
             )
         return [[Candidate(tok.decode(h.tokens), h.score, h.normalized, h.eos) for h in hyps] for hyps in nbest]
 
@@ -211,14 +220,11 @@ class TranslatorModel(ServedModel):
         tok, model = self.tokenizer, self.model
         layers = tuple(range(self.n_layers))
         src = torch.tensor([ids], device=model_device(model))  # (1, S)
+        max_positions = model.embeddings.position.max_len
         out = greedy_decode(
-            model, src, bos_id=self.bos_id, eos_id=self.eos_id, max_positions=model.embeddings.position.max_len
+            model, src, bos_id=self.bos_id, eos_id=self.eos_id, max_positions=max_positions, engine=self.engine
         )[0]
-        limit = int(
-            output_limits(
-                src, pad_id=tok.pad_id, max_extra=50, max_positions=model.embeddings.position.max_len, fixed_len=None
-            )[0]
-        )
+        limit = int(output_limits(src, pad_id=tok.pad_id, max_extra=50, max_positions=max_positions, fixed_len=None)[0])
         # Decoder position t (BOS at 0) predicted output token t. When decoding stopped at EOS the rows are the
         # output tokens and EOS; when it ran to the length limit there was no EOS, and position len(out) (which may
         # be past max_len) predicted nothing: as in ``analysis.attention.translator_attention``. EOS is named as the
@@ -270,8 +276,9 @@ def warm_up(served: ServedModel) -> None:
         "embedder": [("embed", "mean", False)],
         "translator": [("translate", beam, 0.6, "gnmt", 1) for beam in (1, DEFAULT_BEAM)],
     }
-    for group in groups[served.task]:
-        run_batch(served, group, [[served.token_ids("hello world")]])
+    with compiling_here():  # a compiled engine's programs for these calls, made now (``TranslatorModel.engine``)
+        for group in groups[served.task]:
+            run_batch(served, group, [[served.token_ids("hello world")]])
 
 
 def run_batch(served: ServedModel, group: tuple, jobs: list[list[list[int]]]) -> list[Any]:
