@@ -95,7 +95,13 @@ def operator_totals(prof, wall_ms: float) -> dict[str, float]:
 GRAPHS = "attnkit compiled+graphs"  # the step compiled as torch.compile(mode="reduce-overhead") makes it
 CPP = "attnkit compiled+cpp"  # the step compiled with Inductor's C++ wrapper
 ADAM = "attnkit compiled+adam"  # the step compiled, and the optimizer's step compiled too
-OPTIONS = {GRAPHS: {"triton.cudagraphs": True}, CPP: {"cpp_wrapper": True}, ADAM: {}}  # variant -> Inductor's options
+TUNED = "attnkit compiled+tuned"  # the step compiled, each fused kernel's block sizes tuned by timing (CUDA)
+OPTIONS = {  # variant -> Inductor's options
+    GRAPHS: {"triton.cudagraphs": True},
+    CPP: {"cpp_wrapper": True},
+    ADAM: {},
+    TUNED: {"coordinate_descent_tuning": True},
+}
 
 
 def longest(prof, n: int, on_gpu: bool) -> list[str]:
@@ -140,6 +146,13 @@ def main() -> int:
         help="also attnkit's step compiled and replayed as CUDA graphs (Inductor's cudagraph trees, "
         'torch.compile(mode="reduce-overhead"); CUDA only)',
     )
+    parser.add_argument(
+        "--tuned",
+        action="store_true",
+        help="also attnkit's step compiled with Inductor's coordinate-descent tuning (each fused kernel's block "
+        "sizes chosen by timing: what LayerNorm's fused backward, at a third of the memory's speed, might gain; CUDA "
+        "only)",
+    )
     parser.add_argument("--trace", type=Path, help="a folder for each profiled step's Chrome trace (gzipped)")
     parser.add_argument("--top", type=int, default=0, help="also list each implementation's N longest kernels")
     args = parser.parse_args()
@@ -149,11 +162,11 @@ def main() -> int:
     on_gpu = device.type == "cuda"
     waits = synchronizer(device)
     sync = waits or (lambda: None)  # waits for the GPU's queue; nothing to wait for on a CPU
-    if args.cuda_graphs and not on_gpu:
-        parser.error("--cuda-graphs: CUDA only")
+    if (args.cuda_graphs or args.tuned) and not on_gpu:
+        parser.error("--cuda-graphs, --tuned: CUDA only")
     impls = ("attnkit", "transformers") + (("attnkit compiled",) if args.compiled else ())
     impls += ((GRAPHS,) if args.cuda_graphs else ()) + ((CPP,) if args.cpp_wrapper else ())
-    impls += (ADAM,) if args.compiled_adam else ()
+    impls += ((ADAM,) if args.compiled_adam else ()) + ((TUNED,) if args.tuned else ())
     with fixed_threads(args.threads):
         src, tgt_in, tgt_out = (t.to(device) for t in make_batch(cfg, args.length, args.tokens, seed=0))
         torch.manual_seed(0)

@@ -350,7 +350,7 @@ def test_translator_precision_casts_the_model_and_refuses_what_the_device_cannot
     with pytest.raises(InputError, match="precision=int8 runs on CPUs"):
         TranslatorRun(tiny_translator, precision="int8", device="meta")
     served = load_model(tiny_translator, "int8")  # serve --precision int8 (thread worker), as /info reports it
-    assert served.inference() == {"precision": "int8", "device": "cpu"}
+    assert served.inference() == {"precision": "int8", "device": "cpu", "engine": "eager"}
     assert isinstance(served.model.decoder.layers[0].ffn.linear1, Int8Linear)
     code, _, err = run_cli(
         capsys, "translate", "run", "--model", str(tiny_translator), "--engine", "ct2", "--precision", "bf16"
