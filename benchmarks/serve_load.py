@@ -46,8 +46,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: str, threads: int, extra: list[str]) -> tuple[subprocess.Popen, str]:
-    """``attnkit serve`` on a free loopback port, once it answers /ready (``extra``: its further flags)."""
+def start_server(model: str, threads: int, extra: list[str], ready_s: float = 120) -> tuple[subprocess.Popen, str]:
+    """``attnkit serve`` on a free loopback port, once it answers /ready within ``ready_s`` (``extra``: its further
+    flags)."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -69,7 +70,7 @@ def start_server(model: str, threads: int, extra: list[str]) -> tuple[subprocess
     url = f"http://127.0.0.1:{port}"
     import httpx
 
-    for _ in range(600):  # bounded: 120 s (loading MiniLM on a busy machine)
+    for _ in range(int(ready_s / 0.2)):  # bounded (120 s by default: loading MiniLM on a busy machine)
         if proc.poll() is not None:
             raise SystemExit(f"attnkit serve exited: {proc.stderr.read().decode() if proc.stderr else ''}")
         try:
@@ -79,7 +80,7 @@ def start_server(model: str, threads: int, extra: list[str]) -> tuple[subprocess
             pass
         time.sleep(0.2)
     proc.kill()
-    raise SystemExit("attnkit serve did not become ready in 120 s")
+    raise SystemExit(f"attnkit serve did not become ready in {ready_s:g} s")
 
 
 def stop_server(proc: subprocess.Popen) -> None:

@@ -14,7 +14,9 @@ The compiler gives way to the calls. Compiling is Python (Dynamo's tracing, Indu
 an eager step releases it at each of its ~500 operators, and gets it back only when the compiler's thread lets go,
 up to 5 ms later (``sys.getswitchinterval``): measured, a 0.4 s call took 2-40 s while a program compiled beside it
 (docs/serving.md). So the compiler's thread pauses at its next Python call whenever a call is running, and goes on
-when none is: it compiles in the server's idle time, and a call runs as fast as without it.
+when none is: it compiles in the server's idle time. What it is inside when a call starts, it finishes first (a C
+function, such as Python's ``compile`` of the code Inductor writes, does not stop for a trace function), and its C++
+builds run in processes of their own: a call beside it takes up to ~2x its time, not 10-100x.
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ class Compiler:
     def _work(self) -> None:
         while True:
             key, job = self._jobs.get()
+            started = time.perf_counter()
             try:
                 with self.lock:
                     sys.settrace(self._give_way)  # this thread's Python calls only, and only while it compiles
@@ -124,6 +127,7 @@ class Compiler:
                     finally:
                         sys.settrace(None)
                 made = True
+                log.info("compiled a decoding program in the background in %.1f s", time.perf_counter() - started)
             except Exception:  # noqa: BLE001 - a program that cannot be compiled leaves its calls eager
                 log.exception("compiling a decoding program failed; its calls stay eager")
                 made = False
@@ -133,7 +137,7 @@ class Compiler:
                 self._idle.notify_all()
 
     def _give_way(self, frame: object, event: str, arg: object) -> None:  # returns None: no tracing of lines
-        """The compiler's profile hook: at a Python call, wait while calls run; after ``GIVE_WAY_S`` of calls without
+        """The compiler's trace function: at a Python call, wait while calls run; after ``GIVE_WAY_S`` of calls without
         a pause, compile on for ``SLICE_S`` regardless, so that a server never idle still gets its programs (at
         ~5% of the compiler's speed) and a lock held by a paused compiler and wanted by a call stops neither."""
         if event == "call" and self._calls and time.monotonic() >= self._slice_ends:
