@@ -16,7 +16,7 @@ up to 5 ms later (``sys.getswitchinterval``): measured, a 0.4 s call took 2-40 s
 (docs/serving.md). So the compiler's thread pauses at its next Python call whenever a call is running, and goes on
 when none is: it compiles in the server's idle time. What it is inside when a call starts, it finishes first (a C
 function, such as Python's ``compile`` of the code Inductor writes, does not stop for a trace function), and its C++
-builds run in processes of their own: a call beside it takes up to ~2x its time, not 10-100x.
+builds run in processes of their own: served, a request beside it took ~2x its time (at most 3.5x), not 5-100x.
 """
 
 from __future__ import annotations
