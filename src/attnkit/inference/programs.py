@@ -297,11 +297,10 @@ def compiled_call(engine: Engine, fn: Callable, model: nn.Module, *args: Tensor)
         with _compiling():
             return compiled(model, *args)
     program = (fn, tuple((a.shape, a.dtype) for a in args), _structure(model))
-    inputs = [a.clone() for a in args]  # the compiler's thread runs the program once, on inputs of its own
 
-    def compile() -> None:
+    def compile() -> None:  # the compiler's thread runs the program once, on these inputs (read, never written)
         with _compiling():
-            compiled(model, *inputs)
+            compiled(model, *args)
 
     with background.COMPILER.program(program, compile) as ready:
         if not ready:
