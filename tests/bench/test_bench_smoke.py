@@ -397,6 +397,33 @@ def test_ctranslate2_is_timed_in_a_child_process_in_turns_with_attnkit():
     assert latency.batch == 1 and latency.ms == pytest.approx(1e3 / latency.sentences_per_s)  # ms per sentence
 
 
+def test_ctranslate2_is_also_timed_with_one_thread_when_the_suite_has_more():
+    """CTranslate2's pool can be slower with two threads than with one (a 2-vCPU KVM guest: 5.0-5.9x one thread's
+    time at one sentence), so with threads > 1 every type also gets a "ctranslate2 (1 thread)" row, from a child of
+    its own, with the same tokens to produce (the suite raises on a wrong count)."""
+    pytest.importorskip("ctranslate2")
+    results = decode.run(
+        quick=True,
+        threads=2,
+        configs={"tiny": TINY},
+        batch=2,
+        src_len=5,
+        impls=("ctranslate2",),
+        searches=("greedy",),
+        latency_sentences=1,
+        reps=1,
+    )
+    settings = {(r.impl, r.dtype, r.variant): r.settings for r in results}
+    assert settings == {
+        (impl, dtype, variant): f"inter_threads=1, intra_threads={n}, compute_type={dtype}"
+        for impl, n in (("ctranslate2", 2), ("ctranslate2 (1 thread)", 1))
+        for dtype in ("float32", "int8")
+        for variant in ("8 tokens", "batch 1")
+    }
+    pids = {impl: {r.pid for r in results if r.impl == impl} for impl in ("ctranslate2", "ctranslate2 (1 thread)")}
+    assert not pids["ctranslate2"] & pids["ctranslate2 (1 thread)"]
+
+
 def test_a_failing_child_engine_raises_its_error_in_the_parent(tmp_path):
     pytest.importorskip("ctranslate2")
     from attnkit.bench.isolated import ChildEngine, CT2Translator

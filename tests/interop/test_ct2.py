@@ -10,6 +10,7 @@ EOS at many lengths and some that run to the §6.1 limit (input length + 50), wh
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
 import random
@@ -113,6 +114,30 @@ def test_greedy_outputs_are_attnkits(engines, test_set):
     assert any(len(o) == limit for o, limit in zip(ours, limits))  # ... and some run to the §6.1 limit
     assert theirs == ours
     assert ct.translate(test_set, beam=1) == run.translate(test_set, beam=1)  # detokenized, with the count
+
+
+def test_translate_run_threads_is_ctranslate2_s_intra_threads_or_torch_s(run_dir, export_dir, test_set, monkeypatch):
+    """``translate run --threads N``: CTranslate2's ``intra_threads`` with ``--engine ct2`` (its pool can be slower
+    with two threads than with one on a small virtual machine), PyTorch's intra-op threads otherwise; the same lines
+    come out. Without it each library keeps its own default."""
+    from attnkit.cli import main
+
+    made: list[dict] = []
+    set_threads: list[int] = []
+    real_translator = ctranslate2.Translator
+    monkeypatch.setattr(ctranslate2, "Translator", lambda *a, **kw: made.append(kw) or real_translator(*a, **kw))
+    monkeypatch.setattr(torch, "set_num_threads", set_threads.append)
+    printed = {}
+    for engine, model, threads in (("ct2", export_dir, ["--threads", "1"]), ("attnkit", run_dir, ["--threads", "3"])):
+        for extra in (threads, []):
+            monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(test_set[:8]) + "\n"))
+            out = io.StringIO()
+            monkeypatch.setattr("sys.stdout", out)
+            assert main(["translate", "run", "--model", str(model), "--engine", engine, "--beam", "1", *extra]) == 0
+            printed[engine, bool(extra)] = out.getvalue()
+    assert [kw["intra_threads"] for kw in made] == [1, 0]  # 0: CTranslate2's default
+    assert set_threads == [3]
+    assert len(set(printed.values())) == 1 and printed["attnkit", False].count("\n") == 8
 
 
 @pytest.mark.parametrize("beam, alpha, length_penalty", [(4, 0.0, "gnmt"), (4, 0.6, "none"), (2, 0.0, "gnmt")])

@@ -19,7 +19,11 @@ implementation returned a different number.
                    beam_size=1 | 4, min_decoding_length=steps, max_decoding_length=steps)``, float32 and int8
                    (weights quantized at load time, ``compute_type="int8"``), each in a child process of its own
                    (``attnkit.bench.isolated``: two OpenMP pools in one process slow both engines), with
-                   ``inter_threads=1, intra_threads=threads`` (the ``settings`` of its rows)
+                   ``inter_threads=1, intra_threads=threads`` (the ``settings`` of its rows); on a CPU with
+                   ``threads`` > 1 also with ``intra_threads=1``, labelled "ctranslate2 (1 thread)", because its
+                   thread pool can lose more than it gains: on a 2-vCPU KVM guest (Xeon with AMX, 2026-11-27) two
+                   threads took 5.0-5.9x one thread's time at one sentence and 1.7-2.1x at a batch of 32 (float32,
+                   greedy). A user would run it with one thread there, so a comparison takes the faster row.
 
 Two kinds of rows: throughput (variant "32 tokens": the batch of 32 in one call) and the latency a service sees
 (variant "batch 1": the same sources one sentence per call, ``ms`` = milliseconds per sentence; attnkit and
@@ -310,16 +314,17 @@ def _attnkit_calls(
 
 def _ct2_calls(search: str, ct2: dict, src: Tensor, steps: int, per_call: int) -> Iterator[Call]:
     """CTranslate2 in every type of ``ct2``: the batch in one call, or one sentence per call (``per_call=1``)."""
-    for dtype, (translator, tokens) in ct2.items():
+    for (label, dtype), (translator, tokens) in ct2.items():
         batches = [tokens(src)] if not per_call else [tokens(row[None]) for row in src]
         fn = _ctranslate2(translator, batches, SEARCHES[search], steps)
-        yield Call("ctranslate2", search, dtype, fn, translator.pid, describe_settings(translator.settings))
+        yield Call(label, search, dtype, fn, translator.pid, describe_settings(translator.settings))
 
 
 def _ct2_translators(ours, out_dir: Path, threads: int, stack: ExitStack, device: torch.device) -> dict:
-    """dtype -> (CTranslate2 translator of ``ours``'s weights in a child process of its own, a function from a
-    (B, S) batch of ids to CTranslate2's token lists), for float32 and int8 on the CPU, float32 and bfloat16 on a
-    GPU (``device``: the same GPU)."""
+    """(row label, dtype) -> (CTranslate2 translator of ``ours``'s weights in a child process of its own, a function
+    from a (B, S) batch of ids to CTranslate2's token lists), for float32 and int8 on the CPU, float32 and bfloat16 on
+    a GPU (``device``: the same GPU). On a CPU with ``threads`` > 1, each type also with one thread (the module
+    docstring says why)."""
     from attnkit.interop.ct2 import attnkit_to_ct2, default_tokens
 
     vocab = default_tokens(ours.embeddings.token.num_embeddings)
@@ -328,11 +333,15 @@ def _ct2_translators(ours, out_dir: Path, threads: int, stack: ExitStack, device
     def tokens(src: Tensor) -> list[list[str]]:
         return [[vocab[i] for i in row] for row in src.tolist()]  # (B, S) token strings
 
+    pools = {"ctranslate2": threads}
+    if device.type == "cpu" and threads > 1:
+        pools["ctranslate2 (1 thread)"] = 1
     translators = {}
-    for dtype in CT2_COMPUTE_TYPES_GPU if device.type == "cuda" else CT2_COMPUTE_TYPES:
-        child = stack.enter_context(ChildEngine())
-        translator = CT2Translator(child, out_dir, compute_type=dtype, threads=threads, device=device)
-        translators[dtype] = (translator, tokens)
+    for label, n in pools.items():
+        for dtype in CT2_COMPUTE_TYPES_GPU if device.type == "cuda" else CT2_COMPUTE_TYPES:
+            child = stack.enter_context(ChildEngine())
+            translator = CT2Translator(child, out_dir, compute_type=dtype, threads=n, device=device)
+            translators[label, dtype] = (translator, tokens)
     return translators
 
 

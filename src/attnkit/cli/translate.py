@@ -131,13 +131,17 @@ def cmd_translate_run(args: argparse.Namespace) -> None:
                 "exported (attnkit export ct2 --quantization)"
             )
         check_precision(args.precision, device, what="--precision")
-        ct2 = CT2Translator(args.model, device=device)
+        ct2 = CT2Translator(args.model, device=device, threads=args.threads or 0)
         run: CT2Translator | TranslatorRun = ct2
         max_len = ct2.max_len
     else:
+        import torch
+
         from attnkit.tasks.translate import TranslatorRun
 
         check_precision(args.precision, device, what="--precision")
+        if args.threads:
+            torch.set_num_threads(args.threads)
         run = TranslatorRun(args.model, precision=args.precision, device=device)
         max_len = run.model_cfg.max_len
     lines = stdin_lines()
@@ -253,6 +257,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="attnkit (PyTorch, default) or ct2 (CTranslate2: pip install ctranslate2)",
     )
     p.add_argument("--batch-size", type=positive_int, default=32, help="sentences decoded together (default 32)")
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        help="CPU threads of one decoding call: PyTorch's intra-op threads, or CTranslate2's intra_threads with "
+        "--engine ct2 (default: the library's own choice, about one per core). CTranslate2 can be faster with 1 "
+        "on a small virtual machine (docs/speed.md)",
+    )
     add_decoding_args(p)
     add_precision_arg(p, PRECISION_HELP, int8=True)
     add_device_arg(p)
