@@ -226,12 +226,15 @@ TASK_TRAIN_CONFIGS: dict[str, type[TrainConfig]] = {
 
 
 def train_config_class(task: str, key: str) -> type[TrainConfig]:
-    """The training config of ``task``; ``key`` (being set) is refused, naming the task, when it belongs to another."""
+    """The training config of ``task``; ``key`` (being set) is refused, naming the task, when it belongs to another
+    task's training or model config and to none of ``task``'s."""
     cls = TASK_TRAIN_CONFIGS[task]
-    if key not in {f.name for f in fields(cls)}:
-        owners = [name for name, other in TASK_TRAIN_CONFIGS.items() if key in {f.name for f in fields(other)}]
+    if key in {f.name for f in fields(cls)} | {f.name for f in fields(TASK_PRESETS[task][0])}:
+        return cls
+    for part, configs in (("training", TASK_TRAIN_CONFIGS), ("models", {t: p[0] for t, p in TASK_PRESETS.items()})):
+        owners = [name for name, other in configs.items() if key in {f.name for f in fields(other)}]
         if owners:
-            raise InputError(f"config key {key!r} does not apply to {task} training (it is a {' / '.join(owners)} key)")
+            raise InputError(f"config key {key!r} does not apply to {task} {part} (it is a {' / '.join(owners)} key)")
     return cls
 
 
@@ -339,14 +342,24 @@ def check_fields(config: typing.Any) -> None:
         if not _has_type(value, kinds):
             expected = " or ".join("None" if kind is type(None) else kind.__name__ for kind in kinds)
             raise InputError(f"config key {key}={value!r} is not a valid {expected}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if not math.isfinite(value):
-            raise InputError(f"config key {key}={value} must be a finite number")
-        bound = BOUNDS[key]
-        if not bound.admits(value):
-            why = f" ({bound.why})" if bound.why and value > bound.high else ""
-            raise InputError(f"config key {key}={value} must be {bound}{why}")
+        check_number(key, value)
+
+
+def check_number(key: str, value: object) -> None:
+    """A number set for config key ``key`` is finite and inside ``BOUNDS[key]`` (anything else passes: its type is
+    checked apart)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if not math.isfinite(value):
+        raise InputError(f"config key {key}={value} must be a finite number")
+    bound = BOUNDS[key]
+    if not bound.admits(value):
+        if value > bound.high and bound.high == INT64_MAX:
+            raise InputError(
+                f"config key {key}={value} must be at most {INT64_MAX:,} (it is stored as a 64-bit integer)"
+            )
+        why = f" ({bound.why})" if bound.why and value > bound.high else ""
+        raise InputError(f"config key {key}={value} must be {bound}{why}")
 
 
 def _check_choice(key: str, value: object, choices: tuple[str, ...]) -> None:
@@ -473,6 +486,7 @@ def load_config_file(path: str | Path, task: str) -> dict[str, object]:
             if not isinstance(value_node, yaml.ScalarNode):
                 raise InputError(f"config key {key!r} takes one value, not a list or a mapping")
             data[key] = _check_value(model_cls if key in model_keys else train_cls, key, data[key])
+            check_number(key, data[key])  # here, where the error can name the line
         except InputError as err:
             raise InputError(f"{where}: {err}") from None
     return {str(key): value for key, value in data.items()}

@@ -291,6 +291,8 @@ def test_length_penalties():
         (dict(beam_size=0), "beam_size=0"),
         (dict(beam_size=2, n_best=3), "n_best=3"),
         (dict(alpha=-0.1), "alpha=-0.1"),
+        (dict(alpha=1000.0), "alpha=1000.0 must be at most 10"),  # |Y|^1000 overflows a float
+        (dict(alpha=float("nan")), "alpha=nan must be at most 10"),
         (dict(length_penalty="average"), "length_penalty='average'"),
         (dict(fixed_len=0), "fixed_len=0"),
         (dict(fixed_len=MAX_LEN + 1), f"fixed_len={MAX_LEN + 1}"),

@@ -34,25 +34,39 @@ class Parser(argparse.ArgumentParser):
         raise InputError(f"{self.prog}: {message}")
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (a beam, a batch size); anything else is a usage error naming the flag."""
+COUNT_CEILING = 2**16  # a count given on the command line (a beam, a batch, threads): far above any use of it
+THREADS_CEILING = 1024  # more than any CPU has cores; libgomp crashes on ~100,000
+
+
+def positive_int(text: str, *, high: int = COUNT_CEILING) -> int:
+    """An argparse type: an integer from 1 to ``high`` (a beam, a batch size); anything else is a usage error naming
+    the flag (a huge value would reach C code that overflows or allocates without bound)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    if value > high:
+        raise argparse.ArgumentTypeError(f"{value} is over attnkit's ceiling of {high:,}")
     return value
 
 
-def non_negative_float(text: str) -> float:
-    """An argparse type: a number >= 0 (the length-penalty exponent)."""
+def thread_count(text: str) -> int:
+    """An argparse type: a number of CPU threads, 1 to ``THREADS_CEILING``."""
+    return positive_int(text, high=THREADS_CEILING)
+
+
+def length_penalty_alpha(text: str) -> float:
+    """An argparse type: the length-penalty exponent, a number from 0 to ``MAX_ALPHA`` (the server's bound too)."""
+    from attnkit.decoding.penalty import MAX_ALPHA
+
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
+    if not 0 <= value <= MAX_ALPHA:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text} must be in [0, {MAX_ALPHA:g}]")
     return value
 
 

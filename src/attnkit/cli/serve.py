@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import os
 import socket
 import sys
 
-from attnkit.cli.common import add_device_arg, add_precision_arg, check_precision, device_of
+from attnkit.cli.common import add_device_arg, add_precision_arg, check_precision, device_of, thread_count
 from attnkit.errors import InputError
 
 API_KEY_VARIABLE = "ATTNKIT_API_KEY"  # TEI reads its --api-key from API_KEY
@@ -30,8 +31,6 @@ def cmd_serve(args: argparse.Namespace) -> None:
     import torch
 
     if args.threads is not None:
-        if args.threads < 1:
-            raise InputError(f"--threads {args.threads}: must be >= 1")
         torch.set_num_threads(args.threads)
     limits = Limits(
         max_body_bytes=args.max_body_bytes,
@@ -49,12 +48,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
         body_timeout_s=args.body_timeout,
         max_connections=DEFAULT_MAX_CONNECTIONS if args.max_connections is None else args.max_connections,
     )
-    flags = {"timeout_s": "timeout", "header_timeout_s": "header_timeout", "body_timeout_s": "body_timeout"}
-    for name, value in vars(limits).items():
-        if isinstance(value, bool):
-            continue
-        if not value >= 0 or (value == 0 and name != "max_wait_ms"):  # "not >=": NaN too
-            raise InputError(f"--{flags.get(name, name).replace('_', '-')} {value}: must be > 0")
+    check_limits(limits)
+    check_host(args.host)
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_VARIABLE) or None
     if api_key is not None and not api_key.strip():
         raise InputError("--api-key: must not be empty or blank")
@@ -90,6 +85,41 @@ def cmd_serve(args: argparse.Namespace) -> None:
     server.run()
 
 
+SECONDS_CEILING = 86_400.0  # a day: any timeout beyond is a typo, and an infinite one overflows the event loop's clock
+
+
+def check_limits(limits) -> None:
+    """Every limit of ``limits`` (a ``serving.limits.Limits`` made from the flags) finite and > 0, the timeouts at most
+    a day, and --max-wait-ms >= 0 and shorter than --timeout (a batch that waits longer answers nobody in time)."""
+    flags = {"timeout_s": "timeout", "header_timeout_s": "header_timeout", "body_timeout_s": "body_timeout"}
+    for name, value in vars(limits).items():
+        if isinstance(value, bool):
+            continue
+        flag = f"--{flags.get(name, name).replace('_', '-')}"
+        if not value >= 0 or (value == 0 and name != "max_wait_ms"):  # "not >=": NaN too
+            raise InputError(f"{flag} {value}: must be {'>=' if name == 'max_wait_ms' else '>'} 0")
+        if not math.isfinite(value):
+            raise InputError(f"{flag} {value}: must be a finite number")
+        if name in flags and value > SECONDS_CEILING:
+            raise InputError(f"{flag} {value:g}: at most {SECONDS_CEILING:,.0f} seconds (a day)")
+    if limits.max_wait_ms >= limits.timeout_s * 1000:
+        raise InputError(
+            f"--max-wait-ms {limits.max_wait_ms:g}: must be shorter than --timeout ({limits.timeout_s:g} s), or every "
+            "request waiting for its batch to fill would time out"
+        )
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (0 to 65535; 0: any free port)")
+    return value
+
+
 def fit_connections(limits, *, explicit: bool):
     """``limits`` with as many connections as the process may open files for (``server.descriptors_needed``), its
     soft limit raised where it has to be: the default number is lowered to fit (said in a note), a number given on
@@ -110,6 +140,15 @@ def fit_connections(limits, *, explicit: bool):
         )
     print(f"note: --max-connections {fitted}: the most that {allowed} open files allow (ulimit -n)", file=sys.stderr)
     return replace(limits, max_connections=fitted)
+
+
+def check_host(host: str) -> None:
+    """``InputError`` for a --host that is neither an address nor a name this machine resolves (checked before the
+    model loads; uvicorn would fail on it only when it binds, with a log line and exit code 3)."""
+    try:
+        socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError) as err:
+        raise InputError(f"--host {host}: not an address or a name this machine resolves ({err})") from None
 
 
 def loopback_only(host: str) -> bool:
@@ -134,8 +173,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="a classifier or translator run directory, a BERT folder, or minilm (embeddings)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
-    p.add_argument("--threads", type=int, help="torch intra-op threads of the inference worker")
+    p.add_argument("--port", type=port_number, default=8000, help="port (0: any free port)")
+    p.add_argument("--threads", type=thread_count, help="torch intra-op threads of the inference worker")
     add_precision_arg(
         p,
         "bf16: a classifier under bfloat16 autocast, a translator decoding in bfloat16 (GPUs, and CPUs with AMX or "

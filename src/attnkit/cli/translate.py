@@ -20,11 +20,12 @@ from attnkit.cli.common import (
     device_of,
     eval_file,
     fetch_dataset,
+    length_penalty_alpha,
     main_rank_first,
-    non_negative_float,
     positive_int,
     print_json,
     stdin_lines,
+    thread_count,
     training_context,
     training_progress,
 )
@@ -234,7 +235,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     def add_decoding_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--beam", type=positive_int, default=4, help="beam size; 1 = greedy (default 4, §6.1)")
         p.add_argument(
-            "--alpha", type=non_negative_float, default=0.6, help="length penalty exponent (default 0.6, §6.1)"
+            "--alpha",
+            type=length_penalty_alpha,
+            default=0.6,
+            help="length penalty exponent, 0 to 10 (default 0.6, §6.1)",
         )
         p.add_argument(
             "--length-penalty",
@@ -259,7 +263,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=positive_int, default=32, help="sentences decoded together (default 32)")
     p.add_argument(
         "--threads",
-        type=positive_int,
+        type=thread_count,
         help="CPU threads of one decoding call: PyTorch's intra-op threads, or CTranslate2's intra_threads with "
         "--engine ct2 (default: the library's own choice, about one per core). CTranslate2 can be faster with 1 "
         "on a small virtual machine (docs/speed.md)",

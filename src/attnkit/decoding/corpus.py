@@ -5,7 +5,7 @@ from __future__ import annotations
 from attnkit.data.batching import bucketed_batches, pad
 from attnkit.decoding.beam import beam_search
 from attnkit.decoding.greedy import greedy_decode
-from attnkit.decoding.penalty import LENGTH_PENALTIES
+from attnkit.decoding.penalty import LENGTH_PENALTIES, MAX_ALPHA
 from attnkit.devices import model_device
 from attnkit.errors import InputError
 from attnkit.model.transformer import Transformer
@@ -18,8 +18,8 @@ def check_decoding_options(*, beam: int, alpha: float, length_penalty: str, batc
         raise InputError(f"beam={beam!r}: the beam size must be an integer >= 1 (1 = greedy search)")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size={batch_size!r}: must be an integer >= 1")
-    if not alpha >= 0:  # also refuses NaN
-        raise InputError(f"alpha={alpha!r}: the length-penalty exponent must be >= 0")
+    if not 0 <= alpha <= MAX_ALPHA:  # also refuses NaN
+        raise InputError(f"alpha={alpha!r}: the length-penalty exponent must be in [0, {MAX_ALPHA:g}]")
     if length_penalty not in LENGTH_PENALTIES:
         raise InputError(f"length_penalty={length_penalty!r}; expected one of {', '.join(LENGTH_PENALTIES)}")
 

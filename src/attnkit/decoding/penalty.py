@@ -20,16 +20,21 @@ from torch import Tensor
 LENGTH_PENALTIES = ("gnmt", "power", "none")
 
 
+MAX_ALPHA = 10.0  # far above the paper's 0.6; lp(|Y|) = |Y|^alpha must stay a float64 for any output length
+
+
 def check_length_penalty(kind: str, alpha: float) -> None:
-    """Raise ``ValueError`` for an unknown penalty or a negative alpha.
+    """Raise ``ValueError`` for an unknown penalty or an alpha outside [0, ``MAX_ALPHA``].
 
     Beam search stops early on the bound best_live_score / lp(max length), which needs lp to grow with length,
-    so alpha must be >= 0.
+    so alpha must be >= 0; a huge alpha overflows lp.
     """
     if kind not in LENGTH_PENALTIES:
         raise ValueError(f"length_penalty={kind!r}; expected one of {LENGTH_PENALTIES}")
     if alpha < 0:
         raise ValueError(f"alpha={alpha} must be >= 0 (the penalty must not shrink as hypotheses grow)")
+    if not alpha <= MAX_ALPHA:  # also nan
+        raise ValueError(f"alpha={alpha} must be at most {MAX_ALPHA:g} (lp(|Y|) = |Y|^alpha would overflow)")
 
 
 def length_penalty(length: int | float | Tensor, *, kind: str, alpha: float) -> float | Tensor:

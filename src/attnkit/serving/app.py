@@ -271,6 +271,11 @@ def create_app(
         JSON, or as a form (``application/x-www-form-urlencoded`` or the query string) as its client libraries
         send it."""
         m = served("translator")
+        if body.alternatives + 1 > limits.max_beam:  # named as the client named it, not as the beam it becomes
+            limit = limits.max_beam - 1
+            raise ApiError(
+                422, "invalid_request", f"alternatives: {body.alternatives} is over this server's limit of {limit}"
+            )
         beam = max(DEFAULT_BEAM, body.alternatives + 1)
         check_beam(beam, body.alternatives + 1, limits)
         _, seqs, _ = encode_inputs(m, body.q, False, limits, field="q")

@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
-from attnkit.decoding.penalty import LENGTH_PENALTIES
+from attnkit.decoding.penalty import LENGTH_PENALTIES, MAX_ALPHA
 from attnkit.serving.models import DEFAULT_BEAM
 
 # The largest beam any request may ask for (the server's --max-beam may lower it); past this a request costs
@@ -37,7 +37,7 @@ def _unicode(text: str) -> str:
 
 Text = Annotated[StrictStr, AfterValidator(_unicode)]
 Inputs = Text | list[Text]
-Alpha = Annotated[float, Field(ge=0.0, le=10.0, allow_inf_nan=False, strict=True)]
+Alpha = Annotated[float, Field(ge=0.0, le=MAX_ALPHA, allow_inf_nan=False, strict=True)]
 
 
 class _Strict(BaseModel):

@@ -97,7 +97,7 @@ class _Guarded:
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request its parser refuses (malformed, or a head over ``MAX_HEAD_BYTES``)."""
         self._answer_and_close(
-            400, "invalid_http", f"not a valid HTTP/1.1 request (or its head is over {MAX_HEAD_BYTES} bytes)"
+            400, "invalid_http", f"not a valid HTTP request (or its head is over {MAX_HEAD_BYTES} bytes)"
         )
 
     def check_deadline(self, now: float) -> None:
