@@ -187,6 +187,25 @@ def test_playground_in_chromium_shows_the_apis_numbers_and_every_map(classifier_
         driver.quit()
 
 
+def test_probes_may_use_head_and_get_no_body_on_a_kept_alive_connection(classifier_server):
+    """``HEAD /health`` and ``HEAD /ready`` (some load balancers probe with HEAD) answer as GET would, without a body:
+    a GET on the same connection afterwards reads its own answer, not the bytes of one sent after a HEAD."""
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", classifier_server.port, timeout=10)
+    try:
+        for path in ("/health", "/ready"):
+            connection.request("HEAD", path)
+            head = connection.getresponse()
+            assert (head.status, head.read()) == (200, b"")
+            assert int(head.getheader("content-length")) > 0  # the length GET's body would have
+        connection.request("GET", "/health")
+        answer = connection.getresponse()
+        assert (answer.status, json.loads(answer.read())) == (200, {"status": "ok"})
+    finally:
+        connection.close()
+
+
 def test_playground_asks_for_the_api_key_and_sends_it(classifier_dir):
     """A server with a key (here from ATTNKIT_API_KEY): the page asks for it on the first 401, then works."""
     from selenium.webdriver.common.by import By

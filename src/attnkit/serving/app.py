@@ -309,12 +309,12 @@ def create_app(
             out["probs"] = dict(zip(m.labels or [], probs))
         return JSONResponse(out)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: the probes of some load balancers
     async def health():
         """The process is alive (it may still be loading: see /ready)."""
         return {"status": "ok"}
 
-    @app.get("/ready")
+    @app.api_route("/ready", methods=["GET", "HEAD"])  # HEAD: the probes of some load balancers
     async def ready():
         """200 once the model is loaded and warmed up; 503 before, on a failed load, and while shutting down."""
         if state["load_error"]:
