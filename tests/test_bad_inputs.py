@@ -576,6 +576,17 @@ CASES = [
         setup=edit_the_run("clf", "config.json", set_model_key("max_len", 400_000_000)),
     ),
     Case(
+        "init-from-a-classifier-run",
+        "`--init-from` a classifier run (not an encoder to fine-tune)",
+        "`train.tsv`, `clf`",
+        (*TRAIN, "--train", "train.tsv", "--init-from", "clf"),
+        2,
+        "error: clf: an attnkit classify run; --init-from takes a BERT folder, minilm or an attnkit pretrain run (a "
+        "classifier run continues with --resume and a larger budget)",
+        files={"train.tsv": GOOD_TSV},
+        runs=("clf",),
+    ),
+    Case(
         "threads-over-ceiling",
         "a thread count no CPU has",
         "`mt`",

@@ -358,3 +358,48 @@ def test_accumulation_and_a_time_budget_are_used_not_ignored(tmp_path):
     assert summary["steps"] == 15
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [row["sentences"] for row in rows if "loss" in row] == [4] * 15
+
+
+def test_the_average_of_a_classifiers_checkpoints_is_a_classifier_run(tmp_path, capsys):
+    """``attnkit average`` writes a run every command can use: a classifier's keeps its labels (it used to lose
+    labels.json, and predict, eval and export then failed on it)."""
+    run, averaged = tmp_path / "run", tmp_path / "avg"
+    train_quietly(run, "--train", str(SEED_TSV), "--max-steps", "6", "--quiet", "--set", *TINY_SET,
+                  "checkpoint_every=2", "keep_last=3")  # fmt: skip
+    code, out, err = cli(capsys, "average", "--last", "2", "--out", averaged, run)
+    assert code == 0, err
+    assert json.loads(out)["averaged"] == ["step_4.safetensors", "step_6.safetensors"]
+    assert (averaged / "labels.json").read_bytes() == (run / "labels.json").read_bytes()
+    code, out, err = cli(capsys, "classify", "predict", "--model", averaged, "a good film")
+    assert code == 0, err
+    assert set(json.loads(out)["probs"]) == set(LABELS)
+
+
+def test_train_flags_and_repeated_set_add_up(tmp_path, capsys):
+    """--max-steps is a flag of every train command (as --resume's help says), and a second --set adds its keys to
+    the first's instead of replacing them (which silently trained the default model)."""
+    run = tmp_path / "run"
+    summary = train_quietly(run, "--train", str(SEED_TSV), "--max-steps", "3", "--set", "d_model=16", "n_heads=2",
+                            "--set", "d_ff=32", "n_layers=1", "min_freq=1")  # fmt: skip
+    assert summary["steps"] == 3
+    model = json.loads((run / "config.json").read_text())["model"]
+    assert (model["d_model"], model["n_heads"], model["d_ff"], model["n_layers"]) == (16, 2, 32, 1)
+    line = error_line(capsys, "classify", "train", "--train", SEED_TSV, "--out", tmp_path / "x", "--max-steps", "3",
+                      "--epochs", "2")  # fmt: skip
+    assert line == "error: give --max-steps or --epochs, not both"
+
+
+def test_resume_into_a_run_of_another_task_names_both(tmp_path, capsys):
+    """``translate train --resume`` pointed at a classifier's run: one line naming what the run is (it used to be a
+    budget error, and classify-into-pretrain a TypeError)."""
+    run = tmp_path / "run"
+    train_quietly(run, "--train", str(SEED_TSV), "--max-steps", "2", "--quiet", "--set", *TINY_SET)
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("source\ttarget\na b\tb a\n", encoding="utf-8")
+    line = error_line(capsys, "translate", "train", "--train", pairs, "--out", run, "--max-steps", "4", "--resume")
+    assert line == (
+        f"error: {run}: --resume: it holds a 'classify' run, not a 'translate' one; resume it with its own command, "
+        "or train into another --out"
+    )
+    line = error_line(capsys, "pretrain", "--text", SEED_TSV, "--out", run, "--resume")
+    assert "it holds a 'classify' run, not a 'pretrain' one" in line

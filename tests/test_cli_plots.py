@@ -105,3 +105,26 @@ def test_bad_plot_requests(run, tmp_path, capsys, argv, fragment):
     assert main(["plot", "attention", "--model", str(run), *argv, "a film"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and fragment in err[0]
+
+
+def test_attention_of_a_pretrained_encoder(tmp_path, capsys):
+    """``plot attention`` on a pretrain (masked LM) run draws its encoder's self-attention, as for a classifier (it
+    ended in an AttributeError): every row a distribution over the keys."""
+    from attnkit.analysis.attention import attention_for_text
+
+    out = tmp_path / "mlm"
+    argv = ["pretrain", "--text", str(EXAMPLES), "--out", str(out), "--max-steps", "2", "--quiet", "--set"]
+    assert main([*argv, "d_model=16", "n_heads=2", "d_ff=32", "n_layers=2", "min_freq=1"]) == 0
+    assert main(["plot", "attention", "--model", str(out), "--out", str(tmp_path / "a.png"), "a wonderful film"]) == 0
+    assert (tmp_path / "a.png").read_bytes().startswith(PNG)
+    captured = attention_for_text(out, "a wonderful film")
+    assert captured.kind == "encoder self-attention" and sorted(captured.maps) == [0, 1]
+    for weights in captured.maps.values():  # (H, S, S)
+        assert weights.shape[0] == 2 and weights.sum(-1).sub(1).abs().max() < 1e-5
+
+
+def test_pe_plot_refuses_a_table_no_figure_can_show(tmp_path, capsys):
+    assert main(["plot", "pe", "--d-model", "64", "--max-len", "100000000", "--out", str(tmp_path / "p.png")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: plot pe: --d-model 64 x --max-len 100000000 is over 4,194,304 cells")
+    assert not (tmp_path / "p.png").exists()

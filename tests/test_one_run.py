@@ -173,3 +173,16 @@ def test_the_plan_line_says_when_steps_are_replayed_from_cuda_graphs(capsys):
     plain, graphed_line = capsys.readouterr().err.splitlines()
     assert plain == "100 steps (10 an epoch), schedule linear with 10 warmup steps"
     assert graphed_line == plain + "; each step replayed from CUDA graphs, recorded once per batch shape"
+
+
+def test_only_the_first_rank_reports(capsys):
+    """Under torchrun every rank gets the same events; only rank 0's progress writes them (the others wrote the data
+    line and warnings too, so a resumed 2-process run said each warning twice)."""
+    from attnkit.cli.progress import TrainingProgress
+    from attnkit.training.events import Warned
+
+    for muted in (True, False):
+        progress = TrainingProgress(quiet=False, interactive=False, muted=muted)
+        progress(Warned("the run had already used its budget"))
+        progress.close()
+    assert capsys.readouterr().err.splitlines() == ["warning: the run had already used its budget"]

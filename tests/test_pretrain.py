@@ -252,7 +252,7 @@ def test_stopped_and_resumed_is_bitwise_the_uninterrupted_run(tmp_path, stop_at,
         ("missing", "no such file"),
         ("empty", "no text"),
         ("blank", "no text"),
-        ("bad key", "unknown config key 'pooling'"),
+        ("bad key", "config key 'pooling' does not apply to pretrain models (it is a classify key)"),
         ("bad value", "mask_prob=1.5"),
     ],
 )

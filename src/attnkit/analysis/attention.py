@@ -18,6 +18,7 @@ from torch import Tensor
 
 from attnkit.devices import model_device
 from attnkit.errors import InputError
+from attnkit.model.masking import padding_mask
 from attnkit.model.positional import SinusoidalPositionalEncoding
 from attnkit.runs import load_run
 
@@ -54,7 +55,8 @@ def _check_layers(layers: list[int] | None, n_layers: int) -> tuple[int, ...]:
 
 @torch.inference_mode()
 def classifier_attention(run, text: str, layers: list[int] | None = None) -> CapturedAttention:
-    """Encoder self-attention of a classifier run (a ``LoadedRun`` or ``ClassifierRun``) on ``text``."""
+    """Encoder self-attention on ``text`` of a classifier run (a ``LoadedRun`` or ``ClassifierRun``) or of a
+    pretrained encoder's (masked LM)."""
     model, tokenizer = run.model, run.tokenizer
     ids = tokenizer.encode(text)
     tokens = tokenizer.tokens(text)
@@ -64,7 +66,9 @@ def classifier_attention(run, text: str, layers: list[int] | None = None) -> Cap
         note = f"input of {len(ids)} tokens truncated to the model's max_len={limit} (learned positions)"
         ids, tokens = ids[:limit], tokens[:limit]
     chosen = _check_layers(layers, len(model.encoder.layers))
-    _, maps = model.forward_with_attention(torch.tensor([ids], device=model_device(model)), chosen)
+    src = torch.tensor([ids], device=model_device(model))  # (1, S)
+    # The encoder itself, as a classifier's and a pretrained encoder's forward passes run it (§3.2.1).
+    _, maps = model.encoder(model.embeddings(src), padding_mask(src, model.pad_id), chosen)
     weights = {i: m[0].float().cpu() for i, m in maps.encoder_self.items()}  # layer -> (H, S, S)
     return CapturedAttention("encoder self-attention", weights, tokens, tokens, note)
 
@@ -111,8 +115,8 @@ def translator_attention(run, text: str, layers: list[int] | None = None) -> Cap
 def attention_for_text(
     run_dir: str | Path, text: str, layers: list[int] | None = None, device: torch.device | str = "cpu"
 ) -> CapturedAttention:
-    """The maps a ``plot attention`` shows (on the CPU, computed on ``device``): encoder self-attention (classifier)
-    or cross-attention (translator)."""
+    """The maps a ``plot attention`` shows (on the CPU, computed on ``device``): encoder self-attention (a classifier
+    or a pretrained encoder) or cross-attention (translator)."""
     run = load_run(run_dir, device=device)
     if not text.strip():
         raise InputError("plot attention: the text is empty")

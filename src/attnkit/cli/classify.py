@@ -10,9 +10,11 @@ from attnkit.cli.common import (
     OUT_HELP,
     RESUME_HELP,
     Parser,
+    add_budget_args,
     add_config_args,
     add_device_arg,
     add_precision_arg,
+    apply_flags,
     check_init_from,
     check_precision,
     check_resume,
@@ -75,9 +77,7 @@ def _train_classifier(
     from attnkit.training.state import STATE
 
     overrides = config_overrides(args, "classify")
-    for key in ("epochs", "seed"):
-        if getattr(args, key) is not None:
-            overrides[key] = getattr(args, key)
+    apply_flags(args, overrides, ("epochs", "max_steps", "seed"))
     if args.init_from:
         check_init_from(args, overrides, ClassifierConfig, FINE_TUNE_SETTABLE_MODEL_KEYS, "the pretrained encoder")
     train_base = dict(FINE_TUNE_TRAIN_DEFAULTS) if args.init_from else {}
@@ -158,15 +158,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", type=Path, required=True, help=OUT_HELP)
     p.add_argument("--preset", help="model preset: default (the default), vocab10k, tiny-binary")
-    p.add_argument("--epochs", type=int)
+    add_budget_args(p)
     p.add_argument("--seed", type=int)
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
     p.add_argument("--resume", action="store_true", help=RESUME_HELP)
     p.add_argument(
         "--init-from",
         metavar="DIR|minilm",
-        help="fine-tune a pretrained BERT-format encoder (a Hugging "
-        "Face folder, or minilm): its tokenizer and weights, a fresh head",
+        help="fine-tune a pretrained encoder (a Hugging Face BERT folder, minilm, or an attnkit pretrain run): its "
+        "tokenizer and weights, a fresh head",
     )
     add_device_arg(p)
     add_config_args(p)

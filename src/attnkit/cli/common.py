@@ -90,9 +90,10 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
         "--set",
         dest="overrides",
         nargs="+",
+        action="extend",  # --set a=1 --set b=2 sets both (a second --set used to replace the first)
         default=[],
         metavar="KEY=VALUE",
-        help="config overrides, e.g. --set d_model=64 n_heads=2 dropout=0.2",
+        help="config overrides, e.g. --set d_model=64 n_heads=2 dropout=0.2 (may be given more than once)",
     )
     p.add_argument(
         "--config",
@@ -112,6 +113,22 @@ def config_overrides(args: argparse.Namespace, task: str) -> dict[str, object]:
     return merged
 
 
+def apply_flags(args: argparse.Namespace, overrides: dict[str, object], keys: tuple[str, ...]) -> None:
+    """The train command's own flags (``--epochs``, ``--max-steps``, ``--seed``, ...) among ``keys`` into
+    ``overrides``, over --config and --set; --epochs with --max-steps is an error (one budget, said once)."""
+    for key in keys:
+        if getattr(args, key, None) is not None:
+            overrides[key] = getattr(args, key)
+    if getattr(args, "epochs", None) is not None and getattr(args, "max_steps", None) is not None:
+        raise InputError("give --max-steps or --epochs, not both")
+
+
+def add_budget_args(p: argparse.ArgumentParser) -> None:
+    """--max-steps and --epochs of a train command: its budget (``--resume`` may grow it)."""
+    p.add_argument("--max-steps", type=int, help="optimizer steps to train (default: the config's epochs decide)")
+    p.add_argument("--epochs", type=int, help="passes over the training data")
+
+
 def check_resume(
     args: argparse.Namespace, settings: dict[str, object], model_cls: type, presets: dict, context: TrainContext
 ) -> None:
@@ -121,13 +138,19 @@ def check_resume(
     (epochs, max_steps, max_minutes) is the exception: rank 0 writes it into the run, which continues under it (its
     schedule planned again, ``training.loop`` says so). Called with the run's lock held (``training_context``)."""
     from attnkit import runs
-    from attnkit.config import check_resume_settings, preset
+    from attnkit.config import check_resume_settings, preset, task_of
     from attnkit.training.run_setup import grow_budget
 
     config = Path(args.out) / runs.CONFIG
     if not args.resume or not config.is_file():  # nothing saved yet: the run starts from the beginning
         return
     saved = runs.read_json(config)
+    task = task_of(model_cls)
+    if saved.get("task") != task:
+        raise InputError(
+            f"{args.out}: --resume: it holds a {saved.get('task')!r} run, not a {task!r} one; resume it with its own "
+            "command, or train into another --out"
+        )
     chosen = getattr(args, "preset", None)  # pretrain has no presets
     requested = {**(preset(presets, chosen) if chosen else {}), **settings}
     grown = check_resume_settings(saved, requested, model_cls)
@@ -243,7 +266,7 @@ def training_progress(args: argparse.Namespace, context: TrainContext, precision
 
     if context.is_main:
         check_precision(precision, context.device, what="config key precision")
-    progress = TrainingProgress(quiet=args.quiet or not context.is_main)
+    progress = TrainingProgress(quiet=args.quiet, muted=not context.is_main)
     try:
         yield progress
     finally:

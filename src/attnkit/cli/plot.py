@@ -15,7 +15,15 @@ def cmd_plot_pe(args: argparse.Namespace) -> None:
 
     if args.d_model < 2 or args.max_len < 1:
         raise InputError("plot pe: --d-model must be >= 2 and --max-len >= 1")
+    if args.d_model * args.max_len > PE_MAX_CELLS:  # the table is computed whole, then drawn cell by cell
+        raise InputError(
+            f"plot pe: --d-model {args.d_model} x --max-len {args.max_len} is over {PE_MAX_CELLS:,} cells, far more "
+            "than a figure can show"
+        )
     print(plot_positional_encoding(args.d_model, args.max_len, args.out))
+
+
+PE_MAX_CELLS = 2**22  # e.g. d_model 1,024 x 4,096 positions: 16 MiB of float32
 
 
 def cmd_plot_attention(args: argparse.Namespace) -> None:

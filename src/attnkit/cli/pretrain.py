@@ -9,8 +9,10 @@ from pathlib import Path
 from attnkit.cli.common import (
     OUT_HELP,
     RESUME_HELP,
+    add_budget_args,
     add_config_args,
     add_device_arg,
+    apply_flags,
     check_resume,
     config_overrides,
     print_json,
@@ -26,9 +28,7 @@ def cmd_pretrain(args: argparse.Namespace) -> None:
 
     # Everything is checked before the run is written: a bad key or file leaves nothing behind.
     overrides = config_overrides(args, "pretrain")
-    for key in ("epochs", "seed"):
-        if getattr(args, key) is not None:
-            overrides[key] = getattr(args, key)
+    apply_flags(args, overrides, ("epochs", "max_steps", "seed"))
     model_cfg, train_cfg = task_configs("pretrain", None, overrides)
     tabular = args.text.suffix.lower() in (".tsv", ".csv", ".jsonl")  # a labelled file: its text column
     texts = [text for text, _ in (read_texts(args.text) if tabular else read_text_lines(args.text))]
@@ -72,7 +72,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="one text per line (blank lines skipped); a .tsv, .csv or .jsonl file gives its text column",
     )
     p.add_argument("--out", type=Path, required=True, help=OUT_HELP)
-    p.add_argument("--epochs", type=int)
+    add_budget_args(p)
     p.add_argument("--seed", type=int)
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
     p.add_argument("--resume", action="store_true", help=RESUME_HELP)

@@ -21,10 +21,12 @@ LINES_PER_RUN = 10  # ... and one at each tenth of the planned steps
 class TrainingProgress:
     """Call it with each event (``on_event=progress``); ``close()`` when training returns. ``quiet`` drops the bar,
     the plan and the evaluations, and keeps what the user must see: the data, resumes, skipped batches, warnings.
-    ``interactive``: draw tqdm's bar (default: when stderr is a terminal), else write plain progress lines."""
+    ``interactive``: draw tqdm's bar (default: when stderr is a terminal), else write plain progress lines.
+    ``muted``: nothing at all (the ranks of a torchrun launch but the first, which reports for all of them)."""
 
-    def __init__(self, quiet: bool = False, interactive: bool | None = None) -> None:
+    def __init__(self, quiet: bool = False, interactive: bool | None = None, muted: bool = False) -> None:
         self.quiet = quiet
+        self.muted = muted
         self.interactive = sys.stderr.isatty() if interactive is None else interactive
         self.bar: Any = None  # a tqdm bar while steps run (on a terminal)
         self.total = 0  # planned steps (without a terminal)
@@ -50,7 +52,7 @@ class TrainingProgress:
             )
             self.total, self.started = event.total_steps, (time.monotonic(), event.start_step)
             self.last_line = self.started[0]
-            if not self.quiet and self.interactive:
+            if not (self.quiet or self.muted) and self.interactive:
                 from tqdm import tqdm
 
                 self.bar = tqdm(
@@ -95,7 +97,7 @@ class TrainingProgress:
         print(f"step {event.step}/{self.total} ({percent}%)  {fields}  {speed:.2f} steps/s", file=sys.stderr)
 
     def _line(self, text: str, always: bool = False) -> None:
-        if self.quiet and not always:
+        if self.muted or (self.quiet and not always):
             return
         if self.bar is not None:
             self.bar.write(text, file=sys.stderr)

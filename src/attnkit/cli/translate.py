@@ -10,9 +10,11 @@ from attnkit.cli.common import (
     OUT_HELP,
     RESUME_HELP,
     Parser,
+    add_budget_args,
     add_config_args,
     add_device_arg,
     add_precision_arg,
+    apply_flags,
     check_init_from,
     check_precision,
     check_resume,
@@ -78,11 +80,7 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
                 )
             valid = _read_pairs(args.valid, args.valid_src, args.valid_tgt, "valid")
         overrides = config_overrides(args, "translate")
-        for key in ("epochs", "max_steps", "max_tokens", "seed"):
-            if getattr(args, key) is not None:
-                overrides[key] = getattr(args, key)
-        if args.epochs is not None and args.max_steps is not None:
-            raise InputError("give --max-steps or --epochs, not both")
+        apply_flags(args, overrides, ("epochs", "max_steps", "max_tokens", "seed"))
         if args.init_from:
             check_init_from(args, overrides, TranslatorConfig, INIT_SETTABLE_KEYS, "the run")
         model_cfg, train_cfg = task_configs("translate", args.preset, overrides)
@@ -213,8 +211,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", type=Path, required=True, help=OUT_HELP)
     p.add_argument("--preset", help="small (CPU-sized, the default), base or big (Table 3)")
-    p.add_argument("--max-steps", type=int)
-    p.add_argument("--epochs", type=int)
+    add_budget_args(p)
     p.add_argument(
         "--max-tokens", type=int, help="source + target tokens per batch (accumulate with --set accum_steps=N)"
     )

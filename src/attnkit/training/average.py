@@ -39,8 +39,9 @@ def average_checkpoints(run_dir: str | Path, last: int, out_dir: str | Path) -> 
     averaged = {name: (tensor / last).float().contiguous() for name, tensor in total.items()}
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in (runs.CONFIG, runs.TOKENIZER):
-        runs.atomic_write_bytes(out_dir / name, (run_dir / name).read_bytes())
+    for name in (runs.CONFIG, runs.TOKENIZER, runs.LABELS):  # what the run is, besides its weights
+        if name != runs.LABELS or (run_dir / name).is_file():  # labels: a classifier's
+            runs.atomic_write_bytes(out_dir / name, (run_dir / name).read_bytes())
     runs.atomic_write_bytes(out_dir / runs.WEIGHTS, safetensors_bytes(averaged))
     runs.atomic_write_json(out_dir / "averaged_from.json", {"run": str(run_dir), "checkpoints": [p.name for p in used]})
     runs.write_manifest(out_dir)

@@ -55,8 +55,14 @@ def load_pretrained(spec: str | Path, *, pooling: str = "mean") -> Pretrained:
     """The encoder to fine-tune from ``spec`` (a BERT folder, "minilm", or an ``attnkit pretrain`` run directory),
     for ``train_classifier(pretrained=...)``; the one-logit head it comes with is replaced by the training's own."""
     folder = resolve_bert_folder(spec)
-    if _run_task(folder) == "pretrain":
+    task = _run_task(folder)
+    if task == "pretrain":
         return load_pretrained_run(folder, pooling=pooling, source=str(spec))
+    if task is not None:
+        raise InputError(
+            f"{spec}: an attnkit {task} run; --init-from takes a BERT folder, minilm or an attnkit pretrain run (a "
+            "classifier run continues with --resume and a larger budget)"
+        )
     model, cfg, tokenizer = load_bert_classifier(folder, n_classes=1, pooling=pooling)
     return Pretrained(model, cfg, tokenizer, source=str(spec))
 
