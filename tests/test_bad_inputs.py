@@ -587,6 +587,15 @@ CASES = [
         runs=("clf",),
     ),
     Case(
+        "prepare-max-len-zero",
+        "`data prepare --max-len 0` (a length no model has)",
+        "`train.tsv`",
+        ("data", "prepare", "--task", "classify", "--train", "train.tsv", "--out", "prepared", "--max-len", "0"),
+        2,
+        "error: --max-len: config key max_len=0 must be in [1, 65,536]",
+        files={"train.tsv": GOOD_TSV},
+    ),
+    Case(
         "threads-over-ceiling",
         "a thread count no CPU has",
         "`mt`",

@@ -26,6 +26,7 @@ from attnkit.errors import InputError
 
 SUITES = ("train", "classify", "decode", "scaling")
 IMPL_CHOICES = ("attnkit", "torch.nn", "transformers", "ctranslate2")  # every suite's IMPLS is a subset
+MAX_THREADS = 1024  # more than any CPU has cores (the command line's ceiling too: attnkit.cli.common.THREADS_CEILING)
 
 
 def suite_module(name: str):
@@ -48,11 +49,13 @@ def iter_suite(
     ``device`` (a ``torch.device``; default the CPU; ``gpu`` says what changes on a GPU).
 
     ``impls`` keeps only those of the suite's implementations (default: all installed); naming none that the suite
-    runs is an ``InputError``, as is ``threads < 1``. ``compiled`` (the train suite's): also attnkit's step compiled
-    as ``--set compile=true`` trains it, in bfloat16 where the device computes it natively, else in float32. All are
-    checked here, before the first measurement."""
+    runs is an ``InputError``, as is ``threads`` outside 1 to ``MAX_THREADS``. ``compiled`` (the train suite's): also
+    attnkit's step compiled as ``--set compile=true`` trains it, in bfloat16 where the device computes it natively,
+    else in float32. All are checked here, before the first measurement."""
     if threads < 1:
         raise InputError(f"bench: --threads={threads} must be >= 1")
+    if threads > MAX_THREADS:  # libgomp crashes on ~100,000
+        raise InputError(f"bench: --threads={threads} is over attnkit's ceiling of {MAX_THREADS:,}")
     if compiled and name != "train":
         raise InputError(f"bench {name} --compiled: only the train suite has compiled rows (decode: ATTNKIT_ENGINE)")
     module = suite_module(name)

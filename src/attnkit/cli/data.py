@@ -38,7 +38,7 @@ def _split_sources(args: argparse.Namespace, split: str) -> tuple[Path, ...] | N
 
 
 def cmd_data_prepare(args: argparse.Namespace) -> None:
-    from attnkit.config import ClassifierConfig, TrainConfig, TranslatorConfig
+    from attnkit.config import ClassifierConfig, TrainConfig, TranslatorConfig, check_number
     from attnkit.data.prepare import Source, TokenizerSpec, load_tokenizer, prepare_corpus
 
     train, valid = _split_sources(args, "train"), _split_sources(args, "valid")
@@ -65,6 +65,12 @@ def cmd_data_prepare(args: argparse.Namespace) -> None:
             "--tokenizer gives the tokenizer; drop --vocab-size/--tokenizer-kind/--min-freq/--pooling/--pretokenize, "
             "which train one"
         )
+    for key in ("vocab_size", "min_freq", "max_len"):  # the config keys' own bounds (0 is not "the default")
+        if getattr(args, key) is not None:
+            try:
+                check_number(key, getattr(args, key))
+            except InputError as err:
+                raise InputError(f"--{key.replace('_', '-')}: {err}") from None
     model_cfg = TranslatorConfig() if args.task == "translate" else ClassifierConfig()
     tokenizer, spec = None, None
     if args.tokenizer:
