@@ -77,3 +77,22 @@ def test_the_readme_python_block_runs(tmp_path, monkeypatch):
         label, _, probs = line.partition(" ")
         assert label in ("negative", "positive"), line
         assert abs(sum(eval(probs).values()) - 1) < 1e-5, line  # noqa: S307 - a dict the block printed
+
+
+def test_one_string_is_refused_not_read_as_a_list_of_characters(tmp_path):
+    """``ClassifierRun.predict("a film")`` iterated the string: its second "text", a space, was "input text #2 is
+    empty". Every entry point that reads texts takes a list and says so for one string; an empty text is named."""
+    import attnkit
+    from attnkit.errors import InputError, check_texts
+
+    model_cfg, train_cfg = attnkit.load_config("classify", ROOT / "configs" / "quickstart.yaml", max_steps=2)
+    examples = attnkit.read_labeled(ROOT / "examples" / "seed000_train.tsv")
+    attnkit.train_classifier(examples, None, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=tmp_path / "run")
+    run = attnkit.ClassifierRun(tmp_path / "run")
+    with pytest.raises(InputError, match=r"expected a list of texts, got one string \('a film'\): pass \[text\]"):
+        run.predict("a film")  # type: ignore[arg-type]
+    assert [p.label for p in run.predict(["a film"])] == [run.predict(("a film",))[0].label]  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="input text #2 is empty"):
+        run.predict(["a film", "  "])
+    with pytest.raises(InputError, match="source line 1 is of type int, not a string"):
+        check_texts([3], "source line {}")  # type: ignore[list-item]

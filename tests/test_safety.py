@@ -209,6 +209,24 @@ def test_pickle_that_would_run_code_is_refused_without_running_it(tmp_path):
     assert "\n" not in message and "weights_only" not in message  # one line, and no advice to switch safety off
 
 
+def test_pickle_calling_a_blocked_module_is_refused_without_unsafe_advice(tmp_path):
+    """``os.system`` in a reduce: torch's weights-only unpickler blocks the module and says so in a paragraph of its
+    own, beside advice to load with weights_only=False; the error line keeps the first and drops the advice."""
+    import os
+
+    class Shell:
+        def __reduce__(self):
+            return (os.system, ("true",))
+
+    path = tmp_path / "shell.pt"
+    torch.save({"w": Shell()}, path)
+    with pytest.raises(InputError) as caught:
+        load_pickle_state_dict(path, trust_pickle=True)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: not a loadable PyTorch weights file (it holds objects other than tensors")
+    assert "system" in message and "\n" not in message and "weights_only" not in message
+
+
 @pytest.mark.parametrize("content", [b"", b"hello world", b"\x80\x02}q\x00"], ids=["empty", "text", "truncated"])
 def test_broken_pickle_is_an_input_error(tmp_path, content):
     path = tmp_path / "broken.pt"
@@ -216,6 +234,17 @@ def test_broken_pickle_is_an_input_error(tmp_path, content):
     with pytest.raises(InputError, match="not a loadable PyTorch weights file") as caught:
         load_pickle_state_dict(path, trust_pickle=True)
     assert "\n" not in str(caught.value)
+
+
+def test_pickle_with_a_nan_weight_is_refused_naming_the_tensor(runs, tmp_path):
+    """A NaN weight imported would make every prediction NaN (and predict print NaN, which is not JSON)."""
+    state = ClassifierRun(runs["b"]).model.state_dict()
+    state["head.weight"] = state["head.weight"].clone()
+    state["head.weight"][0, 0] = float("nan")
+    path = save_pickle(tmp_path / "nan.pt", state)
+    with pytest.raises(InputError, match=r"tensor head.weight holds 1 non-finite value\(s\) \(NaN or infinity\)"):
+        import_pickle_into_run(path, runs["b"], tmp_path / "out", trust_pickle=True)
+    assert not (tmp_path / "out").exists()
 
 
 def test_pickle_that_does_not_fit_the_model_names_the_tensors(runs, tmp_path):

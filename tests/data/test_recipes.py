@@ -236,6 +236,8 @@ def test_fetch_rejects_unknown_recipes_and_misplaced_pairs(tmp_path, no_network)
         fetch("bible/en-ko", pair="en-de", cache_dir=tmp_path)
     with pytest.raises(InputError, match="bible-genre translation 'xx': unknown translation code; known codes: en,"):
         fetch("bible-genre/xx", cache_dir=tmp_path)
+    with pytest.raises(InputError, match="dataset bible-genre/: the variant after the slash is empty"):
+        fetch("bible-genre/", cache_dir=tmp_path)  # it fetched the English variant
 
 
 def test_fetch_with_converted_files_in_the_cache_does_no_network(tmp_path, no_network):

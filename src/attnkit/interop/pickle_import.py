@@ -57,8 +57,13 @@ def _reason(err: Exception) -> str:
     if marker in text:
         text = text.split(marker, 1)[1]
         text = "it holds objects other than tensors: " + text.strip().split(". ")[0].split("\n")[0].strip()
-    text = " ".join(text.split())
-    return text or type(err).__name__
+    elif "Weights only load failed" in text:  # a blocked module (os.system ...): its paragraph, not the advice
+        paragraphs = [" ".join(part.split()) for part in text.split("\n\n") if part.strip()]
+        why = [part for part in paragraphs[1:] if "weights_only" not in part and "documentation" not in part]
+        text = "it holds objects other than tensors" + (f": {why[0].rstrip('.')}" if why else "")
+    else:  # the unpickler's own words (a truncated or foreign file), which may be a bare number: named by its type
+        text = f"{type(err).__name__}: {text}" if text.strip() else type(err).__name__
+    return " ".join(text.split())
 
 
 def _state_dict_of(path: Path, obj: object) -> dict[str, Tensor]:
@@ -84,7 +89,8 @@ def _state_dict_of(path: Path, obj: object) -> dict[str, Tensor]:
 
 def check_state_dict(path: Path, model: nn.Module, state: Mapping[str, Tensor]) -> None:
     """InputError naming the missing, unexpected, mis-shaped or mis-typed tensors if ``state`` does not fit ``model``:
-    the checks of a run's own weights, and the dtype kind, since a pickle may hold integers where floats belong."""
+    the checks of a run's own weights, the dtype kind, since a pickle may hold integers where floats belong, and
+    finiteness (a NaN weight makes every prediction NaN)."""
     runs.check_state_dict(path, model, state)
     expected = model.state_dict()
     for name, tensor in state.items():
@@ -92,6 +98,9 @@ def check_state_dict(path: Path, model: nn.Module, state: Mapping[str, Tensor]) 
             raise InputError(
                 f"{path}: tensor {name} has dtype {tensor.dtype}, the model expects {expected[name].dtype}"
             )
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise InputError(f"{path}: tensor {name} holds {bad} non-finite value(s) (NaN or infinity)")
 
 
 def import_pickle_into_run(

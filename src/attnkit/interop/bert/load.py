@@ -10,7 +10,7 @@ from torch import Tensor
 
 from attnkit import runs
 from attnkit.config import ClassifierConfig
-from attnkit.errors import InputError
+from attnkit.errors import InputError, check_texts
 from attnkit.interop.bert.config import bert_config
 from attnkit.interop.bert.tokenizer import load_bert_tokenizer
 from attnkit.interop.bert.weights import bert_state_dict_to_attnkit, load_encoder_weights, read_bert_weights
@@ -84,6 +84,7 @@ def embed(
 ) -> Tensor:
     """Sentence vectors (N, D), on the CPU, from a BERT folder, the word ``minilm``, or an attnkit classifier or
     pretraining run directory, computed on ``device``."""
+    texts = check_texts(texts)
     folder = resolve_bert_folder(model_spec)
     task = _run_task(folder)
     if task == "pretrain":

@@ -11,7 +11,7 @@ from attnkit.config import ClassifierConfig
 from attnkit.data.batching import bucketed_batches, pad
 from attnkit.data.readers import Example
 from attnkit.devices import model_device
-from attnkit.errors import InputError
+from attnkit.errors import InputError, check_texts
 from attnkit.evaluation.metrics import accuracy, macro_f1
 from attnkit.inference import prepare_for_inference
 from attnkit.model.classifier import TransformerClassifier
@@ -89,9 +89,7 @@ class ClassifierRun:
         return self._logits(self._ids(texts))
 
     def predict(self, texts: list[str]) -> list[Prediction]:
-        for i, text in enumerate(texts, start=1):
-            if not text.strip():
-                raise InputError(f"input text #{i} is empty")
+        texts = check_texts(texts)
         seqs = self._ids(texts)
         probs = class_probabilities(self._logits(seqs))  # (N, C)
         out = []

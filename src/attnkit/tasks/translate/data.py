@@ -10,7 +10,7 @@ import torch
 
 from attnkit.data.batching import Truncation, apply_length_policy, pad, real_positions
 from attnkit.data.readers import Pair
-from attnkit.errors import InputError
+from attnkit.errors import InputError, check_texts
 from attnkit.tokenization import Tokenizer
 from attnkit.training.task import Batch
 
@@ -112,9 +112,7 @@ def fixed_shape_batch(batch: Batch, pad_id: int, max_positions: int) -> Batch:
 def encode_sources(tokenizer: Tokenizer, texts: list[str], max_len: int, policy: str) -> tuple[list[list[int]], int]:
     """Source ids + EOS, as in training; over-long sources are truncated (keeping the EOS, and counted) or refused,
     as the run was configured. Returns the ids and how many were truncated."""
-    for i, text in enumerate(texts, start=1):
-        if not text.strip():
-            raise InputError(f"source line {i} is empty")
+    texts = check_texts(texts, "source line {}")
     _, eos = bos_eos(tokenizer)
     ids = [s + [eos] for s in tokenizer.encode_batch(texts, max_len)]
     ids, cut = apply_length_policy(ids, max_len, policy, what="source sentence", keep_last=1)
