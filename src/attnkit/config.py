@@ -243,6 +243,7 @@ def train_config_class(task: str, key: str) -> type[TrainConfig]:
 # it was made: --set, a YAML file, a run directory's config.json, or Python.
 
 INT64_MAX = 2**63 - 1  # every integer key is stored and used as a 64-bit integer (seeds, counts, tensor sizes)
+MAX_THREADS = 1024  # CPU threads a command takes (--threads): more than any CPU has cores; libgomp crashed at 100,000
 # Model sizes have ceilings far above any model attnkit trains (Table 3's "big": d_model 1024, d_ff 4096, 6 layers;
 # the largest vocabularies in use hold about 256,000 tokens), so that a typo or an untrusted run directory cannot
 # make attnkit allocate without bound: a run's weights must also hold the model its config describes (runs/load.py),

@@ -22,11 +22,11 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, Sequence
 
+from attnkit.config import MAX_THREADS
 from attnkit.errors import InputError
 
 SUITES = ("train", "classify", "decode", "scaling")
 IMPL_CHOICES = ("attnkit", "torch.nn", "transformers", "ctranslate2")  # every suite's IMPLS is a subset
-MAX_THREADS = 1024  # more than any CPU has cores (the command line's ceiling too: attnkit.cli.common.THREADS_CEILING)
 
 
 def suite_module(name: str):

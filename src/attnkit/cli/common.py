@@ -34,8 +34,7 @@ class Parser(argparse.ArgumentParser):
         raise InputError(f"{self.prog}: {message}")
 
 
-COUNT_CEILING = 2**16  # a count given on the command line (a beam, a batch, threads): far above any use of it
-THREADS_CEILING = 1024  # more than any CPU has cores; libgomp crashes on ~100,000
+COUNT_CEILING = 2**16  # a count given on the command line (a beam, a batch size): far above any use of it
 
 
 def positive_int(text: str, *, high: int = COUNT_CEILING) -> int:
@@ -53,8 +52,10 @@ def positive_int(text: str, *, high: int = COUNT_CEILING) -> int:
 
 
 def thread_count(text: str) -> int:
-    """An argparse type: a number of CPU threads, 1 to ``THREADS_CEILING``."""
-    return positive_int(text, high=THREADS_CEILING)
+    """An argparse type: a number of CPU threads, 1 to ``attnkit.config.MAX_THREADS``."""
+    from attnkit.config import MAX_THREADS
+
+    return positive_int(text, high=MAX_THREADS)
 
 
 def length_penalty_alpha(text: str) -> float:
