@@ -596,6 +596,15 @@ CASES = [
         files={"train.tsv": GOOD_TSV},
     ),
     Case(
+        "dataset-of-the-other-task",
+        "a classification recipe given to a translator",
+        "nothing: the recipe is named",
+        ("translate", "train", "--dataset", "rt-polarity", "--out", "run"),
+        2,
+        "error: dataset rt-polarity: a classify recipe, not translate data; `attnkit data list` names each recipe's "
+        "task",
+    ),
+    Case(
         "threads-over-ceiling",
         "a thread count no CPU has",
         "`mt`",

@@ -403,3 +403,15 @@ def test_resume_into_a_run_of_another_task_names_both(tmp_path, capsys):
     )
     line = error_line(capsys, "pretrain", "--text", SEED_TSV, "--out", run, "--resume")
     assert "it holds a 'classify' run, not a 'pretrain' one" in line
+
+
+def test_tensorboard_missing_is_refused_before_the_run_directory_is_made(tmp_path, capsys, monkeypatch):
+    """``--set tensorboard=true`` without the package: one line, and no half-written run (it wrote config.json,
+    labels.json and tokenizer.json before the metrics log found out)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # importing it raises ImportError
+    line = error_line(capsys, "classify", "train", "--train", SEED_TSV, "--out", tmp_path / "run", "--max-steps", "2",
+                      "--set", *TINY_SET, "tensorboard=true")  # fmt: skip
+    assert line == "error: config key tensorboard=true needs the tensorboard package: pip install tensorboard"
+    assert not (tmp_path / "run").exists()

@@ -73,9 +73,27 @@ def test_python_dash_m_is_the_attnkit_command(module):
             "bench: suite scaling runs attnkit, torch.nn; --impl chose none",
         ),
         (["bench", "decode", "--compiled"], "bench decode --compiled: only the train suite has compiled rows"),
+        (["bench", "train", "--threads", "100000"], "bench: --threads=100000 is over attnkit's ceiling of 1,024"),
+        (["bench", "classify", "--json", "/"], "--json /: is a directory; give a file in an existing folder"),
+        (
+            ["bench", "classify", "--json", "/no-such-folder/x.json"],
+            "--json /no-such-folder/x.json: its folder /no-such-folder does not exist",
+        ),
     ],
 )
 def test_bench_refuses_bad_arguments_before_measuring(argv, fragment, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and fragment in err and len(err.splitlines()) == 1
+
+
+def test_an_atomic_write_names_the_file_asked_for_not_its_temporary(tmp_path):
+    """A write into a missing folder, or onto a directory, failed naming ``.x.json.<hex>.tmp``, a file the user never
+    asked for."""
+    from attnkit.atomic import atomic_write_bytes
+
+    for target in (tmp_path / "missing" / "x.json", tmp_path):
+        with pytest.raises(OSError) as caught:
+            atomic_write_bytes(target, b"{}")
+        assert caught.value.filename == str(target)
+    assert [p.name for p in tmp_path.iterdir()] == []  # no temporary left behind

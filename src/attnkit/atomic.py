@@ -31,8 +31,8 @@ def open_atomic(path: str | Path) -> Iterator[BinaryIO]:
         os.replace(tmp, path)
     except OSError as err:
         tmp.unlink(missing_ok=True)
-        if err.filename is None and err.errno is not None:  # write()/fsync() errors (a full disk) name no file
-            raise OSError(err.errno, err.strerror, str(path)) from err
+        if err.errno is not None and err.filename in (None, str(tmp)):  # name the file the caller asked for, not
+            raise OSError(err.errno, err.strerror, str(path)) from err  # the temporary (a full disk names none)
         raise
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -259,3 +259,17 @@ def test_two_processes_from_the_prepared_corpus_equal_two_processes_from_text(tr
     assert all(torch.equal(value, prepared_weights[key]) for key, value in text_weights.items())
     # and the 2-process runs are not the 1-process ones (2 batches a step): the comparison is of distributed runs
     assert not all(torch.equal(v, load_file(text_run / "model.safetensors")[k]) for k, v in text_weights.items())
+
+
+def test_settings_that_contradict_the_corpus_are_refused(trained, tmp_path, capsys):
+    """A prepared corpus brings its tokenizer: ``--set tokenizer=word`` beside a BPE corpus was ignored while the
+    run's config.json said "word"; and a classify command given a translate corpus said "0 distinct labels"."""
+    _, translate_corpus, _ = trained["translate"]
+    command = train_command("translate", tmp_path / "run", "--prepared", translate_corpus)
+    assert main([*command, "tokenizer=word"]) == 2
+    err = one_error_line(capsys)
+    assert f"{translate_corpus}: the corpus was prepared with a bpe tokenizer, not tokenizer=word" in err
+    assert main(train_command("classify", tmp_path / "run", "--prepared", translate_corpus)) == 2
+    err = one_error_line(capsys)
+    assert "a prepared translate corpus; classify train needs one prepared with --task classify" in err
+    assert not (tmp_path / "run").exists()

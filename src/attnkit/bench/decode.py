@@ -182,10 +182,12 @@ def iter_results(
 ) -> Iterator[Result]:
     """Yield one result per (search, implementation, compute type), then the batch-1 latency rows (the first
     ``latency_sentences`` sources, default all ``batch``; 0: none). ``quick``: 8 tokens, 2 sentences for latency,
-    1 warm-up, 2 timed calls. On a GPU (``device``) every implementation decodes there, CTranslate2 (its wheel's
-    CUDA build) in float32 and bfloat16 (``CT2_COMPUTE_TYPES_GPU``). ``attnkit_engines``: default ``engines``."""
+    1 warm-up, 2 timed calls, and no compiled engine. On a GPU (``device``) every implementation decodes there,
+    CTranslate2 (its wheel's CUDA build) in float32 and bfloat16 (``CT2_COMPUTE_TYPES_GPU``). ``attnkit_engines``:
+    default ``engines`` (with ``quick``, those that compile nothing)."""
     device = device or torch.device("cpu")
-    attnkit_engines = attnkit_engines or engines(device)
+    if attnkit_engines is None:  # quick: no compiled engine, whose first call compiles for 10-30 s a bucket
+        attnkit_engines = tuple(e for e in engines(device) if not (quick and e.kind.startswith("compiled")))
     sync = synchronizer(device)
     configs = configs or CONFIGS
     chosen = [i for i in (impls or IMPLS) if i in ("attnkit", "torch.nn") or peers.available(i)]

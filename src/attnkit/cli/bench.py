@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
@@ -27,6 +28,11 @@ def cmd_bench(args: argparse.Namespace) -> None:
     device = resolve_device(args.device)
     if device.type not in ("cpu", "cuda"):
         raise InputError(f"bench --device {args.device}: the suites time the CPU or a CUDA GPU; use cpu or cuda")
+    if args.json and args.json != "-":  # checked before minutes of measuring, not when the results are written
+        target = Path(args.json)
+        if target.is_dir() or not target.parent.is_dir():
+            where = "is a directory" if target.is_dir() else f"its folder {target.parent} does not exist"
+            raise InputError(f"--json {target}: {where}; give a file in an existing folder")
 
     results_iter = iter_suite(
         args.suite, quick=args.quick, threads=args.threads, impls=args.impl, device=device, compiled=args.compiled
@@ -74,7 +80,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="alone: a JSON line for the machine, then one per result, on stdout (table on stderr); "
         "with FILE: one JSON document with the machine and every result written to FILE (table on stdout)",
     )
-    p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions: a smoke test")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smaller sizes and fewer repetitions, and no compiled decoding engine: a smoke test",
+    )
     p.add_argument("--threads", type=int, default=2, help="intra-op threads for every implementation (default 2)")
     p.add_argument(
         "--device",

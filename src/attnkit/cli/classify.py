@@ -17,7 +17,9 @@ from attnkit.cli.common import (
     apply_flags,
     check_init_from,
     check_precision,
+    check_prepared,
     check_resume,
+    check_training_extras,
     config_overrides,
     dataset_splits,
     device_of,
@@ -45,7 +47,10 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
         train_path, valid_path = None, None
         if not args.prepared:
             with main_rank_first(context):
-                train_path, valid_path = (args.train, args.valid) if args.train else dataset_splits(args.dataset)
+                if args.train:
+                    train_path, valid_path = args.train, args.valid
+                else:
+                    train_path, valid_path = dataset_splits(args.dataset, "classify")
         summary = _train_classifier(args, train_path, valid_path, context)
     if context.is_main:
         print_json(
@@ -82,10 +87,12 @@ def _train_classifier(
         check_init_from(args, overrides, ClassifierConfig, FINE_TUNE_SETTABLE_MODEL_KEYS, "the pretrained encoder")
     train_base = dict(FINE_TUNE_TRAIN_DEFAULTS) if args.init_from else {}
     model_cfg, train_cfg = task_configs("classify", args.preset, overrides, train_base)
+    check_training_extras(train_cfg)
     check_resume(args, overrides, ClassifierConfig, CLASSIFIER_PRESETS, context)
     train: list[Example] | PreparedCorpus
     if args.prepared:
-        train, valid = open_prepared(args.prepared), None
+        train, valid = open_prepared(args.prepared, task="classify"), None
+        check_prepared(train, overrides, train_cfg)
     else:
         assert train_path is not None
         train = read_labeled(train_path)
@@ -132,7 +139,7 @@ def cmd_classify_eval(args: argparse.Namespace) -> None:
     device = device_of(args)
     check_precision(args.precision, device, what="--precision")
     run = ClassifierRun(args.model, precision=args.precision, device=device)
-    data = eval_file(args)
+    data = eval_file(args, "classify")
     print_json(run.evaluate(read_labeled(data), source=str(data)))
 
 

@@ -124,6 +124,35 @@ def apply_flags(args: argparse.Namespace, overrides: dict[str, object], keys: tu
         raise InputError("give --max-steps or --epochs, not both")
 
 
+def check_prepared(train: object, overrides: dict, train_cfg) -> None:
+    """A ``tokenizer`` given (``overrides``: --config, --set) with a prepared corpus (``train``, when it is one) must
+    be the kind of the tokenizer the corpus brings: another kind was silently ignored, and the run's config.json
+    recorded it as if it had been used. (``vocab_size`` is the tokenizer's upper bound, and the run records the size
+    it reached, as a run trained from text does.) The text run's settings pass, so the same command trains from text
+    or from the corpus."""
+    from attnkit.data.prepared import PreparedCorpus
+
+    if not isinstance(train, PreparedCorpus):
+        return
+    kind = train.meta["tokenizer"]["kind"]
+    if "tokenizer" in overrides and train_cfg.tokenizer != kind:
+        raise InputError(
+            f"{train.directory}: the corpus was prepared with a {kind} tokenizer, not tokenizer={train_cfg.tokenizer} "
+            "(prepare it again, or drop the key)"
+        )
+
+
+def check_training_extras(train_cfg) -> None:
+    """What a training config needs installed, checked before anything is read or written (the metrics log found out
+    only after the run directory held its config, tokenizer and labels)."""
+    if not train_cfg.tensorboard:
+        return
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401 - what the metrics log will import
+    except ImportError:
+        raise InputError("config key tensorboard=true needs the tensorboard package: pip install tensorboard") from None
+
+
 def add_budget_args(p: argparse.ArgumentParser) -> None:
     """--max-steps and --epochs of a train command: its budget (``--resume`` may grow it)."""
     p.add_argument("--max-steps", type=int, help="optimizer steps to train (default: the config's epochs decide)")
@@ -201,14 +230,21 @@ def stdin_lines() -> list[str]:
     return list(stream_lines(raw))
 
 
-def fetch_dataset(name: str, pair: str | None = None) -> Path:
-    from attnkit.data.recipes import fetch
+def fetch_dataset(name: str, pair: str | None = None, *, task: str | None = None) -> Path:
+    """The directory of dataset recipe ``name``, fetched if needed; with ``task``, a recipe of another kind (a
+    classification set given to a translator, the MiniLM encoder given as data) is refused before anything is read."""
+    from attnkit.data.recipes import RECIPES, fetch
 
+    recipe = RECIPES.get(name.partition("/")[0])
+    if task is not None and recipe is not None and recipe.task != task:
+        raise InputError(
+            f"dataset {name}: a {recipe.task} recipe, not {task} data; `attnkit data list` names each recipe's task"
+        )
     return fetch(name, pair=pair)
 
 
-def dataset_splits(name: str) -> tuple[Path, Path]:
-    directory = fetch_dataset(name)
+def dataset_splits(name: str, task: str) -> tuple[Path, Path]:
+    directory = fetch_dataset(name, task=task)
     return directory / "train.tsv", directory / "valid.tsv"
 
 
@@ -229,13 +265,13 @@ def check_precision(precision: str, device, *, what: str) -> None:
         print(f"note: precision={precision}: {precisions.SLOW_BF16_NOTE}", file=sys.stderr)
 
 
-def eval_file(args: argparse.Namespace) -> Path:
-    """--data FILE, or --dataset NAME --split SPLIT (a dataset recipe's split, fetched if needed)."""
+def eval_file(args: argparse.Namespace, task: str) -> Path:
+    """--data FILE, or --dataset NAME --split SPLIT (a dataset recipe of ``task``'s split, fetched if needed)."""
     if bool(args.data) == bool(args.dataset):
         raise InputError("give --data FILE or --dataset NAME [--split test] (one of them)")
     if args.data:
         return args.data
-    return fetch_dataset(args.dataset, getattr(args, "pair", None)) / f"{args.split}.tsv"
+    return fetch_dataset(args.dataset, getattr(args, "pair", None), task=task) / f"{args.split}.tsv"
 
 
 @contextmanager

@@ -20,7 +20,7 @@ def cmd_data_list(args: argparse.Namespace) -> None:
     from attnkit.data.recipes import list_recipes
 
     for recipe in list_recipes():
-        print(f"{recipe.name:12s} {recipe.description} [{recipe.package}; {recipe.licence}]")
+        print(f"{recipe.name:12s} {recipe.task:9s} {recipe.description} [{recipe.package}; {recipe.licence}]")
 
 
 def _split_sources(args: argparse.Namespace, split: str) -> tuple[Path, ...] | None:
@@ -49,7 +49,7 @@ def cmd_data_prepare(args: argparse.Namespace) -> None:
     if args.dataset:
         if valid:
             raise InputError("--dataset brings its own valid split; drop --valid")
-        directory = fetch_dataset(args.dataset, args.pair)
+        directory = fetch_dataset(args.dataset, args.pair, task=args.task)
         splits = {
             name: Source((directory / f"{name}.tsv",))
             for name in ("train", "valid")

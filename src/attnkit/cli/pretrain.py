@@ -14,6 +14,7 @@ from attnkit.cli.common import (
     add_device_arg,
     apply_flags,
     check_resume,
+    check_training_extras,
     config_overrides,
     print_json,
     training_context,
@@ -30,6 +31,7 @@ def cmd_pretrain(args: argparse.Namespace) -> None:
     overrides = config_overrides(args, "pretrain")
     apply_flags(args, overrides, ("epochs", "max_steps", "seed"))
     model_cfg, train_cfg = task_configs("pretrain", None, overrides)
+    check_training_extras(train_cfg)
     tabular = args.text.suffix.lower() in (".tsv", ".csv", ".jsonl")  # a labelled file: its text column
     texts = [text for text, _ in (read_texts(args.text) if tabular else read_text_lines(args.text))]
     with training_context(args) as context:

@@ -17,7 +17,9 @@ from attnkit.cli.common import (
     apply_flags,
     check_init_from,
     check_precision,
+    check_prepared,
     check_resume,
+    check_training_extras,
     config_overrides,
     device_of,
     eval_file,
@@ -64,10 +66,10 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
         if args.prepared:
             from attnkit.data.prepared import open_prepared
 
-            train, valid = open_prepared(args.prepared), None
+            train, valid = open_prepared(args.prepared, task="translate"), None
         elif args.dataset:
             with main_rank_first(context):
-                directory = fetch_dataset(args.dataset, args.pair)
+                directory = fetch_dataset(args.dataset, args.pair, task="translate")
             train, valid = (
                 _read_pairs(directory / "train.tsv", None, None, "train"),
                 _read_pairs(directory / "valid.tsv", None, None, "valid"),
@@ -84,6 +86,8 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
         if args.init_from:
             check_init_from(args, overrides, TranslatorConfig, INIT_SETTABLE_KEYS, "the run")
         model_cfg, train_cfg = task_configs("translate", args.preset, overrides)
+        check_training_extras(train_cfg)
+        check_prepared(train, overrides, train_cfg)
         check_resume(args, overrides, TranslatorConfig, TRANSLATOR_PRESETS, context)
         with training_progress(args, context, train_cfg.precision) as progress:
             summary = train_translator(
@@ -172,7 +176,7 @@ def cmd_translate_eval(args: argparse.Namespace) -> None:
     check_precision(args.precision, device, what="--precision")
     run = TranslatorRun(args.model, precision=args.precision, device=device)
     if args.dataset:
-        pairs = _read_pairs(eval_file(args), None, None, "data")
+        pairs = _read_pairs(eval_file(args, "translate"), None, None, "data")
     else:
         pairs = _read_pairs(args.data, args.data_src, args.data_tgt, "data")
     if pairs is None:

@@ -148,9 +148,12 @@ class PreparedCorpus:
         return LabelledTokens(parts["text"], labels)
 
 
-def open_prepared(directory: str | Path, tokenizer: Tokenizer | None = None) -> PreparedCorpus:
+def open_prepared(
+    directory: str | Path, tokenizer: Tokenizer | None = None, *, task: str | None = None
+) -> PreparedCorpus:
     """Open a prepared corpus. With ``tokenizer`` (the run's), its fingerprint must be the one the corpus was
-    prepared with; without, the corpus's own ``tokenizer.json`` is loaded (and checked against the sidecar)."""
+    prepared with; without, the corpus's own ``tokenizer.json`` is loaded (and checked against the sidecar). With
+    ``task`` (a train command's), a corpus of the other task is refused at once, before anything reads it."""
     directory = Path(directory)
     sidecar_path = directory / SIDECAR
     if not sidecar_path.is_file():
@@ -163,6 +166,10 @@ def open_prepared(directory: str | Path, tokenizer: Tokenizer | None = None) -> 
         raise InputError(f"{sidecar_path}: not an attnkit prepared-corpus sidecar")
     if meta.get("version") != FORMAT_VERSION:
         raise InputError(f"{sidecar_path}: format version {meta.get('version')}; this attnkit reads {FORMAT_VERSION}")
+    if task is not None and meta.get("task") != task:
+        raise InputError(
+            f"{sidecar_path}: a prepared {meta.get('task')} corpus; {task} train needs one prepared with --task {task}"
+        )
     expected = meta["tokenizer"]["fingerprint"]
     if tokenizer is None:
         tokenizer = Tokenizer.load(directory / TOKENIZER, meta["tokenizer"])

