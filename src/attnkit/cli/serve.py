@@ -9,7 +9,8 @@ import os
 import socket
 import sys
 
-from attnkit.cli.common import add_device_arg, add_precision_arg, check_precision, device_of, thread_count
+from attnkit.cli.arguments import port_number, thread_count
+from attnkit.cli.common import add_device_arg, add_precision_arg, check_precision, device_of
 from attnkit.errors import InputError
 
 API_KEY_VARIABLE = "ATTNKIT_API_KEY"  # TEI reads its --api-key from API_KEY
@@ -107,17 +108,6 @@ def check_limits(limits) -> None:
             f"--max-wait-ms {limits.max_wait_ms:g}: must be shorter than --timeout ({limits.timeout_s:g} s), or every "
             "request waiting for its batch to fill would time out"
         )
-
-
-def port_number(text: str) -> int:
-    """An argparse type: a TCP port, 0 (any free port) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port (0 to 65535; 0: any free port)")
-    return value
 
 
 def fit_connections(limits, *, explicit: bool):

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from attnkit.cli.arguments import length_penalty_alpha, positive_int, thread_count
 from attnkit.cli.common import (
     OUT_HELP,
     RESUME_HELP,
@@ -24,12 +25,9 @@ from attnkit.cli.common import (
     device_of,
     eval_file,
     fetch_dataset,
-    length_penalty_alpha,
     main_rank_first,
-    positive_int,
     print_json,
     stdin_lines,
-    thread_count,
     training_context,
     training_progress,
 )
