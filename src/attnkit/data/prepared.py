@@ -93,10 +93,7 @@ class PreparedCorpus:
         """The corpus is of ``task`` and its longest sequence fits a model of ``max_len`` positions (else an
         InputError); a corpus prepared with a larger max_len whose sequences all fit is fine."""
         sidecar = self.directory / SIDECAR
-        if self.task != task:
-            raise InputError(
-                f"{sidecar}: a prepared {self.task} corpus; {task} train needs one prepared with --task {task}"
-            )
+        _check_task(sidecar, self.task, task)
         # "longest" is counted before cutting (what was truncated, for the report); what was written is at most max_len
         longest = max(min(info["longest"], self.meta["max_len"]) for info in self.meta["splits"].values())
         if longest > max_len:
@@ -148,6 +145,14 @@ class PreparedCorpus:
         return LabelledTokens(parts["text"], labels)
 
 
+def _check_task(sidecar: Path, prepared_for: object, task: str) -> None:
+    """A corpus prepared for another task than ``task``'s training is an InputError naming its sidecar."""
+    if prepared_for != task:
+        raise InputError(
+            f"{sidecar}: a prepared {prepared_for} corpus; {task} train needs one prepared with --task {task}"
+        )
+
+
 def open_prepared(
     directory: str | Path, tokenizer: Tokenizer | None = None, *, task: str | None = None
 ) -> PreparedCorpus:
@@ -166,10 +171,8 @@ def open_prepared(
         raise InputError(f"{sidecar_path}: not an attnkit prepared-corpus sidecar")
     if meta.get("version") != FORMAT_VERSION:
         raise InputError(f"{sidecar_path}: format version {meta.get('version')}; this attnkit reads {FORMAT_VERSION}")
-    if task is not None and meta.get("task") != task:
-        raise InputError(
-            f"{sidecar_path}: a prepared {meta.get('task')} corpus; {task} train needs one prepared with --task {task}"
-        )
+    if task is not None:
+        _check_task(sidecar_path, meta.get("task"), task)
     expected = meta["tokenizer"]["fingerprint"]
     if tokenizer is None:
         tokenizer = Tokenizer.load(directory / TOKENIZER, meta["tokenizer"])
