@@ -12,6 +12,7 @@ classifier trained on examples/seed000_train.tsv, labels negative and positive) 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -75,6 +76,17 @@ def flip_a_weight_byte(cwd: Path, monkeypatch) -> None:
     data = bytearray(weights.read_bytes())
     data[len(data) // 2] ^= 0x01  # inside the tensor data: the file still parses, only its hash can tell
     weights.write_bytes(bytes(data))
+
+
+def prepare_and_change_a_token(cwd: Path, monkeypatch) -> None:
+    """A corpus prepared from ``train.tsv``, then one token id of its training split changed (same size)."""
+    argv = ["data", "prepare", "--task", "classify", "--train", "train.tsv", "--min-freq", "1", "--out", "prepared"]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(argv) == 0
+    tokens = cwd / "prepared" / "train.text.bin"
+    data = bytearray(tokens.read_bytes())
+    data[0] ^= 0x01
+    tokens.write_bytes(bytes(data))
 
 
 def add_a_word_to_the_tokenizer(cwd: Path, monkeypatch) -> None:
@@ -594,6 +606,17 @@ CASES = [
         2,
         "error: --max-len: config key max_len=0 must be in [1, 65,536]",
         files={"train.tsv": GOOD_TSV},
+    ),
+    Case(
+        "prepared-corpus-changed",
+        "a prepared corpus changed after `data prepare` (same sizes)",
+        "`prepared/` with one token id of `train.text.bin` changed",
+        (*TRAIN, "--prepared", "prepared", "--set", *TINY),
+        2,
+        "error: prepared/train.text.bin: sha256 differs from prepared/prepared.json; the file was changed after "
+        "preparation",
+        files={"train.tsv": GOOD_TSV},
+        setup=prepare_and_change_a_token,
     ),
     Case(
         "dataset-of-the-other-task",

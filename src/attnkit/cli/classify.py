@@ -60,6 +60,7 @@ def cmd_classify_train(args: argparse.Namespace) -> None:
                 "valid_accuracy": summary.best_valid_accuracy,
                 "epochs": summary.epochs_run,
                 "steps": summary.steps,
+                "stopped_by": summary.stopped_by,
                 "seconds": round(summary.seconds, 1),
                 "truncated": summary.truncation.n_truncated,
             }

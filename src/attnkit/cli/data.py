@@ -4,6 +4,7 @@ files."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from attnkit.cli.common import Parser, fetch_dataset, print_json
@@ -11,9 +12,17 @@ from attnkit.errors import InputError
 
 
 def cmd_data_fetch(args: argparse.Namespace) -> None:
-    from attnkit.data.recipes import fetch
+    """The folder on stdout (for ``$(attnkit data fetch NAME)``); the splits it holds and their sizes on stderr."""
+    from attnkit.data.readers import iter_labeled, iter_parallel_tsv
+    from attnkit.data.recipes import RECIPES, fetch
 
-    print(fetch(args.name, pair=args.pair, cache_dir=args.cache_dir))
+    folder = fetch(args.name, pair=args.pair, cache_dir=args.cache_dir)
+    print(folder)
+    read = iter_parallel_tsv if RECIPES[args.name.split("/")[0]].task == "translate" else iter_labeled
+    splits = [folder / f"{split}.tsv" for split in ("train", "valid", "test")]
+    sizes = [f"{path.stem} {sum(1 for _ in read(path)):,}" for path in splits if path.is_file()]
+    if sizes:
+        print(f"{', '.join(sizes)} {'pairs' if read is iter_parallel_tsv else 'examples'}", file=sys.stderr)
 
 
 def cmd_data_list(args: argparse.Namespace) -> None:

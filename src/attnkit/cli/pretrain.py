@@ -56,6 +56,7 @@ def cmd_pretrain(args: argparse.Namespace) -> None:
                 "valid_texts": summary.n_valid,
                 "epochs": summary.epochs_run,
                 "steps": summary.steps,
+                "stopped_by": summary.stopped_by,
                 "seconds": round(summary.seconds, 1),
                 "truncated": summary.truncation.n_truncated,
             }

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from attnkit.training.events import Evaluated, Event, Planned, Prepared, Resumed, Skipped, Step, Warned
+from attnkit.training.events import Evaluated, Event, Planned, Prepared, Resumed, Skipped, Step, Stopped, Warned
 
 LINE_EVERY_SECONDS = 60.0  # without a terminal: a progress line at least this often, whatever the step count
 LINES_PER_RUN = 10  # ... and one at each tenth of the planned steps
@@ -71,6 +71,8 @@ class TrainingProgress:
             self._line(f"resuming at step {event.step} (epoch {event.epoch}) from the run's saved state", always=True)
         elif isinstance(event, Skipped):
             self._line(f"skipped a batch: {event.message}", always=True)
+        elif isinstance(event, Stopped):
+            self._line(event.message, always=True)
 
     def _step(self, event: Step) -> None:
         shown = {

@@ -105,6 +105,7 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
         {
             "run_dir": str(summary.run_dir),
             "steps": summary.steps,
+            "stopped_by": summary.stopped_by,
             "epochs": summary.epochs,
             "seconds": round(summary.seconds, 1),
             "valid_loss": summary.valid_loss,

@@ -9,7 +9,9 @@ A prepared directory holds, per split (``train``, ``valid``, ...):
 
 plus ``tokenizer.json`` and the sidecar ``prepared.json`` (format, tokenizer fingerprint, length policy, and per
 split the counts and the sha256 of every source file and every written file). Opening checks the format, the
-tokenizer fingerprint, sizes and tiling; ``verify`` hashes every file. No torch is imported.
+tokenizer fingerprint, sizes and tiling; ``verify`` hashes every file, and training does that once before its first
+step (``check``): a byte changed after preparation is an error naming the file, never a token id out of the
+vocabulary in the middle of an epoch. No torch is imported.
 """
 
 from __future__ import annotations
@@ -76,9 +78,10 @@ class PreparedCorpus:
         return self.meta.get("labels")
 
     def verify(self) -> None:
-        """Hash every written file against the sidecar's sha256 (reads the whole corpus once; opening does not:
-        it checks sizes and tiling only, so that start-up stays fast)."""
-        for info in self.meta["splits"].values():
+        """Hash every written file against the sidecar's sha256 (reads the whole corpus once, about a second a
+        gigabyte; opening does not: it checks sizes and tiling only)."""
+        for split, info in self.meta["splits"].items():
+            self.split(split)  # sizes and tiling first: what they find says more than a checksum
             for name, digest in info["files"].items():
                 path = self.directory / name
                 if not path.is_file():
@@ -90,10 +93,12 @@ class PreparedCorpus:
                     )
 
     def check(self, task: str, max_len: int) -> None:
-        """The corpus is of ``task`` and its longest sequence fits a model of ``max_len`` positions (else an
-        InputError); a corpus prepared with a larger max_len whose sequences all fit is fine."""
+        """Before training on it: the corpus is of ``task``, its files are the ones prepared (``verify``) and its
+        longest sequence fits a model of ``max_len`` positions (else an InputError); a corpus prepared with a larger
+        max_len whose sequences all fit is fine."""
         sidecar = self.directory / SIDECAR
         _check_task(sidecar, self.task, task)
+        self.verify()
         # "longest" is counted before cutting (what was truncated, for the report); what was written is at most max_len
         longest = max(min(info["longest"], self.meta["max_len"]) for info in self.meta["splits"].values())
         if longest > max_len:

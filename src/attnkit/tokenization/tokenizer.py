@@ -304,7 +304,9 @@ def train_tokenizer(
         else:
             backend = Backend(models.WordPiece(unk_token="<unk>"))
             backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-            trainer = trainers.WordPieceTrainer(**trainer_args)
+            # Characters and their "##" forms take two ids each: when the alphabet alone would overfill the
+            # vocabulary, the rarest characters become <unk>.
+            trainer = trainers.WordPieceTrainer(**trainer_args, limit_alphabet=(vocab_size - len(specials)) // 2)
         backend.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces, glues "##" pieces and punctuation
         steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
         backend.normalizer = normalizers.Sequence(steps)
@@ -331,7 +333,12 @@ def _train_bpe(texts: Iterable[str], trainer_args: dict[str, Any], lowercase: bo
     learner = Backend(models.BPE(unk_token="<unk>"))
     learner.normalizer = normalizers.Sequence(steps)
     learner.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_next")  # " word" pieces, spaces kept
-    trainer = trainers.BpeTrainer(**{**trainer_args, "vocab_size": vocab_size - len(BYTE_TOKENS)})
+    # At most the characters the learner's share of the vocabulary holds (the most frequent; the rest are spelled
+    # in bytes): a vocabulary never grows past vocab_size because the text has many distinct characters.
+    learned_size = vocab_size - len(BYTE_TOKENS)
+    trainer = trainers.BpeTrainer(
+        **{**trainer_args, "vocab_size": learned_size}, limit_alphabet=learned_size - len(SPECIAL_TOKENS)
+    )
     learner.train_from_iterator(texts, trainer=trainer)
 
     learned = json.loads(learner.to_str())["model"]

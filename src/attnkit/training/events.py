@@ -81,7 +81,16 @@ class Warned:
     message: str
 
 
-Event = Prepared | Planned | Resumed | Step | Evaluated | Checkpointed | Skipped | Warned
+@dataclass(frozen=True)
+class Stopped:
+    """Training ended before its plan: patience ran out, or ``max_minutes`` was spent (said once, at the end)."""
+
+    step: int
+    reason: str  # "patience" or "max_minutes"
+    message: str
+
+
+Event = Prepared | Planned | Resumed | Step | Evaluated | Checkpointed | Skipped | Warned | Stopped
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,18 @@ from attnkit import runs
 from attnkit.config import TrainConfig
 from attnkit.errors import InputError
 from attnkit.training.distributed import broadcast_from_main, share_of_step, sum_across, sum_gradients, sum_on_device
-from attnkit.training.events import Checkpointed, Evaluated, Event, FitResult, Planned, Resumed, Skipped, Step, Warned
+from attnkit.training.events import (
+    Checkpointed,
+    Evaluated,
+    Event,
+    FitResult,
+    Planned,
+    Resumed,
+    Skipped,
+    Step,
+    Stopped,
+    Warned,
+)
 from attnkit.training.graphs import GraphedStep, fixed_shape_collate, stepped, use_graphs
 from attnkit.training.guards import NonFiniteError, check_step
 from attnkit.training.kernels import compiled, training_kernels
@@ -83,9 +94,9 @@ def fit(
     loss_fn = compiled(task.loss) if cfg.compile else task.loss
     graphs = GraphedStep(model, optimizer, task, loss_fn, cfg) if run.graphed else None
     collate = fixed_shape_collate(task) if graphs is not None else task.collate  # graphs: a bounded set of shapes
-    stopped_by = _finished(cfg, state)  # "" unless resuming a run that had already stopped
-    if stopped_by:
-        on_event(Warned(_nothing_left(stopped_by, cfg)))
+    stopped_by = already = _finished(cfg, state)  # "" unless resuming a run that had already stopped
+    if already:
+        on_event(Warned(_nothing_left(already, cfg)))
     warned_time = False
     model.train()
     with training_kernels(tf32=cfg.tf32, device=run.context.device), closing(run.log):
@@ -139,16 +150,20 @@ def fit(
                     save(run, step_checkpoint=at_checkpoint or bool(stopped_by))
                 if stopped_by or epoch_done:
                     break  # (the next epoch's order is drawn above)
+    if stopped_by in ("patience", "max_minutes") and not already:
+        on_event(Stopped(state.step, stopped_by, _stopped_early(stopped_by, cfg, state, task.metric)))
     if run.context.is_main:
         runs.write_manifest(run_dir)
+    epochs = _epochs_done(state, run.batches_per_epoch)
+    kept_last = not state.best_metrics  # no validation data: the last weights are the model
     return FitResult(
         steps=state.step,
-        epochs=_epochs_done(state, run.batches_per_epoch),
+        epochs=epochs,
         seconds=time.perf_counter() - started,
         stopped_by=stopped_by,
         best=dict(state.best_metrics),
-        best_step=state.best_step,
-        best_epoch=state.best_epoch,
+        best_step=state.step if kept_last else state.best_step,
+        best_epoch=epochs if kept_last else state.best_epoch,
         last=dict(run.last),
         skipped=state.skipped,
     )
@@ -512,6 +527,15 @@ def _nothing_left(stopped_by: str, cfg: TrainConfig) -> str:
         f"the run had already used its budget ({stopped_by}): nothing to train; resume with a larger --max-steps or "
         "--epochs to continue it"
     )
+
+
+def _stopped_early(stopped_by: str, cfg: TrainConfig, state: FitState, metric: str) -> str:
+    if stopped_by == "patience":
+        return (
+            f"stopped early at step {state.step}: valid {metric} has not improved in {cfg.patience} evaluations "
+            f"(patience={cfg.patience}); the model is step {state.best_step}'s weights (epoch {state.best_epoch:g})"
+        )
+    return f"stopped at step {state.step}: max_minutes={cfg.max_minutes:g} spent"
 
 
 def _replanned(the_plan: Plan, state: FitState) -> str:
