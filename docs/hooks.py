@@ -141,6 +141,17 @@ def site_uri(path: Path) -> str:
     return f"{REPO}/{path.relative_to(ROOT).as_posix()}"
 
 
+def on_config(config):
+    """Heading anchors as GitHub writes them (lower case, Unicode letters kept, each space a hyphen), so that a link
+    to a section works on GitHub and in the site alike. Python-Markdown's default slugify drops every non-ASCII
+    letter: the Korean pages' headings got anchors such as ``_1`` and ``31``. Set here rather than in mkdocs.yml,
+    whose ``!!python`` tag would make the file unreadable to ``yaml.safe_load`` (tests/test_reference.py)."""
+    from pymdownx.slugs import slugify
+
+    config["mdx_configs"].setdefault("toc", {})["slugify"] = slugify(case="lower")
+    return config
+
+
 def on_files(files: Files, config) -> Files:
     for uri, home in HOMES.items():
         if home.is_file() and files.get_file_from_path(uri) is None:
