@@ -73,6 +73,13 @@ def test_a_yaml_nan_is_refused_and_a_yaml_exponent_is_a_number(tmp_path):
     assert train.lr == 1e-3
 
 
+def test_a_config_path_that_is_a_directory_is_an_input_error(tmp_path):
+    # It was an IsADirectoryError from pathlib (``load_config("classify", "configs")``).
+    (tmp_path / "configs").mkdir()
+    with pytest.raises(InputError, match=r"configs: is a directory, not a config file$"):
+        load_config_file(tmp_path / "configs", "classify")
+
+
 def test_integers_are_accepted_where_floats_are_and_none_where_optional():
     assert ClassifierTrainConfig(lr=1).lr == 1
     assert TranslatorConfig(d_head=None).d_head is None

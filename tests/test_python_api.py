@@ -96,3 +96,68 @@ def test_one_string_is_refused_not_read_as_a_list_of_characters(tmp_path):
         run.predict(["a film", "  "])
     with pytest.raises(InputError, match="source line 1 is of type int, not a string"):
         check_texts([3], "source line {}")  # type: ignore[list-item]
+
+
+def test_the_training_entries_refuse_what_they_cannot_train_on_before_making_the_run_directory(tmp_path):
+    """A path where a list of records belongs was an AssertionError with no message (and ``pretrain_encoder("some
+    text")`` pretrained on the characters); a list of tuples an AttributeError; an empty list a complaint about
+    batch_size=0; the other task's configs an AttributeError. Each is refused naming the argument, before
+    ``out_dir`` exists."""
+    import attnkit
+    from attnkit.errors import InputError
+
+    cls_cfgs = attnkit.load_config("classify", max_steps=1)
+    tr_cfgs = attnkit.load_config("translate", max_steps=1)
+    pt_cfgs = attnkit.load_config("pretrain", max_steps=1)
+    out = tmp_path / "run"
+    example, pair = attnkit.Example("a film", "pos", 1), attnkit.Pair("a film", "ein Film", 1)
+
+    def classify(train, valid=None, cfgs=cls_cfgs):
+        attnkit.train_classifier(train, valid, model_cfg=cfgs[0], train_cfg=cfgs[1], out_dir=out)
+
+    def translate(train, valid=None, cfgs=tr_cfgs):
+        attnkit.train_translator(train, valid, model_cfg=cfgs[0], train_cfg=cfgs[1], out_dir=out)
+
+    def pretrain(texts, cfgs=pt_cfgs):
+        attnkit.pretrain_encoder(texts, model_cfg=cfgs[0], train_cfg=cfgs[1], out_dir=out)
+
+    refused = [
+        (
+            lambda: classify("train.tsv"),
+            r"^train: expected a list of Examples, got one string \('train.tsv'\): "
+            r"read the file with attnkit.read_labeled\(path\)$",
+        ),
+        (lambda: classify(None), r"^train: expected a list of Examples, got NoneType$"),
+        (lambda: classify([]), r"^train: the list is empty; expected Examples"),
+        (lambda: classify([("a film", "pos")]), r"^train item #1 is of type tuple, not Example"),
+        (lambda: classify([example], "valid.tsv"), r"^valid: expected a list of Examples, got one string"),
+        (lambda: translate("train.tsv"), r"^train: expected a list of Pairs, got one string .* attnkit.read_parallel"),
+        (lambda: translate([example]), r"^train item #1 is of type Example, not Pair"),
+        (lambda: translate([pair], [example]), r"^valid item #1 is of type Example, not Pair"),
+        (lambda: pretrain("some text here"), r"^expected a list of texts, got one string \('some text here'\)"),
+        (lambda: pretrain(["a text", ""]), r"^texts item #2 is empty$"),
+        (lambda: pretrain([example]), r"^texts item #1 is of type Example, not a string$"),
+    ]
+    for call, message in refused:
+        with pytest.raises(InputError, match=message):
+            call()
+    wrong_configs = [
+        (lambda: classify([example], cfgs=tr_cfgs), "model_cfg is a TranslatorConfig, not a ClassifierConfig"),
+        (lambda: classify([example], cfgs=(cls_cfgs[0], tr_cfgs[1])), "train_cfg is a TranslatorTrainConfig, not"),
+        (lambda: translate([pair], cfgs=cls_cfgs), "model_cfg is a ClassifierConfig, not a TranslatorConfig"),
+        (
+            lambda: pretrain(["a text"], cfgs=(cls_cfgs, None)),
+            r"model_cfg is a tuple, not a MaskedLMConfig: use the "
+            r"pair model_cfg, train_cfg = attnkit.load_config\('pretrain', ...\)",
+        ),
+    ]
+    for call, message in wrong_configs:
+        with pytest.raises(TypeError, match=message):
+            call()
+    assert not out.exists()
+
+
+def test_dir_lists_the_public_names_not_the_modules_own_imports():
+    names = dir(attnkit)
+    assert set(attnkit.__all__) <= set(names)
+    assert not {"importlib", "annotations", "TYPE_CHECKING"} & set(names)

@@ -74,7 +74,9 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    """What tab completion offers: the public names and the module's dunders, not its own imports (``importlib``,
+    ``annotations``, ``TYPE_CHECKING``) nor the submodules loaded so far."""
+    return sorted({name for name in globals() if name.startswith("__")} | set(__all__))
 
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr__ above

@@ -459,6 +459,8 @@ def load_config_file(path: str | Path, task: str) -> dict[str, object]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a config file") from None
     except UnicodeDecodeError:
         raise InputError(f"{path}: not UTF-8 text") from None
     try:
@@ -621,6 +623,20 @@ def task_configs(
         raise InputError(f"unknown task {task!r}; expected one of {', '.join(TASK_PRESETS)}")
     model_cls, presets, default = TASK_PRESETS[task]
     return build_configs(model_cls, preset(presets, preset_name or default), train_base or {}, overrides)
+
+
+def check_task_configs(task: str, model_cfg: object, train_cfg: object) -> None:
+    """A ``TypeError`` naming the argument when ``model_cfg`` or ``train_cfg`` is not ``task``'s config (another
+    task's, a dict, or the pair ``load_config`` returns), before a training starts from it."""
+    for name, value, cls in (
+        ("model_cfg", model_cfg, TASK_PRESETS[task][0]),
+        ("train_cfg", train_cfg, TASK_TRAIN_CONFIGS[task]),
+    ):
+        if not isinstance(value, cls):
+            raise TypeError(
+                f"{name} is a {type(value).__name__}, not a {cls.__name__}: use the pair "
+                f"model_cfg, train_cfg = attnkit.load_config({task!r}, ...)"
+            )
 
 
 def preset(presets: dict[str, dict], name: str) -> dict:

@@ -55,6 +55,19 @@ def resolve_device(spec: str, *, what: str = "--device") -> torch.device:
     return torch.device("cuda", number)
 
 
+def check_device(device: torch.device | str, *, what: str = "device") -> torch.device:
+    """``device`` as the Python API takes it (a ``torch.device`` or its name), as a ``torch.device``; a name torch
+    does not know, or a CUDA or MPS device this machine does not have, is an ``InputError`` (``resolve_device``'s)
+    rather than torch's RuntimeError or AssertionError. Other kinds (``meta``, ...) are torch's to judge."""
+    try:
+        checked = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise InputError(f"{what} {device}: not a device torch knows; expected cpu, cuda, cuda:N or mps") from None
+    if checked.type in ("cuda", "mps"):
+        resolve_device(str(checked), what=what)
+    return checked
+
+
 def _mps_available() -> bool:
     backend = getattr(torch.backends, "mps", None)
     return bool(backend is not None and backend.is_available())

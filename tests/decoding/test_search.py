@@ -302,3 +302,43 @@ def test_length_penalties():
 def test_bad_arguments_name_the_value(kwargs, message):
     with pytest.raises(ValueError, match=message):
         beam_search_nbest(_model(), _batch(2), **IDS, **kwargs)
+
+
+@pytest.mark.parametrize("search", [greedy_decode, beam_search])
+def test_the_searches_refuse_bad_arguments_naming_them(search):
+    """A float or list ``src`` was a RuntimeError or AttributeError from inside torch, an id outside the vocabulary
+    (of ``src``, or ``bos_id``) an IndexError ("index out of range in self"), a classifier an AttributeError
+    ('decoder'), and a source or ``max_positions`` past the positional table a ValueError about a position."""
+    from attnkit.config import ClassifierConfig
+    from attnkit.model.build import build_classifier
+
+    model, src = _model(), _sources([3, 5])
+    past_vocab, negative = src.clone(), src.clone()
+    past_vocab[1, 2], negative[0, 0] = V, -1
+    refused: list[tuple[type[Exception], str, Any, dict[str, Any]]] = [
+        (TypeError, r"^src must hold token ids as torch.long \(or torch.int\), got torch.float32$", src.float(), {}),
+        (TypeError, r"^src must be a \(B, S\) tensor of token ids, got list$", src.tolist(), {}),
+        (ValueError, rf"^src holds token id {V}, outside the model's vocabulary \[0, {V}\)$", past_vocab, {}),
+        (ValueError, r"^src holds token id -1, outside", negative, {}),
+        (ValueError, rf"^bos_id={V} is not a token id of the model's vocabulary", src, {"bos_id": V}),
+        (ValueError, r"^eos_id=-1 is not a token id", src, {"eos_id": -1}),
+        (
+            ValueError,
+            rf"^max_positions={MAX_LEN + 1} is past the model's positional table",
+            src,
+            {"max_positions": MAX_LEN + 1},
+        ),
+        (
+            ValueError,
+            rf"^src has {MAX_LEN + 1} positions, past the model's positional table \(max_len={MAX_LEN}\)$",
+            torch.full((1, MAX_LEN + 1), EOS + 1),
+            {},
+        ),
+    ]
+    for error, message, source, changed in refused:
+        with pytest.raises(error, match=message):
+            search(model, source, **{**IDS, **changed})
+    classifier = build_classifier(ClassifierConfig(vocab_size=V, d_model=D, n_heads=H, d_ff=FF, n_layers=1))
+    with pytest.raises(TypeError, match="^model is a TransformerClassifier, not an encoder-decoder"):
+        search(classifier, src, **IDS)
+    assert search(model, src.int(), **IDS) == search(model, src, **IDS)  # torch.int ids decode as torch.long

@@ -2,6 +2,7 @@
 
 import itertools
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -148,3 +149,23 @@ def test_the_training_pass_with_host_made_positions_equals_the_padded_pass(norm,
     assert packed.shape == (sum(tgt_lengths), V)
     assert_close(packed, padded[tgt_in != PAD], atol=1e-5, rtol=1e-5)
     assert_close(by_mask, packed, atol=1e-5, rtol=1e-5)
+
+
+def test_the_builders_refuse_another_models_config_and_a_pad_id_outside_the_vocabulary():
+    """``build_translator(ClassifierConfig())`` was an AttributeError ('tie_embeddings'), ``build_classifier`` of a
+    dict or of ``load_config``'s pair another; a pad_id past the vocabulary built a model that failed later."""
+    from attnkit.config import ClassifierConfig, MaskedLMConfig
+    from attnkit.model.build import build_classifier, build_masked_lm
+
+    small: dict[str, Any] = dict(vocab_size=12, d_model=8, n_heads=2, d_ff=16, n_layers=1)
+    with pytest.raises(TypeError, match="^cfg is a ClassifierConfig, not a TranslatorConfig$"):
+        build_translator(ClassifierConfig(**small))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="^cfg is a ClassifierConfig, not a MaskedLMConfig$"):
+        build_masked_lm(ClassifierConfig(**small))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="^cfg is a tuple, not a ClassifierConfig$"):
+        build_classifier((ClassifierConfig(**small), None))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^pad_id=12 must be a token id in \[0, vocab_size=12\)$"):
+        build_classifier(ClassifierConfig(**small), pad_id=12)
+    with pytest.raises(ValueError, match=r"^pad_id=-1 must be a token id"):
+        build_masked_lm(MaskedLMConfig(**small), pad_id=-1)
+    assert build_translator(TranslatorConfig(**small), pad_id=11).pad_id == 11

@@ -117,3 +117,52 @@ def test_remove_temporary_files_deletes_only_what_interrupted_writes_left(tmp_pa
     assert {p for p in run_dir.rglob("*") if p.is_file()} == before - set(leftovers)
     assert runs.check_run_dir(run_dir) == run_dir  # the finished files are untouched
     assert runs.remove_temporary_files(run_dir) == []
+
+
+def test_an_unknown_task_or_device_is_an_input_error_naming_it(tmp_path, tiny_run):
+    """``load_run(task="classification")`` was a KeyError; ``device="gpu"`` a RuntimeError from torch's parser and
+    ``device="cuda"`` on a machine without one an AssertionError from torch.cuda. The run classes say the same."""
+    run_dir, _ = tiny_run(tmp_path / "run", "classify")
+    with pytest.raises(InputError, match=r"task='classification'; expected one of classify, translate, pretrain"):
+        runs.load_run(run_dir, task="classification")
+    with pytest.raises(InputError, match=r"^device gpu: not a device torch knows; expected cpu, cuda, cuda:N or mps$"):
+        runs.load_run(run_dir, device="gpu")
+    with pytest.raises(InputError, match=r"^device gpu: not a device torch knows"):
+        ClassifierRun(run_dir, device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match=r"^device cuda: no CUDA device is visible to torch"):
+            ClassifierRun(run_dir, device="cuda")
+    translator_dir, _ = tiny_run(tmp_path / "translator", "translate")
+    with pytest.raises(InputError, match=r"^device gpu: not a device torch knows"):
+        TranslatorRun(translator_dir, device="gpu")
+    assert ClassifierRun(run_dir, device=torch.device("cpu")).device == torch.device("cpu")
+
+
+def test_the_run_classes_refuse_what_is_not_a_list_of_their_records(tmp_path, tiny_run):
+    """``ClassifierRun.evaluate("test.tsv")`` and a list of tuples were AttributeErrors ('str' object has no
+    attribute 'label'), ``TranslatorRun.evaluate([])`` an IndexError from sacrebleu and ``ClassifierRun.logits("a
+    film")`` classified each character: each is an InputError naming the argument and the reader to use."""
+    from attnkit.data.readers import Example, Pair
+
+    run = ClassifierRun(tiny_run(tmp_path / "run", "classify")[0])
+    with pytest.raises(InputError, match=r"^examples: expected a list of Examples, got one string \('test.tsv'\): "):
+        run.evaluate("test.tsv")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^examples item #2 is of type tuple, not Example \(attnkit.read_labeled"):
+        run.evaluate([Example("the cat", "neg", 1), ("a dog", "pos")])  # type: ignore[list-item]
+    with pytest.raises(InputError, match=r"^examples: the list is empty"):
+        run.evaluate([])
+    assert run.evaluate([Example("the cat", "neg", 1)])["n"] == 1
+    with pytest.raises(InputError, match=r"expected a list of texts, got one string \('a film'\)"):
+        run.logits("a film")  # type: ignore[arg-type]
+    assert run.logits(["a film", "the cat"]).shape == (2, 2)
+    with pytest.raises(InputError, match=r"^expected a list of texts, got NoneType$"):
+        run.predict(None)  # type: ignore[arg-type]
+
+    translator = TranslatorRun(tiny_run(tmp_path / "translator", "translate")[0])
+    with pytest.raises(InputError, match=r"^pairs: the list is empty; expected Pairs"):
+        translator.evaluate([])
+    with pytest.raises(InputError, match=r"^pairs item #1 is of type Example, not Pair"):
+        translator.evaluate([Example("the cat", "neg", 1)])  # type: ignore[list-item]
+    with pytest.raises(InputError, match=r"^expected a list of texts, got NoneType$"):
+        translator.translate(None)  # type: ignore[arg-type]
+    assert translator.evaluate([Pair("the cat", "the cat", 1)], beam=1)["n"] == 1

@@ -633,6 +633,8 @@ def fetch(name: str, *, pair: str | None = None, cache_dir: str | Path | None = 
     Idempotent: when the files are already in the cache, returns at once without touching the network.
     ``pair`` picks the two translations of ``bible`` (default ``"en-de"``); other recipes take none. A name may
     carry its variant after a slash: ``bible/en-ko`` (the pair), ``bible-genre/ko`` (the translation)."""
+    if not isinstance(name, str):
+        raise InputError(f"dataset recipe name {name!r} is not a string; known recipes: {', '.join(RECIPES)}")
     name, slash, variant = name.partition("/")
     if slash and not variant:
         raise InputError(f"dataset {name}/: the variant after the slash is empty (e.g. {name}/ko, or {name} alone)")

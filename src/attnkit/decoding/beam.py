@@ -50,6 +50,7 @@ from attnkit.decoding.penalty import length_penalty as penalty
 from attnkit.decoding.static import (
     Plan,
     banned_tokens,
+    check_call,
     empty_cache,
     encode,
     evaluating,
@@ -241,6 +242,7 @@ def beam_search_nbest(
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
     check_length_penalty(length_penalty, alpha)
+    check_call(model, src, bos_id=bos_id, eos_id=eos_id, max_positions=max_positions)
     limits = output_limits(
         src, pad_id=model.pad_id, max_extra=max_extra, max_positions=max_positions, fixed_len=fixed_len
     )

@@ -31,6 +31,7 @@ from attnkit.decoding.limits import output_limits
 from attnkit.decoding.static import (
     Plan,
     banned_tokens,
+    check_call,
     empty_cache,
     encode,
     evaluating,
@@ -150,6 +151,7 @@ def _decode(
     score: bool,
 ) -> list[tuple[list[int], float, bool]]:
     """Each source's (tokens, score, ended by EOS); unless ``score``, 0.0 and False (not read)."""
+    check_call(model, src, bos_id=bos_id, eos_id=eos_id, max_positions=max_positions)
     limits = output_limits(
         src, pad_id=model.pad_id, max_extra=max_extra, max_positions=max_positions, fixed_len=fixed_len
     )

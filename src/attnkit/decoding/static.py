@@ -40,6 +40,33 @@ class Plan:
     per_call: int = 1
 
 
+def check_call(model: object, src: object, *, bos_id: int, eos_id: int, max_positions: int) -> None:
+    """The arguments of a search, checked before anything runs: a ``TypeError`` for a model that is not an
+    encoder-decoder or a ``src`` that is not a tensor of integer token ids, a ``ValueError`` naming an id outside the
+    vocabulary or a length past the positional table (rather than an IndexError or an AttributeError from inside
+    the model). The ids of ``src`` are read once a call, before the first step."""
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model is a {type(model).__name__}, not an encoder-decoder attnkit Transformer")
+    if not isinstance(src, Tensor):
+        raise TypeError(f"src must be a (B, S) tensor of token ids, got {type(src).__name__}")
+    if src.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"src must hold token ids as torch.long (or torch.int), got {src.dtype}")
+    vocab, max_len = model.embeddings.token.num_embeddings, model.embeddings.position.max_len
+    for name, token in (("bos_id", bos_id), ("eos_id", eos_id)):
+        if not 0 <= token < vocab:
+            raise ValueError(f"{name}={token} is not a token id of the model's vocabulary [0, {vocab})")
+    if max_positions > max_len:
+        raise ValueError(f"max_positions={max_positions} is past the model's positional table (max_len={max_len})")
+    if src.dim() == 2 and src.size(1) > max_len:
+        raise ValueError(f"src has {src.size(1)} positions, past the model's positional table (max_len={max_len})")
+    if src.numel():
+        low, high = (int(v) for v in torch.aminmax(src))
+        if low < 0 or high >= vocab:
+            raise ValueError(
+                f"src holds token id {low if low < 0 else high}, outside the model's vocabulary [0, {vocab})"
+            )
+
+
 def plan(
     model: Transformer,
     src: Tensor,

@@ -87,8 +87,19 @@ def embeddings(cfg: TransformerConfig, *, n_token_types: int = 0, embedding_norm
     )
 
 
+def _check_arguments(cfg: object, cls: type[TransformerConfig], pad_id: int) -> None:
+    """A ``TypeError`` when a builder is given another model's config (or a dict, or ``load_config``'s pair) and a
+    ``ValueError`` for a padding id outside the vocabulary, naming them, rather than an AttributeError or an
+    IndexError from inside the modules."""
+    if not isinstance(cfg, cls):
+        raise TypeError(f"cfg is a {type(cfg).__name__}, not a {cls.__name__}")
+    if isinstance(pad_id, bool) or not isinstance(pad_id, int) or not 0 <= pad_id < cfg.vocab_size:
+        raise ValueError(f"pad_id={pad_id!r} must be a token id in [0, vocab_size={cfg.vocab_size})")
+
+
 def build_classifier(cfg: ClassifierConfig, pad_id: int = 0) -> TransformerClassifier:
     """A classifier; ``n_classes=0`` (decided by the training labels) builds a 2-class head, for inspection."""
+    _check_arguments(cfg, ClassifierConfig, pad_id)
     return TransformerClassifier(
         embeddings=embeddings(cfg, n_token_types=cfg.n_token_types, embedding_norm=cfg.embedding_norm),
         encoder=encoder(cfg),
@@ -102,6 +113,7 @@ def build_masked_lm(cfg: MaskedLMConfig, pad_id: int = 0) -> MaskedLanguageModel
     """An encoder with BERT's masked-LM head (Devlin et al. 2019, §3.1; appendix A.1), its decoder tied to the token
     embeddings (§3.4). The token embeddings start at std d_model^-0.5, as the scaled ones do: tied to the decoder,
     the initial logits h E^T of a LayerNorm-ed h then have unit variance rather than d_model's."""
+    _check_arguments(cfg, MaskedLMConfig, pad_id)
     emb = embeddings(cfg, n_token_types=cfg.n_token_types, embedding_norm=cfg.embedding_norm)
     nn.init.normal_(emb.token.weight, std=cfg.d_model**-0.5)
     return MaskedLanguageModel(
@@ -121,6 +133,7 @@ def build_translator(cfg: TranslatorConfig, pad_id: int = 0) -> Transformer:
     """The encoder-decoder of Figure 1; with ``tie_embeddings`` the pre-softmax projection reuses the token
     embedding matrix (§3.4), else it is a separate D -> V map without bias, so that tied and untied differ only
     in sharing."""
+    _check_arguments(cfg, TranslatorConfig, pad_id)
     return Transformer(
         embeddings=embeddings(cfg),
         encoder=encoder(cfg),

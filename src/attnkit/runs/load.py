@@ -19,6 +19,7 @@ from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from attnkit.config import ClassifierConfig, MaskedLMConfig, TransformerConfig, TranslatorConfig
+from attnkit.devices import check_device
 from attnkit.errors import InputError
 from attnkit.model.build import build_classifier, build_masked_lm, build_translator
 from attnkit.model.size import model_size
@@ -72,6 +73,8 @@ def read_run(run_dir: str | Path, task: str | None = None) -> RunFiles:
     config = read_json(config_path)
     check_format(config, config_path)
     run_task = config.get("task")
+    if task is not None and task not in TASKS:
+        raise InputError(f"task={task!r}; expected one of {', '.join(TASKS)} (or None: the run's own)")
     if task is not None and run_task != task:
         raise InputError(f"{run_dir}: is a {run_task!r} run, not {TASKS[task][2]}")
     if run_task not in TASKS:
@@ -97,7 +100,8 @@ def read_run(run_dir: str | Path, task: str | None = None) -> RunFiles:
 
 def load_run(run_dir: str | Path, task: str | None = None, device: torch.device | str = "cpu") -> LoadedRun:
     """The run at ``run_dir``, its model on ``device`` (the weights are read straight onto it); with ``task``, a run
-    of another task is an InputError saying what it is."""
+    of another task is an InputError saying what it is, and so is a device this machine does not have."""
+    device = check_device(device)
     files = read_run(run_dir, task)
     build = TASKS[files.task][1]
     model = build(files.model_cfg, pad_id=files.tokenizer.pad_id).to(device)

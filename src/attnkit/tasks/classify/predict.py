@@ -10,8 +10,8 @@ import torch
 from attnkit.config import ClassifierConfig
 from attnkit.data.batching import bucketed_batches, pad
 from attnkit.data.readers import Example
-from attnkit.devices import model_device
-from attnkit.errors import InputError, check_texts
+from attnkit.devices import check_device, model_device
+from attnkit.errors import InputError, check_records, check_texts
 from attnkit.evaluation.metrics import accuracy, macro_f1
 from attnkit.inference import prepare_for_inference
 from attnkit.model.classifier import TransformerClassifier
@@ -64,7 +64,7 @@ class ClassifierRun:
     def __init__(self, run_dir: str | Path, precision: str = "fp32", device: torch.device | str = "cpu"):
         """The run's model on ``device``. ``precision="bf16"``: classify under bfloat16 autocast (GPUs, CPUs with
         AMX / AVX512-BF16); ``"fp16"``: float16 autocast (CUDA only)."""
-        self.device = torch.device(device)
+        self.device = check_device(device)
         check_precision(precision, self.device, what="precision")
         self.precision = precision
         loaded = load_run(run_dir, task="classify", device=self.device)
@@ -86,7 +86,8 @@ class ClassifierRun:
             return predict_ids(self.model, seqs, self.tokenizer.pad_id)
 
     def logits(self, texts: list[str]) -> torch.Tensor:
-        return self._logits(self._ids(texts))
+        """The classifier's logits of ``texts``: (N, C), a row of C class scores per text, in input order."""
+        return self._logits(self._ids(check_texts(texts)))
 
     def predict(self, texts: list[str]) -> list[Prediction]:
         texts = check_texts(texts)
@@ -101,6 +102,7 @@ class ClassifierRun:
 
     def evaluate(self, examples: list[Example], source: str = "data") -> dict:
         """Accuracy, macro-F1 and counts on labelled ``examples``; a label unseen in training is an error."""
+        examples = check_records(examples, Example, "examples", reader="attnkit.read_labeled")
         label_id = {label: i for i, label in enumerate(self.labels)}
         for ex in examples:
             if ex.label not in label_id:

@@ -15,12 +15,12 @@ import torch
 from torch import nn
 
 from attnkit import runs
-from attnkit.config import ClassifierConfig, ClassifierTrainConfig
+from attnkit.config import ClassifierConfig, ClassifierTrainConfig, check_task_configs
 from attnkit.data.batching import Batches, Truncation, bucketed_batches, pad, real_positions
 from attnkit.data.prepared import PreparedCorpus
 from attnkit.data.readers import Example
 from attnkit.data.sequences import sequence_lengths
-from attnkit.errors import InputError
+from attnkit.errors import InputError, check_records
 from attnkit.evaluation.metrics import accuracy, macro_f1
 from attnkit.model.build import build_classifier
 from attnkit.model.classifier import TransformerClassifier
@@ -162,6 +162,11 @@ def train_classifier(
     prepared = train if isinstance(train, PreparedCorpus) else None
     if prepared is not None and valid is not None:
         raise ValueError("a prepared corpus brings its own valid split; pass valid=None")
+    check_task_configs("classify", model_cfg, train_cfg)
+    if not isinstance(train, PreparedCorpus):  # checked before the run directory is made
+        train = check_records(train, Example, "train", reader="attnkit.read_labeled")
+        if valid is not None:
+            valid = check_records(valid, Example, "valid", reader="attnkit.read_labeled", empty_ok=True)
     context = context or TrainContext()
     run = open_run(out_dir, resume, context)
     if run.saved is not None:

@@ -18,11 +18,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit import runs
-from attnkit.config import MaskedLMConfig, PretrainTrainConfig
+from attnkit.config import MaskedLMConfig, PretrainTrainConfig, check_task_configs
 from attnkit.data.batching import Batches, Truncation, bucketed_batches, pad, real_positions
 from attnkit.data.lengths import apply_length_policy
 from attnkit.data.sequences import sequence_lengths
-from attnkit.errors import InputError
+from attnkit.errors import InputError, check_texts
 from attnkit.model.build import build_masked_lm
 from attnkit.tasks.pretrain.corruption import MASK_TOKEN, batch_seed, choose_and_corrupt
 from attnkit.tokenization import Tokenizer, train_tokenizer
@@ -157,6 +157,8 @@ def pretrain_encoder(
     With ``resume``, ``out_dir`` is a run killed part-way: its configs and tokenizer are loaded and training continues
     from the saved step exactly as if it had never stopped (the configs are then the run's, not the arguments).
     """
+    check_task_configs("pretrain", model_cfg, train_cfg)
+    texts = check_texts(texts, "texts item #{}")  # one string is refused, not pretrained on as its characters
     if not texts:
         raise InputError("no text to pretrain on")
     context = context or TrainContext()

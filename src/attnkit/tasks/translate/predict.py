@@ -9,6 +9,8 @@ import torch
 from attnkit.config import TranslatorConfig
 from attnkit.data.readers import Pair
 from attnkit.decoding.corpus import translate_ids
+from attnkit.devices import check_device
+from attnkit.errors import check_records
 from attnkit.evaluation.bleu import bleu_metric, corpus_scores
 from attnkit.inference import prepare_for_inference, quantize_for_inference
 from attnkit.model.transformer import Transformer
@@ -26,7 +28,8 @@ class TranslatorRun:
         decoding step reads; the search still ranks float32 log-probabilities. ``"int8"`` (CPUs): bf16 with every
         weight matrix rounded to int8, one scale per row, which halves them again where a product has one to four
         rows (one sentence at a time: ``attnkit.inference.quantize``)."""
-        check_precision(precision, torch.device(device), what="precision", allowed=DECODING_PRECISIONS)
+        device = check_device(device)
+        check_precision(precision, device, what="precision", allowed=DECODING_PRECISIONS)
         self.precision = precision
         loaded = load_run(run_dir, task="translate", device=device)
         self.max_len_policy = loaded.max_len_policy
@@ -72,6 +75,7 @@ class TranslatorRun:
     ) -> dict:
         """sacreBLEU BLEU (with ``bleu_tokenize``, e.g. "ko-mecab" for Korean) and chrF of the translations of
         ``pairs`` (detokenized), with signatures."""
+        pairs = check_records(pairs, Pair, "pairs", reader="attnkit.read_parallel_tsv")
         bleu_metric(bleu_tokenize)  # a missing analyser fails before the translating
         hyps, n_truncated = self.translate(
             [p.source for p in pairs], beam=beam, alpha=alpha, length_penalty=length_penalty

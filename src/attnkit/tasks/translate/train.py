@@ -15,14 +15,14 @@ import torch
 from torch import nn
 
 from attnkit import runs
-from attnkit.config import TranslatorConfig, TranslatorTrainConfig
+from attnkit.config import TranslatorConfig, TranslatorTrainConfig, check_task_configs
 from attnkit.data.batching import Batches, Truncation, token_budget_batches
 from attnkit.data.prepared import ParallelTokens, PreparedCorpus
 from attnkit.data.readers import Pair
 from attnkit.data.sequences import MappedSequences, sequence_lengths
 from attnkit.decoding.corpus import translate_ids
 from attnkit.devices import model_device
-from attnkit.errors import InputError
+from attnkit.errors import InputError, check_records
 from attnkit.evaluation.bleu import bleu_metric, corpus_scores
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
@@ -192,6 +192,11 @@ def train_translator(
     prepared = train if isinstance(train, PreparedCorpus) else None
     if prepared is not None and valid is not None:
         raise ValueError("a prepared corpus brings its own valid split; pass valid=None")
+    check_task_configs("translate", model_cfg, train_cfg)
+    if not isinstance(train, PreparedCorpus):  # checked before the run directory is made
+        train = check_records(train, Pair, "train", reader="attnkit.read_parallel_tsv")
+        if valid is not None:
+            valid = check_records(valid, Pair, "valid", reader="attnkit.read_parallel_tsv", empty_ok=True)
     context = context or TrainContext()
     if train_cfg.cuda_graphs:  # asked for: what it needs, before any work (``fit`` decides on the run's own settings)
         check_graphs(train_cfg, TranslationTask, context)
