@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from tokenizers import Tokenizer as Backend
+from tokenizers import models, normalizers, pre_tokenizers, trainers
 
 from attnkit.errors import InputError
-from attnkit.tokenization import Tokenizer, train_tokenizer
+from attnkit.tokenization import SPECIAL_TOKENS, Tokenizer, train_tokenizer
 
 LEGACY = Path(__file__).parent / "legacy"
 KOREAN_ENGLISH = [
@@ -105,6 +107,35 @@ def test_a_vocabulary_smaller_than_the_alphabet_still_holds_vocab_size_entries(k
     assert tokenizer.vocab_size == vocab_size
     if kind == "bpe":  # the characters left out are spelled in bytes: still lossless
         assert all(tokenizer.decode(tokenizer.encode(text)) == text for text in KOREAN_ENGLISH)
+
+
+def test_an_alphabet_cut_at_a_tie_keeps_the_lowest_code_points():
+    # 400 Hanja seen once each tie at the cut of a 300-entry vocabulary (44 learned entries, 39 characters after the
+    # specials): the trainer broke such ties in hash-map order, a new choice each time, so the same data and seed
+    # gave another tokenizer and other weights. Ties now go to the lowest code points, the same every time.
+    hanja = [chr(0x4E00 + i) for i in range(400)]
+    texts = ["aab " * 3 + " ".join(hanja[i : i + 20]) for i in range(0, 400, 20)]
+    tok = train_tokenizer(texts, kind="bpe", vocab_size=300, min_freq=1)
+    learned = {
+        token for token in tok.backend.get_vocab() if token not in SPECIAL_TOKENS and not token.startswith("<0x")
+    }
+    assert learned == {" ", "a", "b", *hanja[:36]}  # by count (space, a, b), then by code point
+    assert len({train_tokenizer(texts, kind="bpe", vocab_size=300, min_freq=1).fingerprint() for _ in range(3)}) == 1
+
+
+def test_an_alphabet_cut_without_ties_is_the_trainers():
+    # Distinct counts leave the trainer nothing to choose: its vocabulary, made by `tokenizers` alone, is ours.
+    texts = [" ".join(chr(0x4E00 + i) * (i + 1) for i in range(60))]
+    tok = train_tokenizer(texts, kind="bpe", vocab_size=300, min_freq=1)
+    learner = Backend(models.BPE(unk_token="<unk>"))
+    learner.normalizer = normalizers.Prepend(" ")
+    learner.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_next")
+    trainer = trainers.BpeTrainer(
+        vocab_size=44, min_frequency=1, special_tokens=list(SPECIAL_TOKENS), limit_alphabet=39
+    )
+    learner.train_from_iterator(texts, trainer=trainer)
+    expected = {token: i + 256 if i >= len(SPECIAL_TOKENS) else i for token, i in learner.get_vocab().items()}
+    assert {token: i for token, i in tok.backend.get_vocab().items() if not token.startswith("<0x")} == expected
 
 
 def test_a_lower_cased_bpe_does_not_claim_to_be_lossless():
