@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,32 @@ def test_pe_plot_refuses_a_table_no_figure_can_show(tmp_path, capsys):
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("error: plot pe: --d-model 64 x --max-len 100000000 is over 4,194,304 cells")
     assert not (tmp_path / "p.png").exists()
+
+
+def test_attention_of_a_korean_translator_has_one_warning_for_the_glyphs_no_font_has(tmp_path, capsys):
+    # DejaVu Sans has no Hangul: matplotlib warned once per character (dozens of lines for one sentence); installed
+    # CJK fonts are now tried after it, and what none of them has is one warning: line.
+    from attnkit.analysis.plots import missing_glyphs
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text(
+        "태초에 하나님이\tIn the beginning God\n천지를 창조하시니라\tcreated the heavens\n" * 4, encoding="utf-8"
+    )
+    run = tmp_path / "mt"
+    tiny = ["--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "vocab_size=300"]
+    assert (
+        main(["translate", "train", "--train", str(pairs), "--out", str(run), "--max-steps", "1", "--quiet", *tiny])
+        == 0
+    )
+    capsys.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert (
+            main(["plot", "attention", "--model", str(run), "--out", str(tmp_path / "a.png"), "태초에 하나님이"]) == 0
+        )
+    assert not [w for w in caught if "Glyph" in str(w.message)]
+    err = capsys.readouterr().err
+    missing = missing_glyphs(["태초에 하나님이"])
+    assert err.count("warning:") == (1 if missing else 0)
+    if missing:
+        assert f"no installed font has {len(missing)} character(s)" in err and "태" in err

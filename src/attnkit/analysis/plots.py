@@ -20,6 +20,8 @@ import html
 import io
 import math
 import textwrap
+import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -344,15 +346,59 @@ def plot_attention_grid(
     """A grid of layers x heads; each panel one (T, S) map with token labels, one colour scale for all panels.
 
     ``caption`` is printed under the grid: the place to say what the model produced and whether it is right.
+    Token labels are drawn in DejaVu Sans, then in the first installed font of ``FALLBACK_FONTS`` that has the
+    character; ``missing_glyphs`` names the characters that no font here has (drawn as boxes).
     """
-    fig = attention_figure(
-        maps,
-        labels_q,
-        labels_k,
-        heads=heads,
-        title=title,
-        caption=caption,
-        query_label=query_label,
-        key_label=key_label,
-    )
-    return save_figure(fig, out, title)
+    import matplotlib
+
+    # One note from the caller (missing_glyphs) replaces matplotlib's warning per missing character.
+    with matplotlib.rc_context({"font.family": font_families()}), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        fig = attention_figure(
+            maps,
+            labels_q,
+            labels_k,
+            heads=heads,
+            title=title,
+            caption=caption,
+            query_label=query_label,
+            key_label=key_label,
+        )
+        return save_figure(fig, out, title)
+
+
+# Fonts with Hangul, Han and kana, tried in this order after DejaVu Sans (which has none) where installed: a
+# translator's Korean, Chinese or Japanese tokens are otherwise drawn as boxes.
+FALLBACK_FONTS = (
+    "Noto Sans CJK KR",
+    "Noto Sans CJK JP",
+    "Noto Sans KR",
+    "NanumGothic",
+    "Source Han Sans K",
+    "Malgun Gothic",
+    "Apple SD Gothic Neo",
+    "WenQuanYi Zen Hei",
+    "Droid Sans Fallback",
+)
+
+
+def font_families() -> list[str]:
+    """DejaVu Sans, then the installed ``FALLBACK_FONTS`` (matplotlib falls back glyph by glyph along the list, and
+    logs a warning for a family that is not installed, hence only those)."""
+    from matplotlib import font_manager
+
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    return ["DejaVu Sans", *(name for name in FALLBACK_FONTS if name in installed)]
+
+
+def missing_glyphs(texts: Iterable[str]) -> list[str]:
+    """The characters of ``texts`` (whitespace aside) that none of ``font_families()`` can draw, in code-point
+    order."""
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    wanted = {char for text in texts for char in text if not char.isspace()}
+    for family in font_families():
+        path = font_manager.findfont(font_manager.FontProperties(family=family), fallback_to_default=False)
+        wanted -= {chr(point) for point in FT2Font(path).get_charmap()}
+    return sorted(wanted)

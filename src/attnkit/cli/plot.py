@@ -28,7 +28,7 @@ PE_MAX_CELLS = 2**22  # e.g. d_model 1,024 x 4,096 positions: 16 MiB of float32
 
 def cmd_plot_attention(args: argparse.Namespace) -> None:
     from attnkit.analysis.attention import attention_for_text
-    from attnkit.analysis.plots import check_format, plot_attention_grid
+    from attnkit.analysis.plots import check_format, missing_glyphs, plot_attention_grid
 
     check_format(args.out)
     captured = attention_for_text(args.model, " ".join(args.text), args.layer, device=device_of(args))
@@ -38,6 +38,15 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
         raise InputError(f"--head {bad[0]}: the model has heads 0..{n_heads - 1}")
     if captured.note:
         print(f"note: {captured.note}", file=sys.stderr)
+    missing = missing_glyphs(captured.query_tokens + captured.key_tokens)
+    if missing:
+        shown = "".join(missing[:10]) + ("..." if len(missing) > 10 else "")
+        print(
+            f"warning: no installed font has {len(missing)} character(s) of the tokens ({shown}); they are drawn as "
+            "boxes. Install a font that has them (for Korean, Chinese or Japanese: Noto Sans CJK, e.g. the "
+            "fonts-noto-cjk package) and delete matplotlib's font cache (~/.cache/matplotlib)",
+            file=sys.stderr,
+        )
     print(
         plot_attention_grid(
             captured.maps,
