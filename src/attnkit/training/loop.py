@@ -151,7 +151,7 @@ def fit(
                 if stopped_by or epoch_done:
                     break  # (the next epoch's order is drawn above)
     if stopped_by in ("patience", "max_minutes") and not already:
-        on_event(Stopped(state.step, stopped_by, _stopped_early(stopped_by, cfg, state, task.metric)))
+        run.on_event(Stopped(state.step, stopped_by, _stopped_early(stopped_by, cfg, state, task.metric)))
     if run.context.is_main:
         runs.write_manifest(run_dir)
     epochs = _epochs_done(state, run.batches_per_epoch)
