@@ -415,3 +415,14 @@ def test_tensorboard_missing_is_refused_before_the_run_directory_is_made(tmp_pat
                       "--set", *TINY_SET, "tensorboard=true")  # fmt: skip
     assert line == "error: config key tensorboard=true needs the tensorboard package: pip install tensorboard"
     assert not (tmp_path / "run").exists()
+
+
+def test_a_new_run_over_a_trained_one_says_it_replaces_it(tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ("classify", "train", "--train", SEED_TSV, "--out", run, "--epochs", "1", "--set", *TINY_SET)
+    code, _, err = cli(capsys, *argv)
+    assert code == 0 and "warning:" not in err  # a new directory: nothing to say
+    code, _, err = cli(capsys, *argv)
+    assert code == 0
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert warnings == [f"warning: {run} holds a trained run: this run replaces it (--resume continues it instead)"]

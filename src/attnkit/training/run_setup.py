@@ -10,6 +10,7 @@ its own (so that every rank has the very same tokenizer, labels and configs).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from attnkit.errors import InputError
 from attnkit.model.size import model_size
 from attnkit.tokenization import Tokenizer
 from attnkit.training.distributed import main_done, wait_for_main
+from attnkit.training.events import Event, Warned
 from attnkit.training.task import TrainContext
 
 
@@ -32,10 +34,15 @@ class RunDir:
     resume: bool
 
 
-def open_run(out_dir: str | Path, resume: bool, context: TrainContext | None = None) -> RunDir:
+def open_run(
+    out_dir: str | Path,
+    resume: bool,
+    context: TrainContext | None = None,
+    on_event: Callable[[Event], None] = lambda event: None,
+) -> RunDir:
     """The directory to train into. Resuming removes what atomic writes killed part-way left behind; a run killed
     before it wrote its config (or before it made its directory) has nothing to continue, so it starts from the
-    beginning, as it would have.
+    beginning, as it would have. A new run over a trained one replaces it, and says so (``Warned``) first.
 
     On ranks other than 0: once rank 0 has written the run's files, the run as rank 0 wrote it (``saved`` set)."""
     out_dir = Path(out_dir)
@@ -47,6 +54,8 @@ def open_run(out_dir: str | Path, resume: bool, context: TrainContext | None = N
         if (out_dir / runs.CONFIG).is_file():
             path = runs.prepare_run_dir(out_dir, resume=True)
             return RunDir(path, runs.read_json(path / runs.CONFIG), True)
+    if not resume and (out_dir / runs.CONFIG).is_file() and (out_dir / runs.WEIGHTS).is_file():
+        on_event(Warned(f"{out_dir} holds a trained run: this run replaces it (--resume continues it instead)"))
     return RunDir(runs.prepare_run_dir(out_dir, resume=False), None, resume)
 
 

@@ -168,7 +168,7 @@ def train_classifier(
         if valid is not None:
             valid = check_records(valid, Example, "valid", reader="attnkit.read_labeled", empty_ok=True)
     context = context or TrainContext()
-    run = open_run(out_dir, resume, context)
+    run = open_run(out_dir, resume, context, on_event)
     if run.saved is not None:
         model_cfg = ClassifierConfig(**run.saved["model"])
         train_cfg = ClassifierTrainConfig(**run.saved["train"])

@@ -162,7 +162,7 @@ def pretrain_encoder(
     if not texts:
         raise InputError("no text to pretrain on")
     context = context or TrainContext()
-    run = open_run(out_dir, resume, context)
+    run = open_run(out_dir, resume, context, on_event)
     if run.saved is not None:
         model_cfg = MaskedLMConfig(**run.saved["model"])
         train_cfg = PretrainTrainConfig(**run.saved["train"])
