@@ -326,19 +326,19 @@ class _CharacterCounts:
     lower-cased if it lower-cases), counted in chunks through numpy: a ``Counter`` a text cost a third of the
     learner's own time."""
 
-    CHUNK = 1 << 22  # characters joined before they are counted
+    CHUNK = 1 << 20  # characters joined before they are counted (4 MiB as UTF-32)
 
     def __init__(self, lowercase: bool) -> None:
         self.lowercase = lowercase
-        self.counts = np.zeros(0x110000, dtype=np.int64)  # one per code point
+        self.counts = np.zeros(0, dtype=np.int64)  # by code point, up to the highest one seen
 
     def counted(self, texts: Iterable[str]) -> Iterator[str]:
         """``texts``, unchanged, counted on the way through."""
         chunk: list[str] = []
         size = 0
         for text in texts:
-            chunk.append(" " + text if text else text)  # normalizers.Prepend leaves an empty text empty
-            size += len(text) + 1
+            chunk.append(text)
+            size += len(text)
             if size >= self.CHUNK:
                 self._add(chunk)
                 chunk, size = [], 0
@@ -351,7 +351,11 @@ class _CharacterCounts:
             joined = joined.lower()
         # UTF-32: one code point in 4 bytes. surrogatepass: a lone surrogate is left for the learner to refuse.
         points = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-        self.counts += np.bincount(points, minlength=len(self.counts))
+        found = np.bincount(points, minlength=ord(" ") + 1)  # (highest code point + 1,)
+        found[ord(" ")] += sum(1 for text in chunk if text)  # normalizers.Prepend's space (not before an empty text)
+        if len(found) > len(self.counts):
+            self.counts = np.pad(self.counts, (0, len(found) - len(self.counts)))
+        self.counts[: len(found)] += found
 
     def distinct(self) -> int:
         return int(np.count_nonzero(self.counts))
