@@ -292,6 +292,15 @@ CASES = [
         files={"unseen.tsv": b"text\tlabel\ngreat movie\tpositive\nso-so\tneutral\n"},
     ),
     Case(
+        "unseen-label-valid",
+        "label not seen in training (`--valid`)",
+        "`train.tsv`; `valid.tsv`: line 3 is labelled `neutral`",
+        (*TRAIN, "--train", "train.tsv", "--valid", "valid.tsv", "--epochs", "1", "--set", *TINY),
+        2,
+        "error: valid.tsv:3: label 'neutral' is not one of the run's labels ['negative', 'positive']",
+        files={"train.tsv": GOOD_TSV, "valid.tsv": b"text\tlabel\ngreat movie\tpositive\nso-so\tneutral\n"},
+    ),
+    Case(
         "over-long-truncated",
         "text longer than `max_len`: truncated and reported",
         "`long.tsv`: one text of 20 words",
@@ -306,7 +315,7 @@ CASES = [
         "`long.tsv`: one text of 20 words",
         (*TRAIN, "--train", "long.tsv", "--epochs", "1", "--set", *TINY, "max_len=8", "max_len_policy=error"),
         2,
-        "error: 1 text is longer than max_len=8 tokens (first: line 4, 20 tokens); raise max_len or use "
+        "error: 1 text is longer than max_len=8 tokens (first: long.tsv:4, 20 tokens); raise max_len or use "
         "max_len_policy=truncate",
         files={"long.tsv": GOOD_TSV.replace(b"loved it", b" ".join([b"loved"] * 20))},
     ),
@@ -484,6 +493,27 @@ CASES = [
         2,
         "error: the model (… parameters) needs … GiB to train (weights, gradients and Adam's two moments) but cpu "
         "has … GiB available; make it smaller (vocab_size, d_model, d_ff, n_layers, max_len)",
+        files={"train.tsv": GOOD_TSV},
+    ),
+    Case(
+        "ablate-variant-twice",
+        "an ablation variant given twice",
+        "`train.tsv`",
+        (
+            "ablate",
+            "--task",
+            "classify",
+            "--train",
+            "train.tsv",
+            "--valid",
+            "train.tsv",
+            "--out",
+            "abl",
+            "--grid",
+            "n_heads=1,1",
+        ),
+        2,
+        "error: --grid n_heads=1,1: n_heads=1 is given twice; each variant is trained once",
         files={"train.tsv": GOOD_TSV},
     ),
     # Command-line text
@@ -714,6 +744,16 @@ CASES = [
         "error: clf/labels.json: label names must differ; repeated: 'positive'",
         runs=("clf",),
         setup=edit_the_run("clf", "labels.json", lambda labels: ["positive", "positive"]),
+    ),
+    Case(
+        "curves-config-not-object",
+        "`plot curves` of a run whose `config.json` is not a run's config",
+        "`clf` whose `config.json` is `[1]`",
+        ("plot", "curves", "--run", "clf", "--out", "curves.png"),
+        2,
+        "error: clf/config.json: not a run's config (expected an object with 'model' and 'train' objects)",
+        runs=("clf",),
+        setup=edit_the_run("clf", "config.json", lambda config: [1]),
     ),
     # Runs that are one run
     Case(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import shutil
 import subprocess
 import sys
@@ -125,6 +126,23 @@ def test_predict_reads_stdin_lines_skipping_blank_ones(seed_run, capsys, monkeyp
         check_prediction(pred, pred["text"])
 
 
+def test_predict_and_eval_say_how_many_texts_were_truncated(seed_run, capsys, caplog, tmp_path):
+    """A text longer than max_len (128 here) is read only as far as the model can: predict and eval say how many,
+    as training and translate do (they cut them silently), and stdout stays the JSON alone."""
+    long_text = " ".join(["great"] * 200)
+    code, out, _ = cli(capsys, "classify", "predict", "--model", seed_run, long_text, "a short one")
+    assert code == 0
+    assert len(predictions(out)) == 2
+    assert "1 of 2 texts truncated to 128 tokens" in caplog.text
+    caplog.clear()
+    data = tmp_path / "long.tsv"
+    data.write_text(f"text\tlabel\n{long_text}\tpositive\nawful\tnegative\n", encoding="utf-8")
+    code, out, _ = cli(capsys, "classify", "eval", "--model", seed_run, "--data", data)
+    assert code == 0
+    assert json.loads(out)["n"] == 2
+    assert "1 of 2 texts truncated to 128 tokens" in caplog.text
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The run directory
 
@@ -226,6 +244,53 @@ def test_eval_names_a_label_unseen_in_training(seed_run, tmp_path, capsys):
     data.write_text("text\tlabel\ngreat movie\tpositive\nso-so\tneutral\n", encoding="utf-8")
     line = error_line(capsys, "classify", "eval", "--model", seed_run, "--data", data)
     assert "unseen.tsv:3" in line and "'neutral'" in line
+
+
+def test_train_names_the_file_and_line_of_a_label_unseen_in_training(tmp_path, capsys):
+    """A --valid label the training file lacks, and on --resume a training label the run lacks: the error names the
+    file as well as the line (it said only "line 3")."""
+    valid = tmp_path / "valid.tsv"
+    valid.write_text("text\tlabel\ngreat movie\tpositive\nso-so\tneutral\n", encoding="utf-8")
+    line = error_line(capsys, "classify", "train", "--train", SEED_TSV, "--valid", valid, "--out", tmp_path / "run",
+                      "--epochs", "1", "--quiet", "--set", *TINY_SET)  # fmt: skip
+    assert line.startswith(f"error: {valid}:3: label 'neutral' ")
+    assert not (tmp_path / "run").exists()
+    run = tmp_path / "trained"
+    train_quietly(run, "--train", str(SEED_TSV), "--max-steps", "1", "--quiet", "--set", *TINY_SET)
+    more = tmp_path / "more.tsv"
+    more.write_text(SEED_TSV.read_text(encoding="utf-8") + "so-so\tneutral\n", encoding="utf-8")
+    line = error_line(capsys, "classify", "train", "--train", more, "--out", run, "--resume", "--max-steps", "2")
+    assert line.startswith(f"error: {more}:22: label 'neutral' ")
+
+
+def test_train_names_the_file_of_a_text_too_long(tmp_path, capsys):
+    valid = tmp_path / "valid.tsv"
+    valid.write_text("text\tlabel\ngreat movie\tpositive\n" + "bad " * 20 + "\tnegative\n", encoding="utf-8")
+    line = error_line(capsys, "classify", "train", "--train", SEED_TSV, "--valid", valid, "--out", tmp_path / "run",
+                      "--epochs", "1", "--quiet", "--set", *TINY_SET, "max_len=16", "max_len_policy=error")  # fmt: skip
+    assert f"(first: {valid}:3, 20 tokens)" in line
+
+
+def test_a_label_whose_examples_are_all_held_out_is_trained_on(tmp_path):
+    """Without --valid, a tenth of a file of 100 or more examples validates. A label with one example there used to
+    fail the training with "line N: label ... is not one of the run's labels", for a label of the training file
+    itself; its examples now train, and the run has the label."""
+    lines = SEED_TSV.read_text(encoding="utf-8").splitlines()[1:] * 5  # 100 examples, two labels
+    examples = [*lines, "one of a kind\trare"]
+    # A seed whose held-out tenth (the split of classify train) takes the one "rare" example.
+    seed = next(s for s in range(100) if len(examples) - 1 in _held_out(len(examples), s))
+    train = tmp_path / "rare.tsv"
+    train.write_text("text\tlabel\n" + "\n".join(examples) + "\n", encoding="utf-8")
+    run = tmp_path / "run"
+    train_quietly(run, "--train", str(train), "--epochs", "1", "--seed", str(seed), "--quiet", "--set", *TINY_SET)
+    assert json.loads((run / "labels.json").read_text()) == [*LABELS, "rare"]
+
+
+def _held_out(n: int, seed: int) -> set[int]:
+    """The indices ``classify train`` holds out of ``n`` examples with ``seed`` when no --valid is given."""
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    return set(order[: n // 10])
 
 
 def test_model_that_is_not_a_run_directory(tmp_path, capsys):

@@ -115,6 +115,8 @@ def _train_classifier(
             pretrained=pretrained,
             on_event=progress,
             context=context,
+            train_file=str(train_path or "train"),
+            valid_file=str(valid_path or "valid"),
         )
 
 

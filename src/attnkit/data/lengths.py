@@ -38,16 +38,19 @@ def apply_length_policy(
     what: str = "input",
     keep_last: int | None = None,
     lines: list[int] | None = None,
+    where: str | None = None,
 ) -> tuple[list[list[int]], Truncation]:
     """Cut sequences longer than ``limit`` tokens (policy "truncate") or refuse them (policy "error").
 
     ``keep_last`` keeps that many final tokens (an EOS, a [SEP]) when cutting; ``lines`` are the sequences' line
-    numbers in their file, for the error. Truncation is returned, never silent.
+    numbers in their file and ``where`` that file, for the error. Truncation is returned, never silent.
     """
     longest = max((len(s) for s in seqs), default=0)
     over = [i for i, s in enumerate(seqs) if len(s) > limit]
     if over and policy == "error":
-        first = f"line {lines[over[0]]}" if lines else f"#{over[0] + 1}"
+        first = f"#{over[0] + 1}"
+        if lines:
+            first = f"{where}:{lines[over[0]]}" if where else f"line {lines[over[0]]}"
         raise too_long_error(len(over), what, limit, first, len(seqs[over[0]]))
     if over:
         cut = (lambda s: s[: limit - keep_last] + s[-keep_last:]) if keep_last else (lambda s: s[:limit])

@@ -32,9 +32,15 @@ def resolve_classes(cfg: ClassifierConfig, labels: list[str]) -> ClassifierConfi
 
 
 def encode_examples(
-    tokenizer: Tokenizer, texts: list[str], max_len: int, policy: str, lines: list[int] | None = None
+    tokenizer: Tokenizer,
+    texts: list[str],
+    max_len: int,
+    policy: str,
+    lines: list[int] | None = None,
+    where: str | None = None,
 ) -> tuple[list[list[int]], Truncation]:
-    """Ids of ``texts``, cut to ``max_len`` (keeping a trailing [SEP]) or refused, as ``policy`` says."""
+    """Ids of ``texts``, cut to ``max_len`` (keeping a trailing [SEP]) or refused, as ``policy`` says; a refusal
+    names the file ``where`` and the line (``lines``, one per text) of the first text too long."""
     return apply_length_policy(
         tokenizer.encode_batch(texts, max_len),
         max_len,
@@ -42,6 +48,7 @@ def encode_examples(
         what="text",
         keep_last=tokenizer.n_trailing_specials or None,
         lines=lines,
+        where=where,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from attnkit.runs import load_run
 from attnkit.tasks.classify.data import encode_examples
 from attnkit.training.losses import class_probabilities
 from attnkit.training.precision import autocast, check_precision
+
+log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
@@ -78,7 +81,10 @@ class ClassifierRun:
         self.run_dir = loaded.run_dir
 
     def _ids(self, texts: list[str]) -> list[list[int]]:
-        seqs, _ = encode_examples(self.tokenizer, texts, self.model_cfg.max_len, self.max_len_policy)
+        """The ids the model reads; texts longer than ``max_len`` are cut and logged, or refused, as the run says."""
+        seqs, cut = encode_examples(self.tokenizer, texts, self.model_cfg.max_len, self.max_len_policy)
+        if cut.n_truncated:  # the model read only their start: never silently (embed logs the same)
+            log.warning("%d of %d texts truncated to %d tokens", cut.n_truncated, cut.n_total, cut.limit)
         return seqs
 
     def _logits(self, seqs: list[list[int]]) -> torch.Tensor:

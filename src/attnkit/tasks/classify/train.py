@@ -141,8 +141,11 @@ def train_classifier(
     pretrained: Pretrained | None = None,
     on_event: Callable[[Event], None] = lambda event: None,
     context: TrainContext | None = None,
+    train_file: str = "train",
+    valid_file: str = "valid",
 ) -> TrainSummary:
     """Train on ``train``, select on ``valid`` (10% of ``train`` held out when None), write the run to ``out_dir``.
+    ``train_file`` and ``valid_file`` name where the examples were read from, in errors beside their lines.
 
     ``train`` may be a prepared corpus (``data.prepared.open_prepared``; ``valid`` is then None): its tokenizer and
     labels are the run's, its train split is read from the memory maps a batch at a time, and its valid split (if
@@ -176,6 +179,7 @@ def train_classifier(
 
     valid_source = "file"
     if prepared is None and not valid:
+        valid_file = train_file  # the examples that validate are the training file's, with its line numbers
         assert isinstance(train, list)
         # Hold out 10% for model selection; below 100 examples that would be too few to mean anything, so the
         # training set itself is used (and said to be).
@@ -184,6 +188,11 @@ def train_classifier(
             random.Random(train_cfg.seed).shuffle(shuffled)
             n_valid = len(shuffled) // 10
             valid, train = shuffled[:n_valid], shuffled[n_valid:]
+            # A label whose every example fell in the held-out tenth would have a class the model never trains on
+            # (and no place among the run's labels): its examples train instead of validating.
+            trained = {ex.label for ex in train}
+            train += [ex for ex in valid if ex.label not in trained]
+            valid = [ex for ex in valid if ex.label in trained]
             valid_source = "held out from train"
         else:
             # The training set itself selects the epoch. Early stopping on it would measure nothing (training data
@@ -258,15 +267,25 @@ def train_classifier(
     else:
         assert isinstance(train, list) and valid is not None
         label_id = {label: i for i, label in enumerate(labels)}
-        for ex in train + valid:
-            if ex.label not in label_id:
-                raise InputError(f"line {ex.line}: label {ex.label!r} is not one of the run's labels {labels}")
-        lines = [ex.line for ex in train]
+        for examples, where in ((train, train_file), (valid, valid_file)):
+            for ex in sorted(examples, key=lambda ex: ex.line):  # the first in the file (held out ones are shuffled)
+                if ex.label not in label_id:
+                    raise InputError(f"{where}:{ex.line}: label {ex.label!r} is not one of the run's labels {labels}")
         train_ids, truncation = encode_examples(
-            tokenizer, [ex.text for ex in train], model_cfg.max_len, train_cfg.max_len_policy, lines
+            tokenizer,
+            [ex.text for ex in train],
+            model_cfg.max_len,
+            train_cfg.max_len_policy,
+            [ex.line for ex in train],
+            train_file,
         )
         valid_ids, _ = encode_examples(
-            tokenizer, [ex.text for ex in valid], model_cfg.max_len, train_cfg.max_len_policy, [ex.line for ex in valid]
+            tokenizer,
+            [ex.text for ex in valid],
+            model_cfg.max_len,
+            train_cfg.max_len_policy,
+            [ex.line for ex in valid],
+            valid_file,
         )
         train_y = np.array([label_id[ex.label] for ex in train], dtype=np.int64)
         valid_y = [label_id[ex.label] for ex in valid]
