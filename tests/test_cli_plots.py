@@ -75,6 +75,23 @@ def test_attention_on_a_2000_token_input_is_downsampled(run, tmp_path, capsys):
     assert "sinusoids extended" in capsys.readouterr().err
 
 
+def test_attention_maps_too_large_to_compute_are_one_error_line(run, tmp_path, capsys, monkeypatch):
+    """A text whose maps pass ``MAX_WEIGHTS`` (layers x heads x tokens x tokens) is refused before the model runs: a
+    20,000-token text made 12 GiB of weights and ended in the allocator's traceback. Lowered here, for speed."""
+    import attnkit.analysis.attention as attention
+
+    monkeypatch.setattr(attention, "MAX_WEIGHTS", 2 * 2 * 100 * 100 - 1)  # 2 layers x 2 heads x 100 x 100, less one
+    text = " ".join(["film"] * 100)
+    out = tmp_path / "a.png"
+    assert main(["plot", "attention", "--model", str(run), "--out", str(out), text]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: plot attention: an input of 100 tokens makes 2 layer(s) x 2 heads x 100 x 100")
+    assert "--layer" in line and not out.exists()
+    # One layer fits: the same text is drawn.
+    assert main(["plot", "attention", "--model", str(run), "--out", str(out), "--layer", "1", text]) == 0
+    assert out.read_bytes().startswith(PNG)
+
+
 def test_downsampled_rows_still_sum_to_one():
     import torch
 
@@ -91,6 +108,24 @@ def test_curves_and_pe(run, tmp_path):
     assert (tmp_path / "c.png").read_bytes().startswith(PNG)
     assert main(["plot", "pe", "--d-model", "32", "--max-len", "64", "--out", str(tmp_path / "pe.html")]) == 0
     assert "<svg" in (tmp_path / "pe.html").read_text()
+
+
+@pytest.mark.parametrize("config", ["[1]", '{"model": {}, "train": 3}'])
+def test_curves_of_a_run_whose_config_is_not_an_object(run, tmp_path, capsys, config):
+    """config.json names the schedule and draws the loss floor; one that is JSON but not a run's config (edited by
+    hand) ended in an AttributeError traceback."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    (copy / "config.json").write_text(config, encoding="utf-8")
+    assert main(["plot", "curves", "--run", str(copy), "--out", str(tmp_path / "c.png")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert (
+        line
+        == f"error: {copy / 'config.json'}: not a run's config (expected an object with 'model' and 'train' objects)"
+    )
+    assert not (tmp_path / "c.png").exists()
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,10 @@ def test_ablate_writes_a_report_whose_params_match_the_variants(tmp_path, capsys
         ]
     )
     assert code == 0
+    # Before minutes of training, the runs to come are announced; then one line as each ends.
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"ablate: 3 runs to train one after another into {out} (base, d_ff=64, positional=learned)"
+    assert [line.split(":")[0] for line in err[1:]] == ["base", "d_ff=64", "positional=learned"]
     rows = {r["name"]: r for r in json.loads((out / "ablation.json").read_text())}
     assert set(rows) == {"base", "d_ff=64", "positional=learned"}
     d, vocab, max_len = 16, rows["base"]["params"], 128
@@ -164,3 +168,45 @@ def test_variant_configs_start_from_the_task_preset_and_apply_the_overrides():
     assert isinstance(model_cfg, TranslatorConfig) and model_cfg == small
     with pytest.raises(InputError, match="n_heads=3"):
         variant_configs("classify", None, {"d_model": "16", "n_heads": "3"})
+
+
+def test_a_variant_given_twice_is_refused():
+    """Each variant trains into OUT/<key-value>: one given twice trained twice into the same directory, and the
+    report listed it twice."""
+    from attnkit.errors import InputError
+
+    with pytest.raises(InputError, match=r"--grid n_heads=1,1: n_heads=1 is given twice"):
+        parse_grid(["n_heads=1,1"])
+    with pytest.raises(InputError, match=r"--grid n_heads=2,1: n_heads=1 is given twice"):
+        parse_grid(["n_heads=1", "n_heads=2,1"])
+
+
+def test_a_translation_report_without_bleu_has_a_dash(tmp_path):
+    """Variants trained with valid_bleu=false have no BLEU: the report ended in a TypeError traceback after every
+    variant had trained."""
+    from attnkit.analysis.ablation import Variant, write_report
+
+    variants = [Variant("base", {}, 1000, 20.5, None, 60.0), Variant("n_heads=1", {"n_heads": "1"}, 1000, 21.0, None)]
+    table, figure = write_report(variants, "translate", "valid_bleu=false", tmp_path)
+    lines = table.read_text(encoding="utf-8").splitlines()
+    assert "|  | base | 0.00M | 20.50 | - | 1.0 min |" in lines
+    assert "| A | n_heads=1 | 0.00M | 21.00 | - | 0.0 min |" in lines
+    assert figure.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(("task", "dataset"), [("classify", "bible"), ("translate", "rt-polarity")])
+def test_a_recipe_of_another_task_is_refused_before_it_is_fetched(tmp_path, capsys, monkeypatch, task, dataset):
+    """`ablate --task classify --dataset bible` fetched the Bible, then failed on its header (the train commands
+    refuse a recipe of another task before fetching it)."""
+    import attnkit.data.recipes as recipes
+
+    def no_fetch(*args, **kwargs):
+        raise AssertionError("fetched a recipe of another task")
+
+    monkeypatch.setattr(recipes, "fetch", no_fetch)
+    argv = ["ablate", "--task", task, "--dataset", dataset, "--grid", "n_heads=1", "--out", str(tmp_path / "abl")]
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    other = "translate" if task == "classify" else "classify"
+    assert line.startswith(f"error: dataset {dataset}: a {other} recipe, not {task} data")
+    assert not (tmp_path / "abl").exists()

@@ -162,3 +162,23 @@ def test_attention_of_an_output_that_runs_to_the_length_limit(barely_trained_tra
     assert out.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     err = capsys.readouterr().err
     assert ("extended" if positional == "sinusoidal" else "truncated") in err
+
+
+def test_maps_too_large_to_compute_are_refused_before_decoding(barely_trained_translator, monkeypatch):
+    """An input whose maps would pass ``MAX_WEIGHTS`` is refused before the greedy search (up to S + 50 steps) and
+    the explicit attention run: a 20,000-token text asked for 12 GiB of weights and died in the allocator."""
+    import attnkit.analysis.attention as attention
+    import attnkit.decoding as decoding
+    from attnkit.errors import InputError
+
+    run, positional = barely_trained_translator
+    n_src = len(SYMBOLS) * 3 + 1 if positional == "sinusoidal" else 16  # + EOS; learned positions truncate at 16
+    n_out = n_src + 50 if positional == "sinusoidal" else 16
+    monkeypatch.setattr(attention, "MAX_WEIGHTS", 2 * n_out * n_src - 1)  # 1 layer x 2 heads, one weight too many
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded before the size was checked")
+
+    monkeypatch.setattr(decoding, "greedy_decode", no_decoding)
+    with pytest.raises(InputError, match=rf"1 layer\(s\) x 2 heads x {n_out} x {n_src} = {2 * n_out * n_src:,} "):
+        attention_for_text(run, LONG_TEXT)

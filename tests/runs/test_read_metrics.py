@@ -22,3 +22,10 @@ def test_a_line_that_is_not_json_is_named(tmp_path):
 def test_a_directory_without_metrics_is_not_a_run(tmp_path):
     with pytest.raises(InputError, match=rf"no {METRICS} \(not a training run directory\)"):
         read_metrics(str(tmp_path))
+
+
+def test_a_line_that_is_not_an_object_is_named(tmp_path):
+    """A JSON list or string is JSON but not a row: ``plot curves`` read ``"loss lr"`` as a row with a loss."""
+    (tmp_path / METRICS).write_text('{"step": 1, "loss": 2.5, "lr": 0.1}\n[1, 2]\n"loss lr"\n', encoding="utf-8")
+    with pytest.raises(InputError, match=rf"{METRICS}:2: not a JSON object \(a list\)"):
+        read_metrics(tmp_path)

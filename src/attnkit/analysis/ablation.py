@@ -64,7 +64,11 @@ def parse_grid(grid: list[str]) -> list[Variant]:
         key, sep, values = item.partition("=")
         if not sep or not key or not values:
             raise InputError(f"--grid expects key=value1,value2,..., got {item!r}")
-        variants += [Variant(f"{key}={value}", {key: value}) for value in values.split(",") if value]
+        for value in filter(None, values.split(",")):
+            name = f"{key}={value}"
+            if any(v.name == name for v in variants):  # it would train twice into one directory
+                raise InputError(f"--grid {item}: {name} is given twice; each variant is trained once")
+            variants.append(Variant(name, {key: value}))
     return variants
 
 
@@ -148,7 +152,9 @@ def markdown_table(variants: list[Variant], task: str, budget: str, n_valid: int
     ]
     for v in variants:
         value = f"{v.valid:.4f}" if task == "classify" else f"{v.valid:.2f}"
-        bleu = f" {v.bleu:.2f} |" if task == "translate" else ""
+        bleu = ""
+        if task == "translate":  # no BLEU where the variants trained with valid_bleu=false
+            bleu = f" {v.bleu:.2f} |" if v.bleu is not None else " - |"
         row = table3_row(v) if v.name != "base" else ""
         lines.append(f"| {row} | {v.name} | {v.params / 1e6:.2f}M | {value} |{bleu} {v.seconds / 60:.1f} min |")
     if task == "classify" and n_valid:

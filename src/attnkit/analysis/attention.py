@@ -53,6 +53,23 @@ def _check_layers(layers: list[int] | None, n_layers: int) -> tuple[int, ...]:
     return chosen
 
 
+# The weights a plot computes and keeps: layers x heads x queries x keys, each layer's (H, T, S) map made whole on
+# the explicit path (eq. 1) before it is pooled for drawing. 2**28 float32 weights are 1 GiB; a 20,000-token input
+# to a 2-layer, 4-head classifier would ask for 12 GiB.
+MAX_WEIGHTS = 2**28
+
+
+def _check_size(n_layers: int, n_heads: int, n_queries: int, n_keys: int, what: str) -> None:
+    """Refuse, before the model runs, maps of more than ``MAX_WEIGHTS`` weights (``what`` names the input)."""
+    weights = n_layers * n_heads * n_queries * n_keys
+    if weights > MAX_WEIGHTS:
+        raise InputError(
+            f"plot attention: {what} makes {n_layers} layer(s) x {n_heads} heads x {n_queries:,} x {n_keys:,} = "
+            f"{weights:,} attention weights, over the {MAX_WEIGHTS:,} (1 GiB of float32) a plot computes; "
+            "shorten the text or show fewer layers (--layer)"
+        )
+
+
 @torch.inference_mode()
 def classifier_attention(run, text: str, layers: list[int] | None = None) -> CapturedAttention:
     """Encoder self-attention on ``text`` of a classifier run (a ``LoadedRun`` or ``ClassifierRun``) or of a
@@ -66,6 +83,8 @@ def classifier_attention(run, text: str, layers: list[int] | None = None) -> Cap
         note = f"input of {len(ids)} tokens truncated to the model's max_len={limit} (learned positions)"
         ids, tokens = ids[:limit], tokens[:limit]
     chosen = _check_layers(layers, len(model.encoder.layers))
+    n_heads = model.encoder.layers[0].self_attn.n_heads
+    _check_size(len(set(chosen)), n_heads, len(ids), len(ids), f"an input of {len(ids):,} tokens")
     src = torch.tensor([ids], device=model_device(model))  # (1, S)
     # The encoder itself, as a classifier's and a pretrained encoder's forward passes run it (§3.2.1).
     _, maps = model.encoder(model.embeddings(src), padding_mask(src, model.pad_id), chosen)
@@ -93,6 +112,17 @@ def translator_attention(run, text: str, layers: list[int] | None = None) -> Cap
     if len(src_ids) > max_positions:
         note = f"input of {len(src_ids)} tokens truncated to the model's max_len={max_positions} (learned positions)"
     src = torch.tensor([src_ids[:max_positions]], device=model_device(model))  # (1, S)
+    # Checked before decoding, which would make up to S + 50 steps: at most S + 50 output rows (§6.1's limit).
+    chosen = _check_layers(layers, len(model.decoder.layers))
+    n_src = src.size(1)
+    n_heads = model.decoder.layers[0].cross_attn.n_heads
+    _check_size(
+        len(set(chosen)),
+        n_heads,
+        min(n_src + 50, max_positions),
+        n_src,
+        f"an input of {n_src:,} tokens (and its output)",
+    )
     out = greedy_decode(model, src, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_positions=max_positions)[0]
     limit = int(output_limits(src, pad_id=model.pad_id, max_extra=50, max_positions=max_positions, fixed_len=None)[0])
     # Decoder position t (BOS at 0) predicted output token t. When decoding stopped at EOS, the rows are the output
@@ -103,7 +133,6 @@ def translator_attention(run, text: str, layers: list[int] | None = None) -> Cap
     if len(out) < limit:
         out_tokens.append("</s>")
     tgt_in = torch.tensor([[tokenizer.bos_id] + out[: len(out_tokens) - 1]], device=src.device)  # (1, T)
-    chosen = _check_layers(layers, len(model.decoder.layers))
     memory, src_mask, _ = model.encode(src)  # (1, S, D), (1, 1, 1, S)
     _, maps, _ = model.decode(tgt_in, memory, src_mask, attn_layers=chosen)
     weights = {i: m[0].float().cpu() for i, m in maps.cross.items()}  # layer -> (H, T, S)

@@ -26,7 +26,7 @@ def cmd_ablate(args: argparse.Namespace) -> None:
     variants = parse_grid(args.grid)
     base = config_overrides(args, args.task)
     device = device_of(args)
-    directory = fetch_dataset(args.dataset, args.pair) if args.dataset else None
+    directory = fetch_dataset(args.dataset, args.pair, task=args.task) if args.dataset else None
     train_path = directory / "train.tsv" if directory else args.train
     valid_path = directory / "valid.tsv" if directory else args.valid
     if train_path is None or valid_path is None:
@@ -57,6 +57,9 @@ def cmd_ablate(args: argparse.Namespace) -> None:
             file=sys.stderr,
         )
 
+    # Each variant is a whole training run, minutes each on a dataset recipe: say so before the first one starts.
+    names = ", ".join(v.name for v in variants)
+    print(f"ablate: {len(variants)} runs to train one after another into {args.out} ({names})", file=sys.stderr)
     run_ablation(variants, train_one, args.out, show)
     table, figure = write_report(variants, args.task, budget, args.out, n_valid=len(valid))
     print(table)

@@ -71,7 +71,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "bench", help="time attnkit beside torch.nn, Hugging Face and CTranslate2 (benchmarks/README.md)"
     )
-    p.add_argument("suite", choices=SUITES, help="train, classify, decode or scaling")
+    p.add_argument(
+        "suite",
+        choices=SUITES,
+        help="train, classify, decode or scaling; each takes up to 10 minutes on 2 CPU cores (--quick: about a minute)",
+    )
     p.add_argument(
         "--json",
         nargs="?",

@@ -67,6 +67,10 @@ def cmd_plot_curves(args: argparse.Namespace) -> None:
     rows = runs.read_metrics(args.run)
     config_path = Path(args.run) / runs.CONFIG
     config = runs.read_json(config_path) if config_path.is_file() else None  # names the schedule, draws the loss floor
+    if config is not None and not (
+        isinstance(config, dict) and all(isinstance(config.get(key, {}), dict) for key in ("model", "train"))
+    ):
+        raise InputError(f"{config_path}: not a run's config (expected an object with 'model' and 'train' objects)")
     print(plot_curves(rows, args.out, title=f"training curves, {args.run}", config=config))
 
 

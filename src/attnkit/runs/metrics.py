@@ -62,7 +62,7 @@ class MetricsLog:
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
     """The rows of a run's metrics.jsonl, in order (blank lines skipped); ``InputError`` naming file:line for a line
-    that is not JSON, or naming the directory when it has no metrics.jsonl."""
+    that is not a JSON object, or naming the directory when it has no metrics.jsonl."""
     path = Path(run_dir) / METRICS
     if not path.is_file():
         raise InputError(f"{run_dir}: no {METRICS} (not a training run directory)")
@@ -70,7 +70,10 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if line.strip():
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError as err:
                 raise InputError(f"{path}:{number}: not JSON ({err.msg})") from None
+            if not isinstance(row, dict):  # each row is an object: a list or a string here broke its readers
+                raise InputError(f"{path}:{number}: not a JSON object (a {type(row).__name__})")
+            rows.append(row)
     return rows
