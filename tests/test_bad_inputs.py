@@ -156,6 +156,21 @@ def hold_the_lock_of_run(cwd: Path, monkeypatch) -> None:
     AFTER_THE_CASE.append(held.close)  # which releases the lock
 
 
+def hold_port_8199(cwd: Path, monkeypatch) -> None:
+    """Another server listens on 127.0.0.1:8199 (here: a socket of this process; if something else already holds
+    the port, that does as well)."""
+    import socket
+
+    listener = socket.socket()
+    try:
+        listener.bind(("127.0.0.1", 8199))
+        listener.listen()
+    except OSError:
+        listener.close()
+        return
+    AFTER_THE_CASE.append(listener.close)
+
+
 def fill_the_disk(cwd: Path, monkeypatch) -> None:
     from test_disk_faults import fill_disk_at
 
@@ -658,21 +673,6 @@ CASES = [
         "task",
     ),
     Case(
-        "threads-over-ceiling",
-        "a thread count no CPU has",
-        "`mt`",
-        ("translate", "run", "--model", "mt", "--threads", "100000"),
-        2,
-        "error: attnkit translate run: argument --threads: 100000 is over attnkit's ceiling of 1,024",
-        runs=("mt",),
-        stdin="a b c\n",
-    ),
-    Case(
-        "alpha-out-of-range",
-        "a length-penalty exponent that overflows",
-        "`mt`",
-        ("translate", "run", "--model", "mt", "--alpha", "1000"),
-    Case(
         "ablate-dataset-of-the-other-task",
         "a translation recipe given to a classifier ablation",
         "nothing: the recipe is named",
@@ -692,6 +692,21 @@ CASES = [
         2,
         "error: dataset bible: a translate recipe, not classify data; `attnkit data list` names each recipe's task",
     ),
+    Case(
+        "threads-over-ceiling",
+        "a thread count no CPU has",
+        "`mt`",
+        ("translate", "run", "--model", "mt", "--threads", "100000"),
+        2,
+        "error: attnkit translate run: argument --threads: 100000 is over attnkit's ceiling of 1,024",
+        runs=("mt",),
+        stdin="a b c\n",
+    ),
+    Case(
+        "alpha-out-of-range",
+        "a length-penalty exponent that overflows",
+        "`mt`",
+        ("translate", "run", "--model", "mt", "--alpha", "1000"),
         2,
         "error: attnkit translate run: argument --alpha: 1000 must be in [0, 10]",
         runs=("mt",),
@@ -722,6 +737,26 @@ CASES = [
         ("serve", "clf", "--port", "0", "--host", "999.1.1.1"),
         2,
         "error: --host 999.1.1.1: not an address or a name this machine resolves (…)",
+        runs=("clf",),
+    ),
+    Case(
+        "serve-port-in-use",
+        "a port another server listens on (checked before the model loads)",
+        "`clf`; another server on port 8199",
+        ("serve", "clf", "--port", "8199"),
+        2,
+        "error: --host 127.0.0.1 --port 8199: cannot listen there: the port is in use (another server, or another "
+        "attnkit serve, listens there): stop it or choose another --port",
+        runs=("clf",),
+        setup=hold_port_8199,
+    ),
+    Case(
+        "serve-beam-over-the-api",
+        "a `--max-beam` larger than the API's largest beam",
+        "`clf`",
+        ("serve", "clf", "--port", "0", "--max-beam", "32"),
+        2,
+        "error: --max-beam 32: at most 16, the largest beam the API takes",
         runs=("clf",),
     ),
     Case(

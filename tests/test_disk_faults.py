@@ -186,6 +186,28 @@ def test_read_only_run_directory_is_left_as_it_was(tmp_path, capsys, monkeypatch
     ClassifierRun(run).predict(["still loads"])
 
 
+@pytest.mark.parametrize("kind", ["onnx", "ct2"])
+def test_an_export_into_a_read_only_directory_names_its_output(
+    kind, tmp_path, capsys, monkeypatch, restore_permissions, tiny
+):
+    """The error names the file or folder asked for, not a hidden temporary: a read-only file system refuses even
+    to remove a temporary that was never made (EROFS), and that refusal must not replace the error."""
+    pytest.importorskip("onnxscript" if kind == "onnx" else "ctranslate2")
+    run = tmp_path / "run"
+    argv = (
+        tiny.classify_train(run, "epochs=1") if kind == "onnx" else tiny.translate_train(tmp_path, run, "max_steps=1")
+    )
+    assert main(argv) == 0
+    capsys.readouterr()
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    out = locked / ("model.onnx" if kind == "onnx" else "ct2")
+    make_read_only(locked, monkeypatch)
+    line = one_error_line(capsys, ["export", kind, "--model", str(run), "--out", str(out)])
+    assert line == f"error: {out}: Permission denied"
+    assert list(locked.iterdir()) == []
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # A full disk
 

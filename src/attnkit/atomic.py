@@ -30,13 +30,22 @@ def open_atomic(path: str | Path) -> Iterator[BinaryIO]:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
         if err.errno is not None and err.filename in (None, str(tmp)):  # name the file the caller asked for, not
             raise OSError(err.errno, err.strerror, str(path)) from err  # the temporary (a full disk names none)
         raise
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
         raise
+
+
+def _remove(tmp: Path) -> None:
+    """Remove the temporary ``tmp`` if it exists. A read-only file system refuses even to remove a name it does not
+    hold (EROFS, not ENOENT): that refusal must not replace the error being reported, which names the target."""
+    try:
+        tmp.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -58,7 +67,10 @@ def atomic_directory(out_dir: str | Path) -> Iterator[Path]:
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     work = out_dir.with_name(f".{out_dir.name}.partial-{uuid.uuid4().hex}")
-    work.mkdir()  # not mkdtemp, whose 0700 mode would make the directory private
+    try:
+        work.mkdir()  # not mkdtemp, whose 0700 mode would make the directory private
+    except OSError as err:  # name the directory the caller asked for, not the hidden work directory
+        raise OSError(err.errno, err.strerror, str(out_dir)) from err
     try:
         yield work
         for path in work.rglob("*"):  # libraries that write files themselves do not fsync

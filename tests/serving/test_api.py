@@ -183,6 +183,21 @@ def test_openapi_and_playground(classifier_client):
     assert "http" not in page.text.replace("http-equiv", "")  # no CDN: everything comes from this server
 
 
+def test_every_operation_of_the_openapi_description_has_an_id_of_its_own(classifier_client):
+    """OpenAPI requires operationIds unique across the description (client generators name methods after them):
+    the probes answer GET and HEAD, and each method is an operation."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # FastAPI warns "Duplicate Operation ID" while it builds the description
+        paths = classifier_client.get("/openapi.json").json()["paths"]
+    ids = [operation["operationId"] for path in paths.values() for operation in path.values()]
+    assert len(ids) == len(set(ids)), ids
+    for probe in ("/health", "/ready"):
+        assert set(paths[probe]) == {"get", "head"}
+        assert classifier_client.head(probe).status_code == 200
+
+
 def test_the_playground_is_sent_with_a_content_security_policy(classifier_client):
     """Its page may run this server's script and style files and call this server, nothing else (the browser test
     in test_live.py runs it under this policy); every answer forbids MIME sniffing."""

@@ -18,12 +18,20 @@ from attnkit.cli.serve import loopback_only
 def serve(monkeypatch, classifier_dir):
     """Run ``attnkit serve CLASSIFIER ARGS``, up to the point where the server would start: (exit code, stderr,
     the server it would have run)."""
+    import attnkit.serving.server
     from attnkit.serving.server import Server
 
     started: list[Server] = []
     monkeypatch.setattr(Server, "run", lambda self, sockets=None: started.append(self))
     monkeypatch.setattr(sys, "setswitchinterval", lambda interval: None)  # the test process keeps its own
     monkeypatch.delenv("ATTNKIT_API_KEY", raising=False)
+    listen, opened = attnkit.serving.server.listen_sockets, []
+
+    def listen_on_a_free_port(host: str, port: int):  # the port a test names (8000 by default) may be in use here
+        opened.extend(sockets := listen(host, 0))
+        return sockets
+
+    monkeypatch.setattr(attnkit.serving.server, "listen_sockets", listen_on_a_free_port)
 
     def run(*args: str) -> tuple[int, str, Server | None]:
         started.clear()
@@ -32,7 +40,9 @@ def serve(monkeypatch, classifier_dir):
             code = main(["serve", str(classifier_dir), "--worker", "thread", *args])
         return code, err.getvalue(), started[-1] if started else None
 
-    return run
+    yield run
+    for sock in opened:
+        sock.close()
 
 
 def gate_key(server):
@@ -118,3 +128,39 @@ def test_loopback_only():
     assert loopback_only("127.0.0.1") and loopback_only("::1") and loopback_only("localhost")
     assert not loopback_only("0.0.0.0") and not loopback_only("::") and not loopback_only("192.0.2.1")
     assert not loopback_only("no-such-host.invalid")
+
+
+def test_a_port_in_use_is_one_error_line_before_the_model_loads(classifier_dir, monkeypatch):
+    """A second server on a port another one holds says so (exit 2), without loading its model first: uvicorn
+    logged the bind error only after the model had loaded and warmed up, and exited 3."""
+    import socket
+
+    import attnkit.serving.models
+    from attnkit.serving.server import Server
+
+    loaded: list[str] = []
+    load = attnkit.serving.models.load_model
+    monkeypatch.setattr(attnkit.serving.models, "load_model", lambda *a, **k: loaded.append("model") or load(*a, **k))
+    monkeypatch.setattr(Server, "run", lambda self, sockets=None: pytest.fail("the second server started"))
+    monkeypatch.setattr(sys, "setswitchinterval", lambda interval: None)
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        err = io.StringIO()
+        with redirect_stdout(io.StringIO()), redirect_stderr(err):
+            code = main(["serve", str(classifier_dir), "--worker", "thread", "--port", str(port)])
+    assert (code, loaded) == (2, [])
+    assert err.getvalue().splitlines() == [
+        f"error: --host 127.0.0.1 --port {port}: cannot listen there: the port is in use (another server, or "
+        "another attnkit serve, listens there): stop it or choose another --port"
+    ]
+
+
+@pytest.mark.parametrize("host, url", [("127.0.0.1", "http://127.0.0.1:{}/"), ("::1", "http://[::1]:{}/")])
+def test_the_address_printed_is_the_one_to_connect_to(serve, host, url):
+    """With --port 0 the port the system chose (not 0), and an IPv6 address in brackets, as a URL writes it."""
+    code, err, server = serve("--host", host, "--port", "0")
+    (line,) = [line for line in err.splitlines() if line.startswith("attnkit serve:")]
+    port = int(line.split("]:" if ":" in host else f"{host}:")[1].split("/")[0])
+    assert code == 0 and port > 0 and url.format(port) in line

@@ -21,7 +21,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     try:
         from attnkit.serving.app import Limits, create_app
         from attnkit.serving.models import load_model
-        from attnkit.serving.server import make_server
+        from attnkit.serving.server import listen_sockets, make_server
         from attnkit.serving.worker import ProcessRunner
     except ImportError as err:
         raise InputError(
@@ -55,6 +55,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
     if api_key is not None and not api_key.strip():
         raise InputError("--api-key: must not be empty or blank")
     limits = fit_connections(limits, explicit=args.max_connections is not None)
+    sockets = listen_sockets(args.host, args.port)  # before the model loads: a port in use is an error line at once
+    port = args.port or sockets[0].getsockname()[1]  # --port 0: the one the system chose
     # The inference worker holds the GIL between torch calls; by default Python hands it over every 5 ms, which
     # would put up to 5 ms on every step of the event loop (a 429 must take microseconds). 0.5 ms keeps the loop
     # responsive at a small cost to the worker.
@@ -77,13 +79,12 @@ def cmd_serve(args: argparse.Namespace) -> None:
     if api_key is None and not loopback_only(args.host):
         print(
             f"warning: --host {args.host} takes connections from other machines, and without an API key anyone who "
-            f"can reach port {args.port} can use the model: set {API_KEY_VARIABLE} (or --api-key)",
+            f"can reach port {port} can use the model: set {API_KEY_VARIABLE} (or --api-key)",
             file=sys.stderr,
         )
-    print(
-        f"attnkit serve: {model.task} {model.name} on http://{args.host}:{args.port}/ (Ctrl-C stops)", file=sys.stderr
-    )
-    server.run()
+    host = f"[{args.host}]" if ":" in args.host else args.host  # an IPv6 address in a URL (RFC 3986)
+    print(f"attnkit serve: {model.task} {model.name} on http://{host}:{port}/ (Ctrl-C stops)", file=sys.stderr)
+    server.run(sockets=sockets)
 
 
 SECONDS_CEILING = 86_400.0  # a day: any timeout beyond is a typo, and an infinite one overflows the event loop's clock
@@ -91,7 +92,8 @@ SECONDS_CEILING = 86_400.0  # a day: any timeout beyond is a typo, and an infini
 
 def check_limits(limits) -> None:
     """Every limit of ``limits`` (a ``serving.limits.Limits`` made from the flags) finite and > 0, the timeouts at most
-    a day, and --max-wait-ms >= 0 and shorter than --timeout (a batch that waits longer answers nobody in time)."""
+    a day, --max-beam at most the API's largest beam, and --max-wait-ms >= 0 and shorter than --timeout (a batch
+    that waits longer answers nobody in time)."""
     flags = {"timeout_s": "timeout", "header_timeout_s": "header_timeout", "body_timeout_s": "body_timeout"}
     for name, value in vars(limits).items():
         if isinstance(value, bool):
@@ -103,6 +105,10 @@ def check_limits(limits) -> None:
             raise InputError(f"{flag} {value}: must be a finite number")
         if name in flags and value > SECONDS_CEILING:
             raise InputError(f"{flag} {value:g}: at most {SECONDS_CEILING:,.0f} seconds (a day)")
+    from attnkit.serving.schemas import MAX_BEAM
+
+    if limits.max_beam > MAX_BEAM:  # the API's schema refuses any larger beam whatever the server allows
+        raise InputError(f"--max-beam {limits.max_beam}: at most {MAX_BEAM}, the largest beam the API takes")
     if limits.max_wait_ms >= limits.timeout_s * 1000:
         raise InputError(
             f"--max-wait-ms {limits.max_wait_ms:g}: must be shorter than --timeout ({limits.timeout_s:g} s), or every "

@@ -309,12 +309,16 @@ def create_app(
             out["probs"] = dict(zip(m.labels or [], probs))
         return JSONResponse(out)
 
-    @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: the probes of some load balancers
+    # HEAD: the probes of some load balancers. One route per method, so that each operation of the OpenAPI
+    # description has an operationId of its own (one route with two methods gives both the same id).
+    @app.get("/health")
+    @app.head("/health")
     async def health():
         """The process is alive (it may still be loading: see /ready)."""
         return {"status": "ok"}
 
-    @app.api_route("/ready", methods=["GET", "HEAD"])  # HEAD: the probes of some load balancers
+    @app.get("/ready")
+    @app.head("/ready")
     async def ready():
         """200 once the model is loaded and warmed up; 503 before, on a failed load, and while shutting down."""
         if state["load_error"]:

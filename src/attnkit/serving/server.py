@@ -24,8 +24,10 @@ The deadlines are checked on the server's tick (``Server.on_tick``, every 0.1 s)
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import math
+import socket
 from http import HTTPStatus
 from typing import Any
 
@@ -33,6 +35,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from attnkit.errors import InputError
 from attnkit.serving.batcher import Batcher
 from attnkit.serving.limits import Limits
 
@@ -225,6 +228,35 @@ def make_server(
         timeout_graceful_shutdown=math.ceil(limits.timeout_s) + 5,  # what a request may take, and a margin
     )
     return Server(config, app.state.batcher)
+
+
+def listen_sockets(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to ``port`` (0: a free one) on every address ``host`` names, as asyncio's ``create_server``
+    binds them when uvicorn is given a host (``Server.run(sockets=...)`` listens on them). Bound before the model
+    loads, so that a port another server holds, or an address that is not this machine's, is an ``InputError``
+    naming it, where uvicorn logs it only after loading the model, and exits 3."""
+    infos = dict.fromkeys(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE))
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in infos:
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # asyncio's and uvicorn's choice on POSIX
+            if family == socket.AF_INET6:  # as asyncio: an IPv6 socket takes IPv6 only, beside an IPv4 one
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((address[0], port, *address[2:]))
+            port = port or sock.getsockname()[1]  # port 0: every address on the one the system chose for the first
+    except OSError as err:
+        for sock in sockets:
+            sock.close()
+        why = {
+            errno.EADDRINUSE: "the port is in use (another server, or another attnkit serve, listens there): "
+            "stop it or choose another --port",
+            errno.EADDRNOTAVAIL: "the address is not one of this machine's",
+            errno.EACCES: "no permission (ports below 1024 need privileges)",
+        }.get(err.errno or 0, err.strerror or str(err))
+        raise InputError(f"--host {host} --port {port}: cannot listen there: {why}") from None
+    return sockets
 
 
 def open_file_limit(wanted: int) -> int | None:
