@@ -66,7 +66,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     runner = None
     if args.worker == "process":
         # The child process runs the model on the device; this process keeps a CPU copy for tokenization and
-        # metadata only (loading it here first makes a bad run an error line, exit 2, before anything binds).
+        # metadata only (loading it here first makes a bad run an error line, exit 2, before anything listens).
         model = load_model(args.model, "fp32", "cpu")
         if args.precision == "int8" and model.task == "classifier":  # an embedder runs in float32 whatever
             raise InputError(f"--precision int8 is for translators; {args.model} is a classifier")
