@@ -324,7 +324,9 @@ def train_tokenizer(
 class _CharacterCounts:
     """How often each character occurs in the texts the BPE learner reads, as it sees them (a space prepended,
     lower-cased if it lower-cases), counted in chunks through numpy: a ``Counter`` a text cost a third of the
-    learner's own time."""
+    learner's own time. The normalisation is redone here in Python, not asked of the learner: ``train_from_iterator``
+    holds the learner's lock while another thread runs this generator, and a call into the learner from it (its
+    ``normalizer.normalize_str``, say) waits on that lock for ever."""
 
     CHUNK = 1 << 20  # characters joined before they are counted (4 MiB as UTF-32)
 
