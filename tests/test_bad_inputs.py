@@ -664,6 +664,25 @@ CASES = [
         setup=prepare_and_change_a_token,
     ),
     Case(
+        "average-without-checkpoints",
+        "`average` of a run that kept no step checkpoints",
+        "`clf` (a classifier keeps none by default)",
+        ("average", "clf", "--out", "avg"),
+        2,
+        "error: clf: has 0 checkpoint(s) in clf/checkpoints; cannot average the last 5 (a run keeps its last N step "
+        "checkpoints when trained with --set keep_last=N; classifiers keep none by default)",
+        runs=("clf",),
+    ),
+    Case(
+        "malloc-setting-unknown",
+        "an `ATTNKIT_MALLOC` value it does not know",
+        "`ATTNKIT_MALLOC=jemalloc` in the environment",
+        ("data", "list"),
+        2,
+        "error: ATTNKIT_MALLOC='jemalloc': expected system (glibc's own settings), or leave it unset",
+        setup=lambda cwd, mp: mp.setenv("ATTNKIT_MALLOC", "jemalloc"),
+    ),
+    Case(
         "dataset-of-the-other-task",
         "a classification recipe given to a translator",
         "nothing: the recipe is named",

@@ -26,6 +26,8 @@ import ctypes.util
 import os
 import platform
 
+from attnkit.errors import InputError
+
 M_TRIM_THRESHOLD = -1  # <malloc.h>: free heap top above which glibc returns memory to the OS
 M_MMAP_THRESHOLD = -3  # <malloc.h>: requests at least this large get an mmap of their own
 MMAP_THRESHOLD = 32 * 2**20  # glibc's largest accepted value on 64-bit (HEAP_MAX_SIZE / 2)
@@ -39,6 +41,9 @@ def tune_malloc() -> bool:
     """Set glibc's mmap and trim thresholds (see the module docstring) once per process; True if they were set,
     False where the C library is not glibc, ``mallopt`` refused, or ``ATTNKIT_MALLOC=system`` says to leave them."""
     global _applied
+    chosen = os.environ.get(ENV, "").strip().lower()
+    if chosen not in ("", "system"):  # a typo would silently keep attnkit's settings
+        raise InputError(f"{ENV}={chosen!r}: expected system (glibc's own settings), or leave it unset")
     if _applied is None:
         _applied = _set_thresholds()
     return _applied
