@@ -45,7 +45,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--out",
         type=Path,
         required=True,
-        help="folder to write (config.json, model.safetensors, tokenizer.json, vocab.txt)",
+        help="folder to write (config.json, model.safetensors, tokenizer.json, tokenizer_config.json; vocab.txt for "
+        "a WordPiece vocabulary)",
     )
     p.add_argument(
         "--encoder-only",
