@@ -68,7 +68,9 @@ class TrainingProgress:
                 f"{'  *' if event.best else ''}"
             )
         elif isinstance(event, Resumed):
-            self._line(f"resuming at step {event.step} (epoch {event.epoch}) from the run's saved state", always=True)
+            self._line(
+                f"resuming at step {event.step}, in epoch {event.epoch}, from the run's saved state", always=True
+            )
         elif isinstance(event, Skipped):
             self._line(f"skipped a batch: {event.message}", always=True)
         elif isinstance(event, Stopped):
