@@ -268,9 +268,9 @@ def train_classifier(
         assert isinstance(train, list) and valid is not None
         label_id = {label: i for i, label in enumerate(labels)}
         for examples, where in ((train, train_file), (valid, valid_file)):
-            for ex in sorted(examples, key=lambda ex: ex.line):  # the first in the file (held out ones are shuffled)
-                if ex.label not in label_id:
-                    raise InputError(f"{where}:{ex.line}: label {ex.label!r} is not one of the run's labels {labels}")
+            if unknown := [ex for ex in examples if ex.label not in label_id]:
+                ex = min(unknown, key=lambda ex: ex.line)  # the first in the file (held-out examples are shuffled)
+                raise InputError(f"{where}:{ex.line}: label {ex.label!r} is not one of the run's labels {labels}")
         train_ids, truncation = encode_examples(
             tokenizer,
             [ex.text for ex in train],
