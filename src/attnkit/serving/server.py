@@ -234,7 +234,9 @@ def listen_sockets(host: str, port: int) -> list[socket.socket]:
     """Sockets bound to ``port`` (0: a free one) on every address ``host`` names, as asyncio's ``create_server``
     binds them when uvicorn is given a host (``Server.run(sockets=...)`` listens on them). Bound before the model
     loads, so that a port another server holds, or an address that is not this machine's, is an ``InputError``
-    naming it, where uvicorn logs it only after loading the model, and exits 3."""
+    naming it, where uvicorn logs it only after loading the model, and exits 3. Bound, not yet listening (until the
+    model is loaded a client is refused, not kept waiting): two servers started in the same second can both bind
+    (SO_REUSEADDR allows it until one listens), and the later one still meets uvicorn's error."""
     infos = dict.fromkeys(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE))
     sockets: list[socket.socket] = []
     try:
