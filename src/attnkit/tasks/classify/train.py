@@ -267,25 +267,21 @@ def train_classifier(
     else:
         assert isinstance(train, list) and valid is not None
         label_id = {label: i for i, label in enumerate(labels)}
-        for examples, where in ((train, train_file), (valid, valid_file)):
+        files = ((train, train_file), (valid, valid_file))
+        for examples, where in files:  # every label checked before any text is tokenised
             if unknown := [ex for ex in examples if ex.label not in label_id]:
                 ex = min(unknown, key=lambda ex: ex.line)  # the first in the file (held-out examples are shuffled)
                 raise InputError(f"{where}:{ex.line}: label {ex.label!r} is not one of the run's labels {labels}")
-        train_ids, truncation = encode_examples(
-            tokenizer,
-            [ex.text for ex in train],
-            model_cfg.max_len,
-            train_cfg.max_len_policy,
-            [ex.line for ex in train],
-            train_file,
-        )
-        valid_ids, _ = encode_examples(
-            tokenizer,
-            [ex.text for ex in valid],
-            model_cfg.max_len,
-            train_cfg.max_len_policy,
-            [ex.line for ex in valid],
-            valid_file,
+        (train_ids, truncation), (valid_ids, _) = (
+            encode_examples(
+                tokenizer,
+                [ex.text for ex in examples],
+                model_cfg.max_len,
+                train_cfg.max_len_policy,
+                [ex.line for ex in examples],
+                where,
+            )
+            for examples, where in files
         )
         train_y = np.array([label_id[ex.label] for ex in train], dtype=np.int64)
         valid_y = [label_id[ex.label] for ex in valid]
