@@ -122,6 +122,13 @@ def lock_the_output_parent(cwd: Path, monkeypatch) -> None:
     make_read_only(cwd / "locked", monkeypatch)
 
 
+def world_size_without_torchrun(cwd: Path, monkeypatch) -> None:
+    """torchrun's WORLD_SIZE left in a shell (an exported launch script), without the variables it sets beside it."""
+    for name in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+
+
 def edit_the_run(name: str, file: str, edit: Callable[[Any], Any]) -> Callable[[Path, pytest.MonkeyPatch], None]:
     """A setup that rewrites ``file`` of the copied run ``name`` with ``edit`` and renews the manifest to match, as
     someone who meant harm would: only the checks of what the files say can tell."""
@@ -903,6 +910,18 @@ CASES = [
         "error: run/model.safetensors: No space left on device",
         files={"train.tsv": GOOD_TSV},
         setup=fill_the_disk,
+    ),
+    Case(
+        "world-size-without-torchrun",
+        "torchrun's `WORLD_SIZE` left in the environment of a plain command",
+        "`WORLD_SIZE=2` in the environment, no `RANK`, `MASTER_ADDR`, `MASTER_PORT`; `train.tsv`",
+        (*TRAIN, "--train", "train.tsv", "--set", *TINY),
+        2,
+        "error: WORLD_SIZE=2 is set in the environment but RANK, MASTER_ADDR, MASTER_PORT are not: start "
+        "data-parallel training with torchrun (torchrun --nproc-per-node N -m attnkit ...), or unset WORLD_SIZE to "
+        "train in one process",
+        files={"train.tsv": GOOD_TSV},
+        setup=world_size_without_torchrun,
     ),
 ]
 

@@ -186,3 +186,20 @@ def test_only_the_first_rank_reports(capsys):
         progress(Warned("the run had already used its budget"))
         progress.close()
     assert capsys.readouterr().err.splitlines() == ["warning: the run had already used its budget"]
+
+
+def test_only_the_first_rank_writes_progress_lines(capsys):
+    """Without a terminal the steps are plain lines; under torchrun rank 1 wrote each of them too, so a 2-process
+    run's log held every progress line twice."""
+    from attnkit.cli.progress import TrainingProgress
+    from attnkit.training.events import Planned, Step
+
+    for muted in (True, False):
+        progress = TrainingProgress(quiet=False, interactive=False, muted=muted)
+        progress(Planned(2, 2, 2, "linear", 1, 0))
+        for step in (1, 2):
+            progress(Step(step, 2, 1, step / 2, 0.5, 1e-3, 8, {}, 0.5, {}))
+        progress.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split("  ")[0] for line in lines[1:]] == ["step 1/2 (50%)", "step 2/2 (100%)"]
+    assert len(lines) == 3

@@ -218,3 +218,60 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What every rank checks, and torchrun's environment without torchrun
+
+
+def test_every_rank_refuses_a_precision_its_device_cannot_run(capsys):
+    """Rank 0 alone used to check the precision: it refused fp16 on a CPU and left, while rank 1 went on into a
+    barrier and died in gloo's 'Connection closed by peer' traceback. Every rank refuses; rank 0 alone notes."""
+    import argparse
+
+    from attnkit.cli.common import training_progress
+    from attnkit.errors import InputError
+    from attnkit.training.task import TrainContext
+
+    for rank in (0, 1):
+        context = TrainContext(torch.device("cpu"), rank=rank, world_size=2)
+        with pytest.raises(InputError, match="config key precision=fp16 runs on CUDA devices only"):
+            with training_progress(argparse.Namespace(quiet=True), context, "fp16"):
+                pass
+
+
+def test_a_rank_0_that_refuses_its_input_leaves_one_error_line_per_rank(tmp_path):
+    """Rank 0 fetches a dataset (or takes --out's lock) while the others wait in a barrier; when it refused and
+    ended, rank 1 died in gloo's 'Connection closed by peer' traceback below rank 0's error line."""
+    argv = ["-m", "attnkit", "classify", "train", "--dataset", "no-such-recipe", "--out", str(tmp_path / "run")]
+    proc = launch(2, *argv)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode != 0
+    assert "error: unknown dataset recipe 'no-such-recipe'" in err
+    assert "[rank1]" not in err, err
+
+
+@pytest.mark.parametrize(
+    "environment, message",
+    [
+        ({"WORLD_SIZE": "2"}, "WORLD_SIZE=2 is set in the environment but RANK, MASTER_ADDR, MASTER_PORT are not"),
+        ({"WORLD_SIZE": "2", "RANK": "0"}, "WORLD_SIZE=2 is set in the environment but MASTER_ADDR, MASTER_PORT are"),
+        ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' in the environment: expected a whole number of at least 1"),
+        ({"WORLD_SIZE": "0"}, "WORLD_SIZE='0' in the environment: expected a whole number of at least 1"),
+        (
+            {"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
+            r"RANK=2 in the environment is not one of WORLD_SIZE=2 ranks \(0 \.\. 1\)",
+        ),
+    ],
+)
+def test_torchruns_environment_without_torchrun_is_one_error(monkeypatch, environment, message):
+    """WORLD_SIZE left in a shell used to be a KeyError traceback (no RANK) or torch's ValueError (no MASTER_ADDR)."""
+    from attnkit.errors import InputError
+    from attnkit.training.distributed import context_from_environment
+
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(InputError, match=message):
+        context_from_environment(torch.device("cpu"))

@@ -218,13 +218,13 @@ def add_precision_arg(p: argparse.ArgumentParser, help: str, *, int8: bool = Fal
     p.add_argument("--precision", choices=choices, default="fp32", help=help)
 
 
-def check_precision(precision: str, device, *, what: str) -> None:
+def check_precision(precision: str, device, *, what: str, note: bool = True) -> None:
     """fp16 off CUDA (and bf16 on a GPU without it) is an error line naming ``what``; bf16 on a CPU without AMX or
-    AVX512-BF16 runs, much slower than fp32: say so, once."""
+    AVX512-BF16 runs, much slower than fp32: say so, once (unless ``note`` is False)."""
     from attnkit.training import precision as precisions
 
     precisions.check_precision(precision, device, what=what, allowed=precisions.DECODING_PRECISIONS)
-    if precisions.slow_bf16(precision, device):
+    if note and precisions.slow_bf16(precision, device):
         print(f"note: precision={precision}: {precisions.SLOW_BF16_NOTE}", file=sys.stderr)
 
 
@@ -260,12 +260,12 @@ def training_context(args: argparse.Namespace) -> Iterator[TrainContext]:
 
 @contextmanager
 def training_progress(args: argparse.Namespace, context: TrainContext, precision: str) -> Iterator[TrainingProgress]:
-    """Around a train command's call into its task: the configured precision checked on this device (rank 0 says
-    why not, once), and the progress display (rank 0 reports for all ranks), closed however training ends."""
+    """Around a train command's call into its task: the configured precision checked on this device (on every rank:
+    a rank that skipped it waited for rank 0 in a collective and died in gloo's traceback when rank 0 refused; rank 0
+    alone notes a slow bf16), and the progress display (rank 0 reports for all ranks), closed however training ends."""
     from attnkit.cli.progress import TrainingProgress
 
-    if context.is_main:
-        check_precision(precision, context.device, what="config key precision")
+    check_precision(precision, context.device, what="config key precision", note=context.is_main)
     progress = TrainingProgress(quiet=args.quiet, muted=not context.is_main)
     try:
         yield progress

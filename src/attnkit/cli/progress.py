@@ -87,7 +87,7 @@ class TrainingProgress:
             self.bar.update(1)
             self.bar.set_postfix(shown, refresh=False)
             return
-        if self.quiet or self.interactive:
+        if self.quiet or self.muted or self.interactive:
             return
         now, total = time.monotonic(), max(1, self.total)
         tenth = LINES_PER_RUN * event.step // total > LINES_PER_RUN * (event.step - 1) // total  # crossed one

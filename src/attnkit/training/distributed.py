@@ -35,10 +35,24 @@ def context_from_environment(device: torch.device) -> TrainContext:
     """The training context of this process: a single process, or, started by torchrun (``WORLD_SIZE`` > 1 in the
     environment), one rank of a process group that this call joins: NCCL with one GPU per process (any ``cuda``
     device becomes ``cuda:LOCAL_RANK``), gloo on the CPU."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    world_size = _launch_number("WORLD_SIZE", "1", minimum=1)
     if world_size == 1:
         return TrainContext(device)
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    # What torchrun sets beside WORLD_SIZE, and init_process_group reads: a WORLD_SIZE left in a shell without them
+    # was a KeyError traceback (RANK) or torch's ValueError (MASTER_ADDR); a RANK past WORLD_SIZE waited in
+    # init_process_group for a rendezvous that never comes.
+    missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    if missing:
+        raise InputError(
+            f"WORLD_SIZE={world_size} is set in the environment but {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not: start data-parallel training with torchrun "
+            "(torchrun --nproc-per-node N -m attnkit ...), or unset WORLD_SIZE to train in one process"
+        )
+    rank, local_rank = _launch_number("RANK", "0", minimum=0), _launch_number("LOCAL_RANK", "0", minimum=0)
+    if rank >= world_size:
+        raise InputError(
+            f"RANK={rank} in the environment is not one of WORLD_SIZE={world_size} ranks (0 .. {world_size - 1})"
+        )
     if device.type == "cuda":  # one GPU per process, torchrun's convention (choose them with CUDA_VISIBLE_DEVICES)
         if local_rank >= torch.cuda.device_count():
             raise InputError(
@@ -54,6 +68,21 @@ def context_from_environment(device: torch.device) -> TrainContext:
     return TrainContext(device, rank=rank, world_size=world_size)
 
 
+def _launch_number(name: str, default: str, *, minimum: int) -> int:
+    """The whole number torchrun put in environment variable ``name``; anything else is an ``InputError`` naming it."""
+    value = os.environ.get(name, default)
+    try:
+        number = int(value)
+    except ValueError:
+        number = minimum - 1
+    if number < minimum:
+        raise InputError(
+            f"{name}={value!r} in the environment: expected a whole number of at least {minimum} (torchrun sets it; "
+            "unset it to train in one process)"
+        )
+    return number
+
+
 def end_process_group() -> None:
     """Leave the process group, if this process joined one (at the end of a training command)."""
     if dist.is_initialized():
@@ -61,9 +90,17 @@ def end_process_group() -> None:
 
 
 def wait_for_main(context: TrainContext) -> None:
-    """On ranks other than 0: wait until rank 0 calls ``main_done`` (it has written files the others read)."""
+    """On ranks other than 0: wait until rank 0 calls ``main_done`` (it has written files the others read). A rank 0
+    that refused its input (a locked --out, an unknown dataset) and ended instead is one error line here, not gloo's
+    "Connection closed by peer" traceback below rank 0's own error line."""
     if context.world_size > 1 and not context.is_main:
-        dist.barrier()
+        try:
+            dist.barrier()
+        except RuntimeError:  # torch's DistBackendError: the peer's connection is gone
+            raise InputError(
+                f"rank {context.rank}: rank 0 ended (or stopped answering) before the other ranks could go on; its "
+                "error says why"
+            ) from None
 
 
 def main_done(context: TrainContext) -> None:
