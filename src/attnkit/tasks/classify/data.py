@@ -3,15 +3,38 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import numpy as np
 
 from attnkit.config import ClassifierConfig
 from attnkit.data.batching import Truncation, apply_length_policy
 from attnkit.data.prepared import LabelledTokens, PreparedCorpus
+from attnkit.data.readers import Example
 from attnkit.data.sequences import MappedSequences
 from attnkit.errors import InputError
 from attnkit.tokenization import Tokenizer
+
+
+def hold_out_tenth(examples: list[Example], seed: int) -> tuple[list[Example], list[Example]]:
+    """(train, valid): a tenth of ``examples``, drawn with ``seed``, held out for model selection, except the
+    examples of a label the tenth would take whole, which train (else the model would have a class it never trains
+    on, and no place for it among the run's labels)."""
+    shuffled = list(examples)
+    random.Random(seed).shuffle(shuffled)
+    n_valid = len(shuffled) // 10
+    valid, train = shuffled[:n_valid], shuffled[n_valid:]
+    trained = {ex.label for ex in train}
+    return train + [ex for ex in valid if ex.label not in trained], [ex for ex in valid if ex.label in trained]
+
+
+def check_labels(files: tuple[tuple[list[Example], str], ...], labels: list[str]) -> None:
+    """An ``InputError`` naming the file and line of the first example (in file order) of each ``(examples, file)``
+    whose label is not one of ``labels``."""
+    for examples, where in files:
+        if unknown := [ex for ex in examples if ex.label not in labels]:
+            ex = min(unknown, key=lambda ex: ex.line)  # the first in the file (held-out examples are shuffled)
+            raise InputError(f"{where}:{ex.line}: label {ex.label!r} is not one of the run's labels {labels}")
 
 
 def resolve_classes(cfg: ClassifierConfig, labels: list[str]) -> ClassifierConfig:

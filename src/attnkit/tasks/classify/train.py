@@ -5,7 +5,6 @@ sentence, validation accuracy (ties broken by validation loss) deciding the best
 from __future__ import annotations
 
 import dataclasses
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,13 @@ from attnkit.errors import InputError, check_records
 from attnkit.evaluation.metrics import accuracy, macro_f1
 from attnkit.model.build import build_classifier
 from attnkit.model.classifier import TransformerClassifier
-from attnkit.tasks.classify.data import encode_examples, prepared_examples, resolve_classes
+from attnkit.tasks.classify.data import (
+    check_labels,
+    encode_examples,
+    hold_out_tenth,
+    prepared_examples,
+    resolve_classes,
+)
 from attnkit.tasks.classify.predict import predict_ids, predicted_class_ids, predicted_classes
 from attnkit.tokenization import Tokenizer, train_tokenizer
 from attnkit.training.events import Event, Prepared
@@ -184,15 +189,7 @@ def train_classifier(
         # Hold out 10% for model selection; below 100 examples that would be too few to mean anything, so the
         # training set itself is used (and said to be).
         if len(train) >= 100:
-            shuffled = list(train)
-            random.Random(train_cfg.seed).shuffle(shuffled)
-            n_valid = len(shuffled) // 10
-            valid, train = shuffled[:n_valid], shuffled[n_valid:]
-            # A label whose every example fell in the held-out tenth would have a class the model never trains on
-            # (and no place among the run's labels): its examples train instead of validating.
-            trained = {ex.label for ex in train}
-            train += [ex for ex in valid if ex.label not in trained]
-            valid = [ex for ex in valid if ex.label in trained]
+            train, valid = hold_out_tenth(train, train_cfg.seed)
             valid_source = "held out from train"
         else:
             # The training set itself selects the epoch. Early stopping on it would measure nothing (training data
@@ -268,10 +265,7 @@ def train_classifier(
         assert isinstance(train, list) and valid is not None
         label_id = {label: i for i, label in enumerate(labels)}
         files = ((train, train_file), (valid, valid_file))
-        for examples, where in files:  # every label checked before any text is tokenised
-            if unknown := [ex for ex in examples if ex.label not in label_id]:
-                ex = min(unknown, key=lambda ex: ex.line)  # the first in the file (held-out examples are shuffled)
-                raise InputError(f"{where}:{ex.line}: label {ex.label!r} is not one of the run's labels {labels}")
+        check_labels(files, labels)  # every label, before any text is tokenised
         (train_ids, truncation), (valid_ids, _) = (
             encode_examples(
                 tokenizer,
