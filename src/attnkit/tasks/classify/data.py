@@ -31,8 +31,9 @@ def hold_out_tenth(examples: list[Example], seed: int) -> tuple[list[Example], l
 def check_labels(files: tuple[tuple[list[Example], str], ...], labels: list[str]) -> None:
     """An ``InputError`` naming the file and line of the first example (in file order) of each ``(examples, file)``
     whose label is not one of ``labels``."""
+    known = set(labels)
     for examples, where in files:
-        if unknown := [ex for ex in examples if ex.label not in labels]:
+        if unknown := [ex for ex in examples if ex.label not in known]:
             ex = min(unknown, key=lambda ex: ex.line)  # the first in the file (held-out examples are shuffled)
             raise InputError(f"{where}:{ex.line}: label {ex.label!r} is not one of the run's labels {labels}")
 
