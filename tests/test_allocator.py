@@ -45,16 +45,23 @@ def faults(mode: str) -> int:
 
 @glibc
 def test_tuned_malloc_reuses_freed_buffers_instead_of_faulting_them_in_again():
-    # Measured, ten passes after three: 37,000-66,000 with glibc's defaults (each pass faults up to ~27 MiB of
-    # activations in again), 0-3,584 tuned. glibc's adaptive thresholds make the default's count vary from one
+    # Measured, ten passes after three: 14,000-110,000 with glibc's defaults (each pass faults up to ~27 MiB of
+    # activations in again), 0-4,608 tuned. glibc's adaptive thresholds make the default's count vary from one
     # process to the next (once 4,096, in a CI run at e873260), so the baseline is the largest of up to three.
+    # The tuned count is steady-state reuse plus one-off faults (a heap that grows once, a lazily touched page: 512
+    # to 2,561 on one machine, 4,608 once in a CI run at 092a836 against a 22,912 baseline), and one-off faults only
+    # add, so it is the smallest of up to three processes.
     default = 0
     for _ in range(3):
         default = max(default, faults("default"))
         if default > 10 * 1000:
             break
-    tuned = faults("tuned")
     assert default > 10 * 1000, default
+    tuned = faults("tuned")
+    for _ in range(2):
+        if tuned < default / 8:
+            break
+        tuned = min(tuned, faults("tuned"))
     assert tuned < default / 8, (default, tuned)
 
 
