@@ -215,7 +215,7 @@ def add_precision_arg(p: argparse.ArgumentParser, help: str, *, int8: bool = Fal
     """--precision fp32 | bf16 | fp16 (| int8 where a translator decodes) of an inference command; ``help`` says
     what each does there."""
     choices = ("fp32", "bf16", "fp16", "int8") if int8 else ("fp32", "bf16", "fp16")
-    p.add_argument("--precision", choices=choices, default="fp32", help=help)
+    p.add_argument("--precision", choices=choices, default="fp32", help=f"{help} (default %(default)s)")
 
 
 def check_precision(precision: str, device, *, what: str, note: bool = True) -> None:

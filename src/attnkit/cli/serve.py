@@ -169,8 +169,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="a classifier or translator run directory, a BERT folder, or minilm (embeddings)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=port_number, default=8000, help="port (0: any free port)")
-    p.add_argument("--threads", type=thread_count, help="torch intra-op threads of the inference worker")
+    p.add_argument("--port", type=port_number, default=8000, help="port (default %(default)s; 0: any free port)")
+    p.add_argument(
+        "--threads",
+        type=thread_count,
+        help="torch intra-op threads of the inference worker (default: torch's, one per physical core)",
+    )
     add_precision_arg(
         p,
         "bf16: a classifier under bfloat16 autocast, a translator decoding in bfloat16 (GPUs, and CPUs with AMX or "
@@ -195,16 +199,28 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "/health, /ready, /metrics, /openapi.json, /docs and the playground's files stay open",
     )
     limits = p.add_argument_group("limits")
-    limits.add_argument("--max-body-bytes", type=int, default=1_000_000, help="request body (413 beyond)")
-    limits.add_argument("--max-inputs", type=int, default=64, help="texts per request (413 beyond)")
-    limits.add_argument("--max-chars", type=int, default=10_000, help="characters per text (422 unless truncate)")
-    limits.add_argument("--max-queue", type=int, default=64, help="queued requests (429 beyond)")
-    limits.add_argument("--max-batch-tokens", type=int, default=8192, help="padded tokens per batch")
-    limits.add_argument("--max-batch-inputs", type=int, default=64, help="inputs per batch")
+    limits.add_argument(
+        "--max-body-bytes", type=int, default=1_000_000, help="request body (413 beyond; default %(default)s)"
+    )
+    limits.add_argument(
+        "--max-inputs", type=int, default=64, help="texts per request (413 beyond; default %(default)s)"
+    )
+    limits.add_argument(
+        "--max-chars", type=int, default=10_000, help="characters per text (422 unless truncate; default %(default)s)"
+    )
+    limits.add_argument("--max-queue", type=int, default=64, help="queued requests (429 beyond; default %(default)s)")
+    limits.add_argument(
+        "--max-batch-tokens", type=int, default=8192, help="padded tokens per batch (default %(default)s)"
+    )
+    limits.add_argument("--max-batch-inputs", type=int, default=64, help="inputs per batch (default %(default)s)")
     limits.add_argument("--max-wait-ms", type=float, default=0.0, help="wait for a batch to fill (default 0)")
-    limits.add_argument("--timeout", type=float, default=30.0, help="seconds per request, queue included (504)")
-    limits.add_argument("--max-beam", type=int, default=8, help="largest beam and n_best")
-    limits.add_argument("--attention-max-tokens", type=int, default=64, help="input length of /v1/attention")
+    limits.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds per request, queue included (504; default %(default)s)"
+    )
+    limits.add_argument("--max-beam", type=int, default=8, help="largest beam and n_best (default %(default)s)")
+    limits.add_argument(
+        "--attention-max-tokens", type=int, default=64, help="input length of /v1/attention (default %(default)s)"
+    )
     limits.add_argument("--no-batching", action="store_true", help="one request at a time (for comparison)")
     slow = p.add_argument_group("slow and idle clients")
     slow.add_argument(

@@ -244,7 +244,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
             "--length-penalty",
             choices=("gnmt", "power", "none"),
             default="gnmt",
-            help="gnmt: ((5+|Y|)/6)^alpha; power: |Y|^alpha",
+            help="the score's divisor: gnmt ((5+|Y|)/6)^alpha, power |Y|^alpha, none (default %(default)s)",
         )
 
     p = translate_cmds.add_parser("run", help="translate stdin to stdout, one line each, same order")
