@@ -90,6 +90,12 @@ def test_parallel_tsv_skips_an_optional_header(tmp_path):
     assert read_parallel_tsv(without) == [Pair("Hello .", "Hallo .", 1), Pair("yes", "ja", 2)]
 
 
+@pytest.mark.parametrize("header", ["Source\tTarget", "src\ttgt", "SRC \t TGT"])
+def test_the_usual_spellings_of_a_parallel_header_are_headers_too(tmp_path, header):
+    path = write(tmp_path, "a.tsv", f"{header}\nHello .\tHallo .\n")
+    assert read_parallel_tsv(path) == [Pair("Hello .", "Hallo .", 2)]
+
+
 def test_parallel_files_align_by_line(tmp_path):
     src = write(tmp_path, "a.en", b"\xef\xbb\xbfHello .\r\nyes\r\n")
     tgt = write(tmp_path, "a.de", "Hallo .\nja")

@@ -345,14 +345,18 @@ def read_text_lines(path: str | Path) -> list[tuple[str, int]]:
     return texts
 
 
+_PAIR_HEADERS = {("source", "target"), ("src", "tgt")}  # compared lower-cased: "Source<TAB>Target" is one too
+
+
 def iter_parallel_tsv(path: str | Path) -> Iterator[Pair]:
-    """Stream ``source<TAB>target`` lines; a first line ``source<TAB>target`` is taken as a header and skipped."""
+    """Stream ``source<TAB>target`` lines; a first line ``source<TAB>target`` (or ``src<TAB>tgt``, in any case)
+    is taken as a header and skipped."""
     path = Path(path)
     n_lines = n_pairs = 0
     for number, line in _lines(path):
         n_lines = number
         fields = line.split("\t")
-        if number == 1 and [field.strip() for field in fields] == ["source", "target"]:
+        if number == 1 and tuple(field.strip().lower() for field in fields) in _PAIR_HEADERS:
             continue
         if not line.strip():
             raise InputError(f"{path}:{number}: blank line; expected source<TAB>target")
@@ -376,7 +380,8 @@ def iter_parallel_tsv(path: str | Path) -> Iterator[Pair]:
 
 
 def read_parallel_tsv(path: str | Path) -> list[Pair]:
-    """Read ``source<TAB>target`` lines; a first line ``source<TAB>target`` is taken as a header and skipped."""
+    """Read ``source<TAB>target`` lines; a first line ``source<TAB>target`` (or ``src<TAB>tgt``, in any case) is
+    taken as a header and skipped."""
     return list(iter_parallel_tsv(path))
 
 
