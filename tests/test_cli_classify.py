@@ -263,6 +263,28 @@ def test_train_names_the_file_and_line_of_a_label_unseen_in_training(tmp_path, c
     assert line.startswith(f"error: {more}:22: label 'neutral' ")
 
 
+def test_a_text_with_two_labels_and_validation_texts_that_are_training_texts_are_warned_of(tmp_path, capsys):
+    """Neither stops the run (a corpus may hold a few), but a user should know: no model fits a text labelled both
+    ways, and validation on training texts flatters the model and the epoch it picks."""
+    train, valid = tmp_path / "train.tsv", tmp_path / "valid.tsv"
+    twice = "The performance was outstanding and truly inspiring"  # line 3, positive
+    train.write_text(SEED_TSV.read_text(encoding="utf-8") + f"{twice}\tnegative\n", encoding="utf-8")
+    valid.write_text(f"text\tlabel\nan unseen sentence\tpositive\n{twice}\tpositive\n", encoding="utf-8")
+    args = ["classify", "train", "--train", str(train), "--epochs", "1", "--quiet", "--set", *TINY_SET]
+    assert main([*args, "--valid", str(valid), "--out", str(tmp_path / "run")]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        f"warning: {train}: 1 text appears with more than one label (the first: line 3 'positive', line 22 "
+        "'negative'); no model fits both",
+        f"warning: {valid}: 1 of the 2 validation texts are training texts too (the first: line 3); the validation "
+        "accuracy flatters the model",
+    ]
+    # Under 100 examples the training set itself validates, as the run's summary says: no warning for that.
+    assert main(["classify", "train", "--train", str(SEED_TSV), "--epochs", "1", "--quiet", "--set", *TINY_SET,
+                 "--out", str(tmp_path / "seed")]) == 0  # fmt: skip
+    assert "warning:" not in capsys.readouterr().err
+
+
 def test_train_names_the_file_of_a_text_too_long(tmp_path, capsys):
     valid = tmp_path / "valid.tsv"
     valid.write_text("text\tlabel\ngreat movie\tpositive\n" + "bad " * 20 + "\tnegative\n", encoding="utf-8")

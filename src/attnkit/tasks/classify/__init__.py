@@ -1,5 +1,5 @@
-"""Text classification: ``data`` (labels, encoding), ``train`` (``train_classifier``), ``predict``
-(``ClassifierRun``)."""
+"""Text classification: ``data`` (labels, encoding), ``pretrained`` (an encoder to fine-tune), ``train``
+(``train_classifier``), ``predict`` (``ClassifierRun``)."""
 
 from attnkit.tasks.classify.data import encode_examples, resolve_classes
 from attnkit.tasks.classify.predict import (
@@ -8,7 +8,8 @@ from attnkit.tasks.classify.predict import (
     predict_ids,
     predicted_classes,
 )
-from attnkit.tasks.classify.train import ClassificationTask, Pretrained, TrainSummary, train_classifier
+from attnkit.tasks.classify.pretrained import Pretrained
+from attnkit.tasks.classify.train import ClassificationTask, TrainSummary, train_classifier
 
 __all__ = [
     "ClassificationTask",

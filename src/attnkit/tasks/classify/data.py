@@ -38,6 +38,39 @@ def check_labels(files: tuple[tuple[list[Example], str], ...], labels: list[str]
             raise InputError(f"{where}:{ex.line}: label {ex.label!r} is not one of the run's labels {labels}")
 
 
+def conflicting_labels(examples: list[Example], where: str) -> str | None:
+    """A warning when one text appears in ``examples`` with two labels or more (no model fits both), naming how
+    many such texts and the lines of the first; None when there are none."""
+    first: dict[str, Example] = {}
+    conflicts: dict[str, tuple[Example, Example]] = {}
+    for ex in examples:
+        seen = first.setdefault(ex.text, ex)
+        if seen.label != ex.label and ex.text not in conflicts:
+            conflicts[ex.text] = (seen, ex)
+    if not conflicts:
+        return None
+    a, b = min(conflicts.values(), key=lambda pair: pair[1].line)
+    return (
+        f"{where}: {len(conflicts):,} {'text appears' if len(conflicts) == 1 else 'texts appear'} with more than "
+        f"one label (the first: line {a.line} "
+        f"{a.label!r}, line {b.line} {b.label!r}); no model fits both"
+    )
+
+
+def repeated_in_train(train: list[Example], valid: list[Example], valid_where: str) -> str | None:
+    """A warning when validation texts are also training texts (validation then measures memory as well as
+    generalisation, and picks the epoch that remembers best), naming how many and the line of the first; None
+    when there are none."""
+    trained = {ex.text for ex in train}
+    if not (repeated := [ex for ex in valid if ex.text in trained]):
+        return None
+    first = min(repeated, key=lambda ex: ex.line)
+    return (
+        f"{valid_where}: {len(repeated):,} of the {len(valid):,} validation texts are training texts too (the "
+        f"first: line {first.line}); the validation accuracy flatters the model"
+    )
+
+
 def resolve_classes(cfg: ClassifierConfig, labels: list[str]) -> ClassifierConfig:
     """Fix ``n_classes`` from the training labels: 0 means one per label; 1 is a binary single-logit head."""
     if len(labels) < 2:

@@ -25,14 +25,17 @@ from attnkit.model.build import build_classifier
 from attnkit.model.classifier import TransformerClassifier
 from attnkit.tasks.classify.data import (
     check_labels,
+    conflicting_labels,
     encode_examples,
     hold_out_tenth,
     prepared_examples,
+    repeated_in_train,
     resolve_classes,
 )
 from attnkit.tasks.classify.predict import predict_ids, predicted_class_ids, predicted_classes
+from attnkit.tasks.classify.pretrained import Pretrained, with_fresh_head
 from attnkit.tokenization import Tokenizer, train_tokenizer
-from attnkit.training.events import Event, Prepared
+from attnkit.training.events import Event, Prepared, Warned
 from attnkit.training.loop import fit
 from attnkit.training.losses import classification_loss
 from attnkit.training.optim import make_optimizer
@@ -52,33 +55,6 @@ class TrainSummary:
     truncation: Truncation
     valid_source: str  # "file", "held out from train" or the training set itself
     stopped_by: str
-
-
-@dataclass
-class Pretrained:
-    """A pretrained encoder to fine-tune (``interop.bert.load_pretrained`` reads one from a BERT folder): the model
-    (its head is replaced), its config and tokenizer, and where it came from (recorded as ``init_from``)."""
-
-    model: TransformerClassifier
-    config: ClassifierConfig
-    tokenizer: Tokenizer
-    source: str
-
-
-def with_fresh_head(
-    pretrained: Pretrained, *, n_classes: int, pooling: str
-) -> tuple[TransformerClassifier, ClassifierConfig]:
-    """The pretrained encoder under a freshly initialised head of ``n_classes`` outputs."""
-    cfg = dataclasses.replace(pretrained.config, n_classes=n_classes, pooling=pooling)
-    model = build_classifier(cfg, pad_id=pretrained.tokenizer.pad_id)
-    encoder = {name: t for name, t in pretrained.model.state_dict().items() if not name.startswith("head.")}
-    result = model.load_state_dict(encoder, strict=False)
-    if result.unexpected_keys or any(not name.startswith("head.") for name in result.missing_keys):
-        raise ValueError(
-            f"pretrained model does not fit its config (missing: {result.missing_keys}, "
-            f"unexpected: {result.unexpected_keys})"
-        )
-    return model, cfg
 
 
 @dataclass
@@ -182,7 +158,9 @@ def train_classifier(
         train_cfg = ClassifierTrainConfig(**run.saved["train"])
     torch.manual_seed(train_cfg.seed)
 
-    valid_source = "file"
+    valid_source, valid_is_train = "file", False
+    if isinstance(train, list) and (note := conflicting_labels(train, train_file)):
+        on_event(Warned(note))
     if prepared is None and not valid:
         valid_file = train_file  # the examples that validate are the training file's, with its line numbers
         assert isinstance(train, list)
@@ -197,7 +175,7 @@ def train_classifier(
             # an epoch 4 steps rather than 1, so that the default 20 epochs fit 20 sentences (100% training accuracy).
             quarter = -(-len(train) // 4)
             train_cfg = dataclasses.replace(train_cfg, patience=0, batch_size=min(train_cfg.batch_size, quarter))
-            valid = list(train)
+            valid, valid_is_train = list(train), True
             valid_source = (
                 f"the training set: under 100 examples, none held out, no early stopping, batches of "
                 f"{train_cfg.batch_size}"
@@ -266,6 +244,8 @@ def train_classifier(
         label_id = {label: i for i, label in enumerate(labels)}
         files = ((train, train_file), (valid, valid_file))
         check_labels(files, labels)  # every label, before any text is tokenised
+        if not valid_is_train and (note := repeated_in_train(train, valid, valid_file)):
+            on_event(Warned(note))
         (train_ids, truncation), (valid_ids, _) = (
             encode_examples(
                 tokenizer,
