@@ -47,7 +47,7 @@ def classification_task(accum: int) -> tuple[torch.nn.Module, ClassificationTask
     labels = [int(sum(s) % 3) for s in ids]
     cfg = ClassifierTrainConfig(**TRAIN, accum_steps=accum, batch_size=8)
     model = build_classifier(ClassifierConfig(vocab_size=50, n_classes=3, **TINY), pad_id=0)
-    task = ClassificationTask(ids, np.array(labels), ids[:20], labels[:20], 3, 0, cfg, 16, "synthetic")
+    task = ClassificationTask(ids, np.array(labels), ids[:20], labels[:20], 0, cfg, 16, "synthetic")
     return model, task
 
 

@@ -218,7 +218,7 @@ def test_batching_reads_no_sentence_and_a_batch_reads_only_its_own(trained, task
     else:
         train_ids, train_y, _, _, _ = prepared_examples(corpus)
         read.clear()
-        task_ = ClassificationTask(train_ids, train_y, [], [], 3, 0, ClassifierTrainConfig(batch_size=8), 16, "")
+        task_ = ClassificationTask(train_ids, train_y, [], [], 0, ClassifierTrainConfig(batch_size=8), 16, "")
         parts = ["train.text"]
     task_.epoch_batches(None)
     batches = task_.epoch_batches(torch.Generator().manual_seed(0))

@@ -119,6 +119,6 @@ class ClassifierRun:
         pred = predicted_classes(self.logits([ex.text for ex in examples]))
         return {
             "accuracy": accuracy(pred, gold),
-            "macro_f1": macro_f1(pred, gold, len(self.labels)),
+            "macro_f1": macro_f1(pred, gold),
             "n": len(examples),
         }

@@ -67,7 +67,6 @@ class ClassificationTask:
     train_y: np.ndarray  # (N,) int64 label ids (memory-mapped from a prepared corpus)
     valid_ids: list[list[int]]
     valid_y: list[int]
-    n_labels: int
     pad_id: int
     cfg: ClassifierTrainConfig
     d_model: int
@@ -106,7 +105,7 @@ class ClassificationTask:
         loss = classification_loss(logits, torch.tensor(self.valid_y)).item()  # no smoothing: the plain NLL
         return {
             "accuracy": accuracy(predicted, self.valid_y),
-            "macro_f1": macro_f1(predicted, self.valid_y, self.n_labels),
+            "macro_f1": macro_f1(predicted, self.valid_y),
             "loss": loss,
         }
 
@@ -276,7 +275,7 @@ def train_classifier(
         run, "classify", model_cfg, train_cfg, tokenizer, files={runs.LABELS: labels}, context=context, **extra
     )
     task = ClassificationTask(
-        train_ids, train_y, valid_ids, valid_y, len(labels), tokenizer.pad_id, train_cfg, model_cfg.d_model, fingerprint
+        train_ids, train_y, valid_ids, valid_y, tokenizer.pad_id, train_cfg, model_cfg.d_model, fingerprint
     )
     result = fit(model, optimizer, task, train_cfg, run.path, resume=run.resume, on_event=on_event, context=context)
     return TrainSummary(
