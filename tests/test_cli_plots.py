@@ -65,6 +65,12 @@ def test_attention_png_and_html(run, tmp_path, capsys):
     page = (tmp_path / "a.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "<script" not in page
     assert "wonderful" in page  # token labels are drawn
+    # A head named twice is one panel (it drew two).
+    once = ["--layer", "1", "--head", "0", "a wonderful film"]
+    assert (
+        main(["plot", "attention", "--model", str(run), "--out", str(tmp_path / "b.html"), *once, "--head", "0"]) == 0
+    )
+    assert (tmp_path / "b.html").read_text().count("head 0") == page.count("head 0")
 
 
 def test_attention_on_a_2000_token_input_is_downsampled(run, tmp_path, capsys):

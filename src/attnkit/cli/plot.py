@@ -53,7 +53,7 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
             captured.query_tokens,
             captured.key_tokens,
             args.out,
-            heads=args.head,
+            heads=list(dict.fromkeys(args.head)) if args.head else None,  # --head 0 --head 0: one panel
             title=f"{captured.kind}, {args.model}",
         )
     )
