@@ -161,3 +161,26 @@ def test_dir_lists_the_public_names_not_the_modules_own_imports():
     names = dir(attnkit)
     assert set(attnkit.__all__) <= set(names)
     assert not {"importlib", "annotations", "TYPE_CHECKING"} & set(names)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_one_run_object_answers_several_threads_as_it_answers_one(tmp_path, tiny, quietly, precision):
+    """A web app calls one loaded run from a pool of threads: each call gets what it gets alone (a run shares its
+    model, and on a GPU its recorded graphs, across calls: nothing of a call may leak into another's)."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    import attnkit
+
+    quietly(*tiny.translate_train(tmp_path, tmp_path / "translator", "--max-steps", "30"))
+    quietly(*tiny.classify_train(tmp_path / "classifier", "--epochs", "3"))
+    rng = random.Random(0)
+    words = "a b c d e f g h i".split()
+    batches = [[" ".join(rng.choices(words, k=rng.randint(1, 6))) for _ in range(rng.randint(1, 9))] for _ in range(24)]
+    translator = attnkit.TranslatorRun(tmp_path / "translator", precision=precision)
+    classifier = attnkit.ClassifierRun(tmp_path / "classifier")
+    calls = [lambda b: translator.translate(b, beam=4), lambda b: translator.translate(b, beam=1), classifier.predict]
+    for call in calls:
+        alone = [call(batch) for batch in batches]
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(call, batches)) == alone
