@@ -9,7 +9,7 @@ that what a run does once (the tokenizer, building the model, the final save) ca
 step at the small preset, attnkit against Hugging Face Marian at the same shapes (where transformers is installed).
 ``--as-gpu`` takes the GPU's choices on the CPU (the loss's fused pass instead of cache-sized blocks, the padding
 computed instead of packed; ``losses.blocked_loss``, ``transformer.skips_padding``). Beyond the synchronising calls
-counted, the loop reads the device once a step (``training.loop.read_step``, a ``.tolist()`` that dispatches
+counted, the loop reads the device once a step (``training.step.read_step``, a ``.tolist()`` that dispatches
 nothing on a CPU).
 """
 

@@ -195,7 +195,7 @@ def test_fp16_overflow_is_skipped_by_the_scaler_not_reported_as_divergence():
     from torch import nn
 
     from attnkit.config import ClassifierTrainConfig
-    from attnkit.training.loop import _train_step
+    from attnkit.training.step import train_step
     from attnkit.training.task import Batch, BatchLoss, TrainContext
 
     class Task:
@@ -216,7 +216,7 @@ def test_fp16_overflow_is_skipped_by_the_scaler_not_reported_as_divergence():
     x, y = torch.randn(8, 4) * 100, torch.randint(0, 2, (8,))
     cfg = ClassifierTrainConfig(precision="fp16")
     batches = [(0, Task().collate(list(range(8))))]
-    outcome = _train_step(model, optimizer, Task(), batches, cfg, TrainContext(cuda()), scaler, step=1)
+    outcome = train_step(model, optimizer, Task(), batches, cfg, TrainContext(cuda()), scaler, step=1)
     # The loss is finite; its gradient, scaled by 2^24 and cast to float16 for the linear layer, is not.
     assert outcome.problem is None
     assert scaler.get_scale() == 2.0**23  # halved
@@ -248,12 +248,13 @@ def _pairs(tmp_path: Path, n: int = 200) -> Path:
 def test_a_training_step_synchronises_only_to_read_its_sums(tmp_path, quietly, tiny, monkeypatch, precision, graphs):
     """From the second step on (the first one starts the CUDA context, cuBLAS and the optimizer's state), every step
     runs under ``torch.cuda.set_sync_debug_mode("error")``, which raises at any call that makes the host wait for the
-    GPU, except the step's one read of its loss, statistics and gradient norm (``loop.read_step``). Replayed from
+    GPU, except the step's one read of its loss, statistics and gradient norm (``step.read_step``). Replayed from
     CUDA graphs too (``cuda_graphs=true``), where recording a new shape's graph (or the update's) may wait, once."""
     from attnkit.training import graphs as graphs_module
     from attnkit.training import loop
+    from attnkit.training import step as step_module
 
-    real_step, real_read = loop._train_step, loop.read_step
+    real_step, real_read = loop.train_step, step_module.read_step
     steps: list[int] = []
 
     def strict_step(*args, **kwargs):
@@ -285,8 +286,8 @@ def test_a_training_step_synchronises_only_to_read_its_sums(tmp_path, quietly, t
 
         return recording
 
-    monkeypatch.setattr(loop, "_train_step", strict_step)
-    monkeypatch.setattr(loop, "read_step", allowed_read)
+    monkeypatch.setattr(loop, "train_step", strict_step)
+    monkeypatch.setattr(step_module, "read_step", allowed_read)
     for name in ("_record", "_record_update"):
         monkeypatch.setattr(graphs_module.GraphedStep, name, allowed(getattr(graphs_module.GraphedStep, name)))
     out = tmp_path / "run"

@@ -21,9 +21,9 @@ from attnkit.config import ClassifierTrainConfig
 from attnkit.devices import model_device, resolve_device, rng_state, set_rng_state
 from attnkit.errors import InputError
 from attnkit.runs import load_run
-from attnkit.training.loop import _train_step
 from attnkit.training.precision import autocast, check_precision, grad_scaler
 from attnkit.training.state import FitState, load_fit_state, save_fit_state
+from attnkit.training.step import train_step
 from attnkit.training.task import Batch, BatchLoss, TrainContext
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -156,7 +156,7 @@ def step_with(scaler, clip_norm=0.0, x_scale=1.0):
     task = LinearTask()
     task.x *= x_scale
     cfg = ClassifierTrainConfig(clip_norm=clip_norm)
-    outcome = _train_step(
+    outcome = train_step(
         model, optimizer, task, [(0, task.collate(list(range(8))))], cfg, TrainContext(), scaler, step=1
     )
     return model, outcome

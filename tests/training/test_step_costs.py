@@ -24,6 +24,7 @@ from attnkit.data.readers import Pair
 from attnkit.model import transformer
 from attnkit.tasks.translate import train_translator
 from attnkit.training import loop, losses
+from attnkit.training import step as step_module
 from attnkit.training.task import TrainContext
 
 
@@ -36,7 +37,7 @@ def gpu_choices(monkeypatch):
 
 def per_step(tmp_path, data: list[Pair], max_tokens: int, steps: int) -> tuple[list[Count], list[int]]:
     """``translate train`` (a tiny model) for ``steps`` steps of ``max_tokens``-token batches: the ATen calls of each
-    optimizer step (``loop._train_step``, the batches' collation included) and the step's reads of the device."""
+    optimizer step (``step.train_step``, the batches' collation included) and the step's reads of the device."""
     model_cfg, train_cfg = task_configs(
         "translate",
         None,
@@ -61,7 +62,7 @@ def per_step(tmp_path, data: list[Pair], max_tokens: int, steps: int) -> tuple[l
         reads[-1] += 1
         return real_read(values)
 
-    real_read, real_step, real_prefetched = loop.read_step, loop._train_step, loop.prefetched
+    real_read, real_step, real_prefetched = step_module.read_step, loop.train_step, loop.prefetched
 
     def train_step(*args, **kwargs):
         reads.append(0)
@@ -77,8 +78,8 @@ def per_step(tmp_path, data: list[Pair], max_tokens: int, steps: int) -> tuple[l
             collations.clear()
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(loop, "read_step", read_step)
-        patch.setattr(loop, "_train_step", train_step)
+        patch.setattr(step_module, "read_step", read_step)
+        patch.setattr(loop, "train_step", train_step)
         patch.setattr(loop, "prefetched", prefetched)
         train_translator(data, None, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=tmp_path / f"run{max_tokens}")
     assert len(counts) == steps
@@ -152,7 +153,7 @@ def test_the_compiled_step_is_one_graph_and_computes_the_eager_loss(tmp_path):
     for step, indices in enumerate([[0, 1, 2], [3, 4], [5]], start=1):
         batch = task.collate(indices)
         eager_step, traced_step = (
-            loop._train_step(model, opt, task, [(0, batch)], task.cfg, TrainContext(), step=step, loss=fn)
+            step_module.train_step(model, opt, task, [(0, batch)], task.cfg, TrainContext(), step=step, loss=fn)
             for (model, fn), opt in zip(runs, optimizers)
         )
         assert traced_step.problem is None
@@ -263,8 +264,8 @@ def test_a_step_replayed_from_its_recording_trains_as_the_eager_step(replayed_st
     graphs = replayed_step(twin, graphed_opt, task, task.loss, task.cfg)
     for step, indices in enumerate([[0, 1, 2], [3, 4], [5], [0, 1, 2]], start=1):
         batch = task.collate(indices)
-        eager = loop._train_step(model, eager_opt, task, [(0, batch)], task.cfg, TrainContext(), step=step)
-        graphed = loop._train_step(
+        eager = step_module.train_step(model, eager_opt, task, [(0, batch)], task.cfg, TrainContext(), step=step)
+        graphed = step_module.train_step(
             twin, graphed_opt, task, [(0, task.fixed_shape(batch))], task.cfg, TrainContext(), step=step, graphs=graphs
         )
         assert graphed.problem is None and graphed.size == eager.size

@@ -9,7 +9,7 @@ device's queue is empty, so the next kernels are not queued while the device wor
 device, so a CPU test can hold a GPU property (``tests/training/test_step_costs.py``, ``benchmarks/step_calls.py``).
 
 Not counted: a copy to the host by ``.tolist()`` or ``.cpu()``, which on a CPU tensor dispatches nothing; the
-training loop reads its device through one named function (``training.loop.read_step``) that a count can watch.
+training loop reads its device through one named function (``training.step.read_step``) that a count can watch.
 """
 
 from __future__ import annotations

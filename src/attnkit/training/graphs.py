@@ -10,7 +10,7 @@ than eagerly on an H200.
 
 What is recorded. Per batch shape, the forward pass, the loss, the backward pass and the gradient clipping
 (``_ShapeGraph``); once, the optimizer's update. Between the two the host reads the step's loss, statistics and
-gradient norm, as the eager step does (``loop.read_step``: the step's one synchronisation), and the non-finite guard
+gradient norm, as the eager step does (``step.read_step``: the step's one synchronisation), and the non-finite guard
 decides on them whether the update runs. A graph replays on the memory it was recorded with, so:
 - inputs: each shape's batch tensors are recorded with its graph, and a step copies its batch into them;
 - gradients: allocated once, before the first recording; every graph zeroes them and its backward pass adds into

@@ -33,7 +33,7 @@ class BatchLoss:
 
 
 class StepTask(Protocol):
-    """The part of a ``Task`` that one optimizer step reads (``attnkit.training.loop._train_step``): its batches come
+    """The part of a ``Task`` that one optimizer step reads (``attnkit.training.step.train_step``): its batches come
     collated."""
 
     stats: tuple[str, ...]  # the keys of every ``BatchLoss.sums`` (summed across processes in a fixed order)
