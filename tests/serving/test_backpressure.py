@@ -61,7 +61,9 @@ def test_full_queue_answers_429_at_once_and_accepted_requests_finish(classifier_
     for response, seconds in refused:
         assert response.status_code == 429 and response.headers["Retry-After"] == "1"
         assert response.json()["error_type"] == "queue_full"
-        assert seconds < 0.05  # in-process client included; the server side is microseconds (the benchmark times it)
+        # At once: one that waited for room would wait for the gate (20 s). The server side is microseconds (the
+        # benchmark times it); the bound leaves the in-process client room on a CI host busy with other tests.
+        assert seconds < 0.5
     assert [r.status_code for r, _ in accepted] == [200] * (1 + max_queue)
 
 
