@@ -67,8 +67,8 @@ def public_modules() -> list[str]:
 def api_group(module: str) -> str:
     parts = module.split(".")
     is_package = (PACKAGE.joinpath(*parts[1:]) / "__init__.py").is_file()
-    if len(parts) == 1 or (len(parts) == 2 and not is_package):
-        return "core"  # attnkit itself and its top-level modules (config, errors, atomic, ...)
+    if len(parts) == 1 or (len(parts) == 2 and not is_package) or parts[1] == "config":
+        return "core"  # attnkit itself, its top-level modules (errors, atomic, ...) and the configs (attnkit.config.*)
     return parts[1]
 
 

@@ -1,6 +1,7 @@
 """docs/reference/cli.md, config.md and api.md are generated: the first from the command line's own argument parser
 (every command, its usage, every option with its default and help), the second from the config dataclasses (every
-key, its default for each task, and the comment beside it in src/attnkit/config.py), the third from ``attnkit.__all__``
+key, its default for each task, and the comment beside it in src/attnkit/config/models.py or training.py), the third
+from ``attnkit.__all__``
 (each public name, where it is defined, the first line of its docstring). The tests below fail when a document says
 anything else; rewrite them with
 
@@ -109,7 +110,7 @@ def render_cli() -> str:
 
 
 def field_comments(source: str) -> dict[tuple[str, str], str]:
-    """(class, field) -> the comment beside the field in config.py (or the comment lines right above it)."""
+    """(class, field) -> the comment beside the field in a config module (or the comment lines right above it)."""
     comments: dict[int, str] = {}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
@@ -138,22 +139,24 @@ def field_comments(source: str) -> dict[tuple[str, str], str]:
 def render_config() -> str:
     from attnkit import config
 
-    source = (ROOT / "src" / "attnkit" / "config.py").read_text(encoding="utf-8")
-    comments = field_comments(source)
     tasks = {
         "classify": (config.ClassifierConfig, config.ClassifierTrainConfig),
         "translate": (config.TranslatorConfig, config.TranslatorTrainConfig),
         "pretrain": (config.MaskedLMConfig, config.PretrainTrainConfig),
     }
+    comments: dict[tuple[str, str], str] = {}  # the model configs' module and the training configs'
+    for path in sorted({Path(sys.modules[cls.__module__].__file__ or "") for pair in tasks.values() for cls in pair}):
+        comments |= field_comments(path.read_text(encoding="utf-8"))
     lines = [
         "# Config keys",
         "",
         HOW,
         "",
         "The keys `--set KEY=VALUE` and a `--config FILE` recipe take (the recipes are in `configs/`), with each",
-        "task's default and the comment that explains it in `src/attnkit/config.py`. A key applies to the tasks with",
-        "a default in its column; a key of another task is an `error:` naming the key and the task, an unknown key or",
-        "an impossible value is an `error:` naming it (and in a recipe file, the file and the line).",
+        "task's default and the comment that explains it in `src/attnkit/config/models.py` (model keys) or",
+        "`src/attnkit/config/training.py` (training keys). A key applies to the tasks with a default in its column; a",
+        "key of another task is an `error:` naming the key and the task, an unknown key or an impossible value is an",
+        "`error:` naming it (and in a recipe file, the file and the line).",
         "",
         "Order of precedence: the `--preset` (classify: `default`, translate: `small`), then the `--config` file,",
         "then `--set`, then the train commands' own flags (`--epochs`, `--max-steps`, `--max-tokens`, `--seed`).",

@@ -33,13 +33,13 @@ _EXPORTS: dict[str, str] = {
     "train_translator": "attnkit.tasks.translate.train",
     "pretrain_encoder": "attnkit.tasks.pretrain.train",
     # Configs: presets, recipe files (configs/*.yaml) and overrides, checked
-    "load_config": "attnkit.config",
-    "ClassifierConfig": "attnkit.config",
-    "TranslatorConfig": "attnkit.config",
-    "MaskedLMConfig": "attnkit.config",
-    "ClassifierTrainConfig": "attnkit.config",
-    "TranslatorTrainConfig": "attnkit.config",
-    "PretrainTrainConfig": "attnkit.config",
+    "load_config": "attnkit.config.sources",
+    "ClassifierConfig": "attnkit.config.models",
+    "TranslatorConfig": "attnkit.config.models",
+    "MaskedLMConfig": "attnkit.config.models",
+    "ClassifierTrainConfig": "attnkit.config.training",
+    "TranslatorTrainConfig": "attnkit.config.training",
+    "PretrainTrainConfig": "attnkit.config.training",
     # Data: files and the dataset recipes
     "read_labeled": "attnkit.data.readers",
     "read_parallel_tsv": "attnkit.data.readers",
@@ -80,15 +80,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr__ above
-    from attnkit.config import (
-        ClassifierConfig,
-        ClassifierTrainConfig,
-        MaskedLMConfig,
-        PretrainTrainConfig,
-        TranslatorConfig,
-        TranslatorTrainConfig,
-        load_config,
-    )
+    from attnkit.config.models import ClassifierConfig, MaskedLMConfig, TranslatorConfig
+    from attnkit.config.sources import load_config
+    from attnkit.config.training import ClassifierTrainConfig, PretrainTrainConfig, TranslatorTrainConfig
     from attnkit.data.readers import Example, Pair, read_labeled, read_parallel_files, read_parallel_tsv
     from attnkit.data.recipes import fetch
     from attnkit.decoding.beam import beam_search
