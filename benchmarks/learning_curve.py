@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from attnkit.data.packages import default_cache_dir
-from attnkit.data.readers import read_labeled
+from attnkit.data.readers.labeled import read_labeled
 
 
 def attnkit(*args: str) -> dict:

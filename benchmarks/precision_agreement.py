@@ -20,7 +20,7 @@ import time
 import torch
 
 from attnkit.allocator import tune_malloc
-from attnkit.data.readers import read_parallel_tsv
+from attnkit.data.readers.parallel import read_parallel_tsv
 from attnkit.data.recipes import fetch
 from attnkit.evaluation.bleu import corpus_scores
 from attnkit.tasks.translate import TranslatorRun

@@ -253,11 +253,11 @@ def read_texts(args: argparse.Namespace) -> list[str]:
     if args.texts:
         lines = Path(args.texts).read_text(encoding="utf-8").splitlines()
     elif args.endpoint == "translate":  # the Bible pairs' test split (John), its English side
-        from attnkit.data.readers import read_parallel_tsv
+        from attnkit.data.readers.parallel import read_parallel_tsv
 
         lines = [pair.source for pair in read_parallel_tsv(cache / "bible" / "en-de" / "test.tsv")]
     else:
-        from attnkit.data.readers import read_labeled
+        from attnkit.data.readers.labeled import read_labeled
 
         lines = [ex.text for ex in read_labeled(cache / "rt-polarity" / "test.tsv")]
     return [line for line in lines if line.strip()][: args.max_texts]

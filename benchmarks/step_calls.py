@@ -26,7 +26,7 @@ import torch
 from attnkit.bench import peers, train
 from attnkit.bench.dispatch import CallCount
 from attnkit.config import task_configs
-from attnkit.data.readers import Pair
+from attnkit.data.readers.parallel import Pair
 from attnkit.model import transformer
 from attnkit.model.build import build_translator
 from attnkit.tasks.translate import train_translator

@@ -15,7 +15,7 @@ import argparse
 import time
 
 from attnkit.data.packages import default_cache_dir
-from attnkit.data.readers import read_parallel_tsv
+from attnkit.data.readers.parallel import read_parallel_tsv
 from attnkit.tokenization import Tokenizer, train_tokenizer
 
 

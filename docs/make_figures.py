@@ -10,7 +10,7 @@ module names (figure1.svg and .png), and the two ablation charts, redrawn from t
 With runs (the README's commands: the RT-polarity classifier, `runs/rt-polarity`, and the Bible translator,
 `runs/bible-en-de`): the attention maps and the training curves. With ``--translator-ko`` (the guide's En->Ko run,
 `runs/bible-en-ko`): its cross-attention map for John 1:1; the Hangul labels need a font that has them (Debian:
-fonts-nanum; see ``attnkit.analysis.plots.CJK_FONTS``).
+fonts-nanum; see ``attnkit.analysis.plots.fonts.CJK_FONTS``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def figure1(out_stem: Path) -> list[Path]:
     """The paper's Figure 1 as boxes that carry the names of attnkit's modules (src/attnkit/model/), bottom to top."""
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-    from attnkit.analysis.plots import new_figure, save_figure
+    from attnkit.analysis.plots.figure import new_figure, save_figure
 
     fig = new_figure(9.2, 9.6)
     fig.set_layout_engine("none")  # one axes filling the figure: nothing to lay out
@@ -279,7 +279,7 @@ def curves(run_dir: Path, out: Path) -> None:
     floor of a label-smoothed loss."""
     import json
 
-    from attnkit.analysis.plots import plot_curves
+    from attnkit.analysis.plots.curves import plot_curves
 
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     config = json.loads((run_dir / "config.json").read_text())
@@ -295,7 +295,7 @@ def translator_attention(
 ) -> None:
     """Cross-attention of the translator's greedy output, with the output and the reference printed under it."""
     from attnkit.analysis.attention import attention_for_text
-    from attnkit.analysis.plots import plot_attention_grid
+    from attnkit.analysis.plots.attention import plot_attention_grid
 
     captured = attention_for_text(run_dir, text, [2])
     output = "".join(captured.query_tokens[:-1]).replace("▁", " ").strip()  # the tokens without </s>

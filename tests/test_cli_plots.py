@@ -101,7 +101,7 @@ def test_attention_maps_too_large_to_compute_are_one_error_line(run, tmp_path, c
 def test_downsampled_rows_still_sum_to_one():
     import torch
 
-    from attnkit.analysis.plots import MAX_CELLS, downsample
+    from attnkit.analysis.plots.attention import MAX_CELLS, downsample
 
     weights = torch.rand(1000, 700).softmax(-1)
     pooled, q, k = downsample(weights, [str(i) for i in range(1000)], [str(i) for i in range(700)])
@@ -175,7 +175,7 @@ def test_pe_plot_refuses_a_table_no_figure_can_show(tmp_path, capsys):
 def test_attention_of_a_korean_translator_has_one_warning_for_the_glyphs_no_font_has(tmp_path, capsys):
     # DejaVu Sans has no Hangul: matplotlib warned once per character (dozens of lines for one sentence); installed
     # CJK fonts are now tried after it, and what none of them has is one warning: line.
-    from attnkit.analysis.plots import missing_glyphs
+    from attnkit.analysis.plots.fonts import missing_glyphs
 
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text(

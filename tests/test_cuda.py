@@ -113,7 +113,8 @@ RESUME = textwrap.dedent(
     import torch
     torch.use_deterministic_algorithms(True)
     from attnkit.config import task_configs
-    from attnkit.data.readers import read_labeled, read_parallel_tsv
+    from attnkit.data.readers.labeled import read_labeled
+    from attnkit.data.readers.parallel import read_parallel_tsv
     from attnkit.tasks.classify import train_classifier
     from attnkit.tasks.translate import train_translator
     from attnkit.training.events import Step

@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from attnkit.config import ClassifierConfig, TranslatorConfig
-from attnkit.data.readers import read_labeled, read_parallel_tsv, read_texts
+from attnkit.data.readers.labeled import read_labeled
+from attnkit.data.readers.parallel import read_parallel_tsv
+from attnkit.data.readers.texts import read_texts
 from attnkit.decoding import greedy_decode
 from attnkit.errors import InputError
 from attnkit.model.attention import MultiHeadAttention, scaled_dot_product_attention

@@ -41,11 +41,11 @@ _EXPORTS: dict[str, str] = {
     "TranslatorTrainConfig": "attnkit.config.training",
     "PretrainTrainConfig": "attnkit.config.training",
     # Data: files and the dataset recipes
-    "read_labeled": "attnkit.data.readers",
-    "read_parallel_tsv": "attnkit.data.readers",
-    "read_parallel_files": "attnkit.data.readers",
-    "Example": "attnkit.data.readers",
-    "Pair": "attnkit.data.readers",
+    "read_labeled": "attnkit.data.readers.labeled",
+    "read_parallel_tsv": "attnkit.data.readers.parallel",
+    "read_parallel_files": "attnkit.data.readers.parallel",
+    "Example": "attnkit.data.readers.labeled",
+    "Pair": "attnkit.data.readers.parallel",
     "fetch": "attnkit.data.recipes",
     # Builders (config -> modules) and the models they build
     "build_classifier": "attnkit.model.build",
@@ -83,7 +83,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from attnkit.config.models import ClassifierConfig, MaskedLMConfig, TranslatorConfig
     from attnkit.config.sources import load_config
     from attnkit.config.training import ClassifierTrainConfig, PretrainTrainConfig, TranslatorTrainConfig
-    from attnkit.data.readers import Example, Pair, read_labeled, read_parallel_files, read_parallel_tsv
+    from attnkit.data.readers.labeled import Example, read_labeled
+    from attnkit.data.readers.parallel import Pair, read_parallel_files, read_parallel_tsv
     from attnkit.data.recipes import fetch
     from attnkit.decoding.beam import beam_search
     from attnkit.decoding.greedy import greedy_decode

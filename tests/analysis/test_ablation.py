@@ -138,12 +138,12 @@ def test_report_only_without_results_is_an_error(tmp_path, capsys):
 
 def test_bar_chart_starts_at_zero_and_shows_the_values(tmp_path, monkeypatch):
     # A y-axis cut just below the lowest bar (it was cut at 0.725) magnifies differences within the noise.
-    from attnkit.analysis import plots
     from attnkit.analysis.ablation import Variant, plot_ablation
+    from attnkit.analysis.plots import figure
 
     figures = []
-    save = plots.save_figure
-    monkeypatch.setattr(plots, "save_figure", lambda fig, out, title="": figures.append(fig) or save(fig, out, title))
+    save = figure.save_figure
+    monkeypatch.setattr(figure, "save_figure", lambda fig, out, title="": figures.append(fig) or save(fig, out, title))
     variants = [
         Variant("base", {}, valid=0.775),
         Variant("n_heads=1", {"n_heads": "1"}, valid=0.765),

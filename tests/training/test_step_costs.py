@@ -20,7 +20,7 @@ import torch
 from attnkit.bench.dispatch import CallCount as Count
 from attnkit.bench.train import reversal_pairs
 from attnkit.config import task_configs
-from attnkit.data.readers import Pair
+from attnkit.data.readers.parallel import Pair
 from attnkit.model import transformer
 from attnkit.tasks.translate import train_translator
 from attnkit.training import loop, losses

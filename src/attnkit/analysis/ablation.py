@@ -170,9 +170,9 @@ def markdown_table(variants: list[Variant], task: str, budget: str, n_valid: int
 def plot_ablation(variants: list[Variant], task: str, out: Path, n_valid: int = 0) -> Path:
     """Bars of the validation figure per variant, from zero (a cut axis would magnify noise), the base's value as a
     dashed line, each bar labelled with its value; one standard error for accuracies."""
-    from attnkit.analysis import plots
+    from attnkit.analysis.plots import figure
 
-    fig = plots.new_figure(plots.DOC_WIDTH_PX / plots.DPI, 4)
+    fig = figure.new_figure(figure.DOC_WIDTH_PX / figure.DPI, 4)
     ax = fig.subplots()
     values = [v.valid for v in variants]
     errors = [standard_error(x, n_valid) for x in values] if task == "classify" and n_valid else None
@@ -180,15 +180,15 @@ def plot_ablation(variants: list[Variant], task: str, out: Path, n_valid: int = 
     ax.bar_label(
         bars,
         fmt="%.3f" if task == "classify" else "%.1f",
-        fontsize=plots.MIN_FONT,
+        fontsize=figure.MIN_FONT,
         padding=2,
         bbox=dict(facecolor="white", edgecolor="none", pad=0.5),
     )
     if variants and math.isfinite(values[0]):
         ax.axhline(values[0], color="k", linestyle="--", linewidth=0.8, label=f"base ({values[0]:.3g})", zorder=0)
-        ax.legend(fontsize=plots.MIN_FONT, loc="lower right")
-    ax.set_xticks(range(len(variants)), [v.name for v in variants], rotation=35, ha="right", fontsize=plots.MIN_FONT)
-    ax.tick_params(axis="y", labelsize=plots.MIN_FONT)
+        ax.legend(fontsize=figure.MIN_FONT, loc="lower right")
+    ax.set_xticks(range(len(variants)), [v.name for v in variants], rotation=35, ha="right", fontsize=figure.MIN_FONT)
+    ax.tick_params(axis="y", labelsize=figure.MIN_FONT)
     finite = [x + (e if errors else 0.0) for x, e in zip(values, errors or [0.0] * len(values)) if math.isfinite(x)]
     ax.set_ylim(0, 1.12 * max(finite) if finite else None)  # bars start at zero; room above for the labels
     ax.set_ylabel(
@@ -198,7 +198,7 @@ def plot_ablation(variants: list[Variant], task: str, out: Path, n_valid: int = 
         fontsize=9,
     )
     ax.set_title("Variations on the base model (cf. Table 3), one run each", fontsize=10)
-    return plots.save_figure(fig, out, "ablation")
+    return figure.save_figure(fig, out, "ablation")
 
 
 def write_report(variants: list[Variant], task: str, budget: str, out_dir: Path, n_valid: int = 0) -> tuple[Path, Path]:

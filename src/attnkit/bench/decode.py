@@ -15,8 +15,9 @@ implementation returned a different number.
     torch.nn       no decoding API: ``TorchNNTranslator.greedy_no_cache`` re-runs the decoder on the whole prefix
                    at every step (the loop a user writes); greedy only, labelled "torch.nn (no cache)"
     transformers   ``MarianMTModel.generate(num_beams=1 | 4, min_new_tokens=steps, max_new_tokens=steps)``
-    ctranslate2    attnkit's weights exported by ``attnkit.interop.ct2.attnkit_to_ct2``, ``Translator.translate_batch(
-                   beam_size=1 | 4, min_decoding_length=steps, max_decoding_length=steps)``, float32 and int8
+    ctranslate2    attnkit's weights exported by ``attnkit.interop.ct2.convert.attnkit_to_ct2``,
+                   ``Translator.translate_batch(beam_size=1 | 4, min_decoding_length=steps,
+                   max_decoding_length=steps)``, float32 and int8
                    (weights quantized at load time, ``compute_type="int8"``), each in a child process of its own
                    (``attnkit.bench.isolated``: two OpenMP pools in one process slow both engines), with
                    ``inter_threads=1, intra_threads=threads`` (the ``settings`` of its rows); on a CPU with
@@ -327,7 +328,7 @@ def _ct2_translators(ours, out_dir: Path, threads: int, stack: ExitStack, device
     from a (B, S) batch of ids to CTranslate2's token lists), for float32 and int8 on the CPU, float32 and bfloat16 on
     a GPU (``device``: the same GPU). On a CPU with ``threads`` > 1, each type also with one thread (the module
     docstring says why)."""
-    from attnkit.interop.ct2 import attnkit_to_ct2, default_tokens
+    from attnkit.interop.ct2.convert import attnkit_to_ct2, default_tokens
 
     vocab = default_tokens(ours.embeddings.token.num_embeddings)
     attnkit_to_ct2(ours, out_dir, tokens=vocab, add_source_eos=False)  # the sources are passed complete

@@ -67,7 +67,7 @@ from attnkit.bench.common import (
 from attnkit.bench.gpu import synchronizer
 from attnkit.config import TRANSLATOR_PRESETS, TranslatorConfig, TranslatorTrainConfig
 from attnkit.data.batching import token_budget_batches
-from attnkit.data.readers import Pair
+from attnkit.data.readers.parallel import Pair
 from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
 from attnkit.tasks.translate.data import fixed_shape_batch

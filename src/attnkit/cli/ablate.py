@@ -21,7 +21,8 @@ def cmd_ablate(args: argparse.Namespace) -> None:
         variant_configs,
         write_report,
     )
-    from attnkit.data.readers import read_labeled, read_parallel_tsv
+    from attnkit.data.readers.labeled import read_labeled
+    from attnkit.data.readers.parallel import read_parallel_tsv
 
     variants = parse_grid(args.grid)
     base = config_overrides(args, args.task)

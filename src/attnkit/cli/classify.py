@@ -78,7 +78,7 @@ def _train_classifier(
         task_configs,
     )
     from attnkit.data.prepared import PreparedCorpus, open_prepared
-    from attnkit.data.readers import Example, read_labeled
+    from attnkit.data.readers.labeled import Example, read_labeled
     from attnkit.tasks.classify import train_classifier
     from attnkit.training.state import STATE
 
@@ -136,7 +136,7 @@ def cmd_classify_predict(args: argparse.Namespace) -> None:
 
 
 def cmd_classify_eval(args: argparse.Namespace) -> None:
-    from attnkit.data.readers import read_labeled
+    from attnkit.data.readers.labeled import read_labeled
     from attnkit.tasks.classify import ClassifierRun
 
     device = device_of(args)

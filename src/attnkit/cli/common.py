@@ -185,7 +185,7 @@ def texts_from(args_texts: list[str]) -> list[str]:
 def stdin_lines() -> list[str]:
     """Standard input's lines without their line ends, as strict UTF-8: bytes that are not are an error line naming
     the line (``<stdin>:3: not valid UTF-8 (bytes e9)``), not a traceback."""
-    from attnkit.data.readers import stream_lines
+    from attnkit.data.readers.lines import stream_lines
 
     raw = getattr(sys.stdin, "buffer", None)
     if raw is None:  # a text stream put in its place (a caller's io.StringIO): decoded already

@@ -13,7 +13,8 @@ from attnkit.errors import InputError
 
 def cmd_data_fetch(args: argparse.Namespace) -> None:
     """The folder on stdout (for ``$(attnkit data fetch NAME)``); the splits it holds and their sizes on stderr."""
-    from attnkit.data.readers import iter_labeled, iter_parallel_tsv
+    from attnkit.data.readers.labeled import iter_labeled
+    from attnkit.data.readers.parallel import iter_parallel_tsv
     from attnkit.data.recipes import RECIPES, fetch
 
     folder = fetch(args.name, pair=args.pair, cache_dir=args.cache_dir)

@@ -19,7 +19,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> None:
 
 
 def cmd_export_ct2(args: argparse.Namespace) -> None:
-    from attnkit.interop.ct2 import export_ct2
+    from attnkit.interop.ct2.export import export_ct2
 
     out = export_ct2(args.model, args.out, quantization=args.quantization)
     print_json({"out": str(out), "files": sorted(p.name for p in out.iterdir())})

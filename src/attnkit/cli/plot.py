@@ -11,7 +11,7 @@ from attnkit.errors import InputError
 
 
 def cmd_plot_pe(args: argparse.Namespace) -> None:
-    from attnkit.analysis.plots import plot_positional_encoding
+    from attnkit.analysis.plots.positional import plot_positional_encoding
 
     if args.d_model < 2 or args.max_len < 1:
         raise InputError("plot pe: --d-model must be >= 2 and --max-len >= 1")
@@ -28,7 +28,9 @@ PE_MAX_CELLS = 2**22  # e.g. d_model 1,024 x 4,096 positions: 16 MiB of float32
 
 def cmd_plot_attention(args: argparse.Namespace) -> None:
     from attnkit.analysis.attention import attention_for_text
-    from attnkit.analysis.plots import check_format, missing_glyphs, plot_attention_grid
+    from attnkit.analysis.plots.attention import plot_attention_grid
+    from attnkit.analysis.plots.figure import check_format
+    from attnkit.analysis.plots.fonts import missing_glyphs
 
     check_format(args.out)
     captured = attention_for_text(args.model, " ".join(args.text), args.layer, device=device_of(args))
@@ -61,7 +63,8 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
 
 def cmd_plot_curves(args: argparse.Namespace) -> None:
     from attnkit import runs
-    from attnkit.analysis.plots import check_format, plot_curves
+    from attnkit.analysis.plots.curves import plot_curves
+    from attnkit.analysis.plots.figure import check_format
 
     check_format(args.out)
     rows = runs.read_metrics(args.run)

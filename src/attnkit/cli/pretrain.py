@@ -24,7 +24,7 @@ from attnkit.cli.common import (
 
 def cmd_pretrain(args: argparse.Namespace) -> None:
     from attnkit.config import MaskedLMConfig, task_configs
-    from attnkit.data.readers import read_text_lines, read_texts
+    from attnkit.data.readers.texts import read_text_lines, read_texts
     from attnkit.tasks.pretrain import pretrain_encoder
 
     # Everything is checked before the run is written: a bad key or file leaves nothing behind.

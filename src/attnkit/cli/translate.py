@@ -40,7 +40,7 @@ TEXT_DATA_FLAGS = ("train", "train_src", "train_tgt", "valid", "valid_src", "val
 
 
 def _read_pairs(tsv: Path | None, src: Path | None, tgt: Path | None, what: str):
-    from attnkit.data.readers import read_parallel_files, read_parallel_tsv
+    from attnkit.data.readers.parallel import read_parallel_files, read_parallel_tsv
 
     if tsv and (src or tgt):
         raise InputError(f"give --{what} FILE or --{what}-src A --{what}-tgt B, not both")
@@ -125,7 +125,7 @@ PRECISION_HELP = (
 def cmd_translate_run(args: argparse.Namespace) -> None:
     device = device_of(args)
     if args.engine == "ct2":
-        from attnkit.interop.ct2 import CT2Translator
+        from attnkit.interop.ct2.translator import CT2Translator
 
         if args.precision != "fp32":  # refused before check_precision's notes about attnkit's own precisions
             raise InputError(

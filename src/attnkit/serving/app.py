@@ -4,47 +4,38 @@ Handlers validate and tokenize in the event loop, then await the inference worke
 the model themselves, so the loop keeps answering (health, metrics, 429s) while a batch runs. Every error a client
 can cause is a 4xx with JSON ``{"error": message, "error_type": kind}``; a 500 would be a bug.
 
-This file is the app's wiring and its route handlers only (one short handler per endpoint); the limits and input
-checks are ``limits.py``, the error handlers ``http.py``, the middleware in front (API key, early 429, body limit,
-headers) ``gate.py``, running a batch ``models.py``, the HTTP server and its defences against slow clients
-``server.py``.
+This file is the app's wiring only: the model's loading and warm-up, the batcher and the lifespan that starts and
+stops both, the middleware and error handlers, and the two helpers every handler uses (``served``, ``infer``). The
+inference endpoints are ``routes.py``, the probes, /info and the metrics ``probes.py``; the limits and input checks
+``limits.py``, the error handlers ``http.py``, the middleware in front (API key, early 429, body limit, headers)
+``gate.py``, the model ``models.py`` and running a batch on it ``execute.py``, the HTTP server and its defences
+against slow clients ``server.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
-import struct
 import threading
 from collections.abc import Callable
-from dataclasses import asdict
 from importlib.resources import files
 from typing import Any, get_type_hints
 
 from fastapi import FastAPI
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from attnkit.serving.auth import ApiKey
 from attnkit.serving.batcher import Batcher, Draining, QueueFull
+from attnkit.serving.execute import run_batch, warm_up
 from attnkit.serving.gate import Gate, Route
-from attnkit.serving.http import ApiError, error_response, install_error_handlers
-from attnkit.serving.limits import Limits, check_beam, encode_inputs
+from attnkit.serving.http import ApiError, install_error_handlers
+from attnkit.serving.limits import Limits
 from attnkit.serving.metrics import Metrics
-from attnkit.serving.models import DEFAULT_BEAM, ServedModel, finite, run_batch, warm_up
-from attnkit.serving.schemas import (
-    FORM,
-    AttentionRequest,
-    ClassifyRequest,
-    EmbeddingsRequest,
-    EmbedRequest,
-    LibreTranslateForm,
-    LibreTranslateRequest,
-    TranslateRequest,
-    libretranslate_form,
-)
+from attnkit.serving.models import ServedModel
+from attnkit.serving.probes import add_probes
+from attnkit.serving.routes import add_task_routes
 from attnkit.serving.worker import ProcessRunner, WorkerDied
 
 log = logging.getLogger(__name__)
@@ -176,187 +167,10 @@ def create_app(
         finally:
             metrics.queue_size.set(batcher.queue_size())
 
-    # -- endpoints -------------------------------------------------------------------------------------------------
+    # -- endpoints: inference (routes.py), probes and metrics (probes.py), the playground --------------------------
 
-    @post("/v1/classify")
-    async def classify(body: ClassifyRequest):
-        """Labels and class probabilities, the objects `attnkit classify predict` prints."""
-        m = served("classifier")
-        texts, seqs, cut = encode_inputs(m, body.inputs, body.truncate, limits)
-        probs = await infer(("classify",), seqs)
-        labels = m.labels or []
-        results = []
-        for text, ids, row, was_cut in zip(texts, seqs, probs, cut):
-            best = max(range(len(row)), key=row.__getitem__)
-            results.append(
-                {
-                    "text": text,
-                    "label": labels[best],
-                    "probs": dict(zip(labels, row)),
-                    "tokens": [m.tokenizer.backend.id_to_token(i) for i in ids],
-                    "truncated": was_cut,
-                }
-            )
-        return JSONResponse({"model": m.name, "results": results})
-
-    @post("/v1/embed")
-    async def embed(body: EmbedRequest):
-        """Sentence vectors, as `attnkit embed` computes them."""
-        m = served(("classifier", "embedder"))
-        _, seqs, cut = encode_inputs(m, body.inputs, body.truncate, limits)
-        vectors = await infer(("embed", body.pool, body.normalize), seqs)
-        return JSONResponse({"model": m.name, "dim": len(vectors[0]), "vectors": vectors, "truncated": cut})
-
-    @post("/v1/embeddings")
-    async def embeddings(body: EmbeddingsRequest):
-        """OpenAI's embeddings shape (unit-length vectors, mean pooling); over-long inputs are refused."""
-        m = served(("classifier", "embedder"))
-        _, seqs, _ = encode_inputs(m, body.input, False, limits, field="input")
-        vectors = await infer(("embed", "mean", True), seqs)
-        if body.dimensions is not None and body.dimensions != len(vectors[0]):
-            raise ApiError(422, "invalid_request", f"dimensions: the model's vectors have {len(vectors[0])}")
-        n_tokens = sum(len(s) for s in seqs)
-
-        def encoded(v: list[float]) -> list[float] | str:
-            if body.encoding_format == "base64":  # little-endian float32, as OpenAI sends them
-                return base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode()
-            return v
-
-        return JSONResponse(
-            {
-                "object": "list",
-                "model": body.model or m.name,
-                "data": [{"object": "embedding", "index": i, "embedding": encoded(v)} for i, v in enumerate(vectors)],
-                "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
-            }
-        )
-
-    @post("/v1/translate")
-    async def translate(body: TranslateRequest):
-        """Translations (the best one is what `attnkit translate run` prints) with the n-best list: raw summed
-        log-probabilities and the length-penalised scores they are ranked by (§6.1)."""
-        m = served("translator")
-        check_beam(body.beam, body.n_best, limits)
-        texts, seqs, cut = encode_inputs(m, body.inputs, body.truncate, limits)
-        nbest = await infer(("translate", body.beam, body.alpha, body.length_penalty, body.n_best), seqs)
-        results = []
-        for text, cands, was_cut in zip(texts, nbest, cut):
-            listed = [
-                {
-                    "translation": c.translation,
-                    "score": finite(c.score),
-                    "normalized_score": finite(c.normalized_score),
-                    "eos": c.eos,
-                }
-                for c in cands
-            ]
-            results.append(
-                {
-                    "text": text,
-                    "translation": listed[0]["translation"],
-                    "score": listed[0]["score"],
-                    "normalized_score": listed[0]["normalized_score"],
-                    "n_best": listed,
-                    "truncated": was_cut,
-                }
-            )
-        return JSONResponse({"model": m.name, "results": results})
-
-    # Gate reads the form; FastAPI's schema only describes it (the form shape carries one text).
-    form_body = {"content": {FORM: {"schema": LibreTranslateForm.model_json_schema()}}}
-
-    @post("/translate", form=libretranslate_form, openapi_extra={"requestBody": form_body})
-    async def libretranslate(body: LibreTranslateRequest):
-        """LibreTranslate's shape: ``{"q": ..., "source": ..., "target": ...}`` -> ``{"translatedText": ...}``, as
-        JSON, or as a form (``application/x-www-form-urlencoded`` or the query string) as its client libraries
-        send it."""
-        m = served("translator")
-        if body.alternatives + 1 > limits.max_beam:  # named as the client named it, not as the beam it becomes
-            limit = limits.max_beam - 1
-            raise ApiError(
-                422, "invalid_request", f"alternatives: {body.alternatives} is over this server's limit of {limit}"
-            )
-        beam = max(DEFAULT_BEAM, body.alternatives + 1)
-        check_beam(beam, body.alternatives + 1, limits)
-        _, seqs, _ = encode_inputs(m, body.q, False, limits, field="q")
-        nbest = await infer(("translate", beam, 0.6, "gnmt", body.alternatives + 1), seqs)
-        best = [cands[0].translation for cands in nbest]
-        alts = [[c.translation for c in cands[1:]] for cands in nbest]
-        single = isinstance(body.q, str)
-        out: dict = {"translatedText": best[0] if single else best}
-        if body.alternatives:
-            out["alternatives"] = alts[0] if single else alts
-        return JSONResponse(out)
-
-    @post("/v1/attention")
-    async def attention(body: AttentionRequest):
-        """Attention maps ``[layer][head][query][key]`` for one input: encoder self-attention, and for a translator
-        also decoder self- and cross-attention of its greedy translation (§3.2.3)."""
-        m = served(("classifier", "embedder", "translator"))
-        cap = min(limits.attention_max_tokens, m.max_len)
-        _, seqs, _ = encode_inputs(m, body.inputs, False, limits, max_tokens=cap)
-        maps = await infer(("attention",), seqs)  # one dict: an attention request has one input
-        out = {
-            "model": m.name,
-            "task": m.task,
-            "n_layers": m.n_layers,
-            "n_heads": m.n_heads,
-            "tokens": [m.tokenizer.backend.id_to_token(i) for i in seqs[0]],
-            **maps,
-        }
-        if m.task == "classifier":
-            (probs,) = await infer(("classify",), seqs)
-            out["probs"] = dict(zip(m.labels or [], probs))
-        return JSONResponse(out)
-
-    # HEAD: the probes of some load balancers. One route per method, so that each operation of the OpenAPI
-    # description has an operationId of its own (one route with two methods gives both the same id).
-    @app.get("/health")
-    @app.head("/health")
-    async def health():
-        """The process is alive (it may still be loading: see /ready)."""
-        return {"status": "ok"}
-
-    @app.get("/ready")
-    @app.head("/ready")
-    async def ready():
-        """200 once the model is loaded and warmed up; 503 before, on a failed load, and while shutting down."""
-        if state["load_error"]:
-            return error_response(503, "not_ready", f"the model failed to load: {state['load_error']}")
-        if not state["ready"]:
-            return error_response(503, "not_ready", "the model is still loading", {"Retry-After": "1"})
-        if batcher._draining:
-            return error_response(503, "shutting_down", "the server is shutting down")
-        return {"status": "ready"}
-
-    @app.get("/info")
-    async def info():
-        """The model's task and configuration, where and in what precision it runs, and every limit of the server."""
-        m = served(("classifier", "embedder", "translator"))
-        where = runner.inference if runner is not None else m.inference()
-        return {
-            "model": m.name,
-            "task": m.task,
-            "inference": {**where, "worker": "process" if runner is not None else "thread"},
-            "labels": m.labels,
-            "max_len": m.max_len,
-            "n_layers": m.n_layers,
-            "n_heads": m.n_heads,
-            "config": m.config(),
-            "limits": {
-                **asdict(limits),
-                "max_tokens": m.max_len,
-                "attention_max_tokens": min(limits.attention_max_tokens, m.max_len),
-            },
-            "version": app.version,
-        }
-
-    @app.get("/metrics", include_in_schema=False)
-    async def prometheus():
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        metrics.queue_size.set(batcher.queue_size())
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    add_task_routes(post, served=served, infer=infer, limits=limits)
+    add_probes(app, state=state, batcher=batcher, metrics=metrics, limits=limits, runner=runner, served=served)
 
     @app.get("/", include_in_schema=False)
     async def playground():

@@ -1,7 +1,7 @@
 """The server's limits, and the checks of a request's inputs against them (what a client sees as 413 and 422).
 
-``create_app`` validates and tokenizes each request with these in the event loop before anything is queued, so an
-input the model cannot take never reaches the inference worker.
+The handlers (``routes.py``) validate and tokenize each request with these in the event loop before anything is
+queued, so an input the model cannot take never reaches the inference worker.
 """
 
 from __future__ import annotations

@@ -1,21 +1,18 @@
-"""The one adapter between the server and attnkit's inference code: load a run directory (or a BERT folder) and
-run already-encoded batches through it.
+"""The one adapter between the server and attnkit's models: load a run directory (or a BERT folder) and run
+already-encoded inputs through it, one class per kind of model the server serves.
 
-Every call into the rest of attnkit that the server makes is in this module (the tasks' inference in
-``attnkit.tasks``, run directories through ``attnkit.runs``).
+Every call into the models and tasks of attnkit that the server makes is in this module (the tasks' inference in
+``attnkit.tasks``, run directories through ``attnkit.runs``): a change of the tasks' inference API touches this file
+alone.
 
 The server tokenizes in the event loop (fast, and needed to count tokens for the batch budget and the limits) and
-hands ids to the inference worker, which calls ``classify`` / ``embed`` / ``translate`` / ``attention`` below. A
-batch's outputs equal those of the same inputs alone: attnkit's padding masks and per-sentence decoding limits make
-each output independent of the rest of its batch (the CLI-equality tests check it).
-
-Why ~300 lines in one file: it is the server's whole contract with the rest of attnkit (one class per kind of model
-it serves); kept together, a change of the tasks' inference API touches this file alone.
+hands ids to the inference worker, whose ``execute.run_batch`` calls ``classify`` / ``embed`` / ``translate`` /
+``attention`` below. A batch's outputs equal those of the same inputs alone: attnkit's padding masks and
+per-sentence decoding limits make each output independent of the rest of its batch (the CLI-equality tests check it).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +24,7 @@ from attnkit import runs
 from attnkit.data.batching import pad
 from attnkit.devices import model_device
 from attnkit.errors import InputError
-from attnkit.inference.background import compiling_here
 from attnkit.inference.programs import default_engine
-from attnkit.serving.batcher import padding_bounded
 from attnkit.tokenization import Tokenizer
 
 TASKS = ("classifier", "translator", "embedder")
@@ -262,55 +257,3 @@ def load_model(spec: str | Path, precision: str = "fp32", device: torch.device |
     if (path / "config.json").is_file() and task is None:
         return EmbedderModel(path, device)
     raise InputError(f"{path}: not a classifier or translator run directory, nor a BERT folder")
-
-
-DEFAULT_BEAM = 4  # a translation request's beam unless it names one (§6.1 used 4)
-
-
-def warm_up(served: ServedModel) -> None:
-    """Run one short input through the model: the first call pays for lazy initialisation, not a client. A
-    translator decodes it greedily and with a request's default beam (4): the two searches are different steps,
-    each with its own CUDA graph or compiled program to make (``attnkit.inference.programs``)."""
-    groups: dict[str, list[tuple]] = {
-        "classifier": [("classify",)],
-        "embedder": [("embed", "mean", False)],
-        "translator": [("translate", beam, 0.6, "gnmt", 1) for beam in (1, DEFAULT_BEAM)],
-    }
-    with compiling_here():  # a compiled engine's programs for these calls, made now (``TranslatorModel.engine``)
-        for group in groups[served.task]:
-            run_batch(served, group, [[served.token_ids("hello world")]])
-
-
-def run_batch(served: ServedModel, group: tuple, jobs: list[list[list[int]]]) -> list[Any]:
-    """Run the batcher's ``jobs`` (each a request's encoded inputs) of one ``group`` through ``served``: the group
-    names the call and its options (``("classify",)``, ``("embed", pool, normalize)``, ``("translate", beam,
-    alpha, length_penalty, n_best)``, ``("attention",)``). Inputs are sorted by length and cut into runs of bounded
-    padding; returns each job's outputs in its inputs' order."""
-    kind = group[0]
-    if kind == "attention":
-        return [served.attention(seqs[0]) for seqs in jobs]  # type: ignore[attr-defined]
-    flat = [seq for seqs in jobs for seq in seqs]
-    order = sorted(range(len(flat)), key=lambda i: len(flat[i]))  # sort by length: little padding
-    sorted_seqs = [flat[i] for i in order]
-    outs: list[Any] = []
-    for part in padding_bounded(sorted_seqs):
-        if kind == "classify":
-            outs += served.classify(part)  # type: ignore[attr-defined]
-        elif kind == "embed":
-            outs += served.embed(part, pool=group[1], normalize=group[2])  # type: ignore[attr-defined]
-        else:
-            _, beam, alpha, penalty, n_best = group
-            outs += served.translate(part, beam=beam, alpha=alpha, length_penalty=penalty, n_best=n_best)  # type: ignore[attr-defined]
-    by_input: list[object] = [None] * len(flat)
-    for i, out in zip(order, outs):
-        by_input[i] = out
-    results, start = [], 0
-    for seqs in jobs:
-        results.append(by_input[start : start + len(seqs)])
-        start += len(seqs)
-    return results
-
-
-def finite(x: float) -> float | None:
-    """JSON has no inf/NaN: a score of -inf (impossible output) is sent as null."""
-    return x if math.isfinite(x) else None

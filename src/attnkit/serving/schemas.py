@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from attnkit.decoding.penalty import LENGTH_PENALTIES, MAX_ALPHA
-from attnkit.serving.models import DEFAULT_BEAM
+from attnkit.serving.execute import DEFAULT_BEAM
 
 # The largest beam any request may ask for (the server's --max-beam may lower it); past this a request costs
 # beam x memory for little gain (§6.1 used 4).

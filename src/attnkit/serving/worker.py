@@ -125,7 +125,8 @@ def _serve_batches(conn, spec: str, precision: str, device: str, threads: int | 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from attnkit.allocator import tune_malloc
-    from attnkit.serving.models import load_model, run_batch, warm_up
+    from attnkit.serving.execute import run_batch, warm_up
+    from attnkit.serving.models import load_model
 
     tune_malloc()  # a spawned process: the server's settings do not carry over
     if threads is not None:

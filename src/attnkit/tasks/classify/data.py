@@ -10,7 +10,7 @@ import numpy as np
 from attnkit.config import ClassifierConfig
 from attnkit.data.batching import Truncation, apply_length_policy
 from attnkit.data.prepared import LabelledTokens, PreparedCorpus
-from attnkit.data.readers import Example
+from attnkit.data.readers.labeled import Example
 from attnkit.data.sequences import MappedSequences
 from attnkit.errors import InputError
 from attnkit.tokenization import Tokenizer

@@ -10,7 +10,7 @@ import torch
 
 from attnkit.config import ClassifierConfig
 from attnkit.data.batching import bucketed_batches, pad
-from attnkit.data.readers import Example
+from attnkit.data.readers.labeled import Example
 from attnkit.devices import check_device, model_device
 from attnkit.errors import InputError, check_records, check_texts
 from attnkit.evaluation.metrics import accuracy, macro_f1

@@ -17,7 +17,7 @@ from attnkit import runs
 from attnkit.config import ClassifierConfig, ClassifierTrainConfig, check_task_configs
 from attnkit.data.batching import Batches, Truncation, bucketed_batches, pad, real_positions
 from attnkit.data.prepared import PreparedCorpus
-from attnkit.data.readers import Example
+from attnkit.data.readers.labeled import Example
 from attnkit.data.sequences import sequence_lengths
 from attnkit.errors import InputError, check_records
 from attnkit.evaluation.metrics import accuracy, macro_f1

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from attnkit.data.batching import Truncation, apply_length_policy, pad, real_positions
-from attnkit.data.readers import Pair
+from attnkit.data.readers.parallel import Pair
 from attnkit.errors import InputError, check_texts
 from attnkit.tokenization import Tokenizer
 from attnkit.training.task import Batch

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from attnkit.config import TranslatorConfig
-from attnkit.data.readers import Pair
+from attnkit.data.readers.parallel import Pair
 from attnkit.decoding.corpus import translate_ids
 from attnkit.devices import check_device
 from attnkit.errors import check_records

@@ -18,7 +18,7 @@ from attnkit import runs
 from attnkit.config import TranslatorConfig, TranslatorTrainConfig, check_task_configs
 from attnkit.data.batching import Batches, Truncation, token_budget_batches
 from attnkit.data.prepared import ParallelTokens, PreparedCorpus
-from attnkit.data.readers import Pair
+from attnkit.data.readers.parallel import Pair
 from attnkit.data.sequences import MappedSequences, sequence_lengths
 from attnkit.decoding.corpus import translate_ids
 from attnkit.devices import model_device
