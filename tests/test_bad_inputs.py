@@ -676,8 +676,9 @@ CASES = [
         "`clf` (a classifier keeps none by default)",
         ("average", "clf", "--out", "avg"),
         2,
-        "error: clf: has 0 checkpoint(s) in clf/checkpoints; cannot average the last 5 (a run keeps its last N step "
-        "checkpoints when trained with --set keep_last=N; classifiers keep none by default)",
+        "error: clf: has 0 checkpoint(s) in clf/checkpoints; cannot average the last 5; train with --set keep_last=N "
+        "checkpoint_every=K (a step checkpoint every K steps and one at the end, the last N kept; classifiers keep "
+        "none by default)",
         runs=("clf",),
     ),
     Case(
@@ -922,6 +923,36 @@ CASES = [
         "train in one process",
         files={"train.tsv": GOOD_TSV},
         setup=world_size_without_torchrun,
+    ),
+    Case(
+        "translate-run-text-argument",
+        "a sentence given to `translate run` as an argument (it reads stdin)",
+        "`mt`",
+        ("translate", "run", "--model", "mt", "a b c"),
+        2,
+        "error: attnkit translate run: unrecognized arguments: a b c (it reads sentences from stdin, one a line: echo "
+        "TEXT | attnkit translate run --model RUN)",
+        runs=("mt",),
+    ),
+    Case(
+        "serve-model-flag",
+        "`serve --model DIR` (serve takes the run as its argument)",
+        "`clf`",
+        ("serve", "--model", "clf"),
+        2,
+        "error: attnkit serve: unrecognized arguments: --model (serve takes the model as its first argument: attnkit "
+        "serve RUN_DIR)",
+        runs=("clf",),
+    ),
+    Case(
+        "split-with-data",
+        "`--split` with `--data` (it picks a split of `--dataset`)",
+        "`clf`; `test.tsv`",
+        ("classify", "eval", "--model", "clf", "--data", "test.tsv", "--split", "valid"),
+        2,
+        "error: --split valid picks a split of --dataset; files given with --data are read whole",
+        files={"test.tsv": GOOD_TSV},
+        runs=("clf",),
     ),
 ]
 

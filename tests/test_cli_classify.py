@@ -276,8 +276,8 @@ def test_a_text_with_two_labels_and_validation_texts_that_are_training_texts_are
     assert warnings == [
         f"warning: {train}: 1 text appears with more than one label (the first: line 3 'positive', line 22 "
         "'negative'); no model fits both",
-        f"warning: {valid}: 1 of the 2 validation texts are training texts too (the first: line 3); the validation "
-        "accuracy flatters the model",
+        f"warning: {valid}: 1 of the 2 validation texts (50.0%) is a training text too (the first: line 3); accuracy "
+        "on it measures memory, not generalisation",
     ]
     # Under 100 examples the training set itself validates, as the run's summary says: no warning for that.
     assert main(["classify", "train", "--train", str(SEED_TSV), "--epochs", "1", "--quiet", "--set", *TINY_SET,
@@ -460,6 +460,8 @@ def test_the_average_of_a_classifiers_checkpoints_is_a_classifier_run(tmp_path, 
     code, out, err = cli(capsys, "classify", "predict", "--model", averaged, "a good film")
     assert code == 0, err
     assert set(json.loads(out)["probs"]) == set(LABELS)
+    code, out, err = cli(capsys, "average", "--last", "5", "--out", tmp_path / "avg5", run)
+    assert code == 2 and "cannot average the last 5: average fewer (--last 3), or train with" in err
 
 
 def test_train_flags_and_repeated_set_add_up(tmp_path, capsys):

@@ -223,7 +223,11 @@ def test_minilm_server_embeddings_equal_attnkit_embed(serve_client):
         assert info["task"] == "embedder" and (info["n_layers"], info["n_heads"]) == (6, 12)
         body = client.post("/v1/embeddings", json={"input": texts}).json()
         maps = client.post("/v1/attention", json={"inputs": "an unseen zzqxw word"}).json()
-        assert client.post("/v1/classify", json={"inputs": "a"}).status_code == 400
+        wrong = client.post("/v1/classify", json={"inputs": "a"})
+        assert (wrong.status_code, wrong.json()["error"]) == (
+            400,
+            "this endpoint needs a classifier; the server runs an embedder",
+        )
     want = embed("minilm", texts, normalize=True)
     torch.testing.assert_close(torch.tensor([d["embedding"] for d in body["data"]]), want, atol=1e-6, rtol=0)
     assert torch.tensor(maps["encoder_self"]).shape[:2] == (6, 12) and maps["tokens"][0] == "[CLS]"

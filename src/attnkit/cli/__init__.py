@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from attnkit.cli import ablate, bench, classify, data, embed, export, params, plot, pretrain, runs, serve, translate
-from attnkit.cli.common import Parser
+from attnkit.cli.arguments import Parser
 from attnkit.errors import InputError, NonFiniteError
 
 

@@ -71,10 +71,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("ablate", help="Table 3 on your data: a base model and one-change variants, same budget")
     p.add_argument("--task", choices=("classify", "translate"), required=True)
     p.add_argument("--dataset", help="a dataset recipe (rt-polarity, bible, ...) instead of --train/--valid")
-    p.add_argument("--pair", help="language pair of the dataset recipe, e.g. en-de")
-    p.add_argument("--train", type=Path)
-    p.add_argument("--valid", type=Path)
-    p.add_argument("--preset", help="base model preset")
+    p.add_argument("--pair", help="language pair of --dataset bible, e.g. en-ko (default en-de)")
+    p.add_argument("--train", type=Path, help="training file, as classify train or translate train reads it")
+    p.add_argument("--valid", type=Path, help="validation file (required with --train: it ranks the variants)")
+    p.add_argument("--preset", help="the base model's preset (as classify train or translate train takes it)")
     p.add_argument(
         "--grid",
         action="append",

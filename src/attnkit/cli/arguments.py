@@ -1,10 +1,35 @@
-"""The argparse value types of the commands: counts, thread counts, the length-penalty exponent, a port. Each turns a
-bad value into a usage error naming the flag (one ``error:`` line, exit 2), before a huge one reaches C code that
-overflows or allocates without bound."""
+"""The parser class of the commands, and their argparse value types: counts, thread counts, the length-penalty
+exponent, a port. Each type turns a bad value into a usage error naming the flag (one ``error:`` line, exit 2),
+before a huge one reaches C code that overflows or allocates without bound."""
 
 from __future__ import annotations
 
 import argparse
+
+from attnkit.errors import InputError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one ``error:`` line and exit code 2, like every other bad input; and an
+    argument a command does not take is named by that command (argparse leaves it to the top-level parser, which
+    names only ``attnkit``), with a hint where the mix-up is a likely one: ``hints``, by the argument's name
+    (``--model``) or, for a word without a dash, ``TEXT``."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.hints: dict[str, str] = {}
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(f"{self.prog}: {message}")
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and self._subparsers is None:  # a command, not a group of commands: nothing else will take them
+            keys = [extra.split("=", 1)[0] if extra.startswith("-") else "TEXT" for extra in extras]
+            hint = next((f" ({self.hints[key]})" for key in keys if key in self.hints), "")
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return namespace, extras
+
 
 COUNT_CEILING = 2**16  # a count given on the command line (a beam, a batch size): far above any use of it
 

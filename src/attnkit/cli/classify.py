@@ -6,10 +6,10 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from attnkit.cli.arguments import Parser
 from attnkit.cli.common import (
     OUT_HELP,
     RESUME_HELP,
-    Parser,
     add_budget_args,
     add_config_args,
     add_device_arg,
@@ -167,9 +167,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "train split (read through memory maps) and valid split",
     )
     p.add_argument("--out", type=Path, required=True, help=OUT_HELP)
-    p.add_argument("--preset", help="model preset: default (the default), vocab10k, tiny-binary")
+    p.add_argument("--preset", help="model preset: default (the default), vocab10k, tiny-binary (docs/params.md)")
     add_budget_args(p)
-    p.add_argument("--seed", type=int)
+    p.add_argument(
+        "--seed",
+        type=int,
+        help="the config key seed (default 0): initial weights, held-out tenth, batch order, dropout",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
     p.add_argument("--resume", action="store_true", help=RESUME_HELP)
     p.add_argument(
@@ -193,9 +197,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--model", type=Path, required=True, help="run directory")
     p.add_argument("--data", type=Path, help="labelled file (.tsv, .csv or .jsonl)")
     p.add_argument("--dataset", help="a dataset recipe instead of --data (e.g. rt-polarity)")
-    p.add_argument(
-        "--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)"
-    )
+    p.add_argument("--split", choices=("train", "valid", "test"), help="split of --dataset (default test)")
     add_precision_arg(p, PRECISION_HELP)
     add_device_arg(p)
     p.set_defaults(func=cmd_classify_eval)

@@ -27,13 +27,6 @@ RESUME_HELP = (
 OUT_HELP = "run directory to write; locked while a training writes it, so that a second one fails at once"
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one ``error:`` line and exit code 2, like every other bad input."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise InputError(f"{self.prog}: {message}")
-
-
 def add_device_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--device",
@@ -118,8 +111,8 @@ def check_training_extras(train_cfg) -> None:
 
 def add_budget_args(p: argparse.ArgumentParser) -> None:
     """--max-steps and --epochs of a train command: its budget (``--resume`` may grow it)."""
-    p.add_argument("--max-steps", type=int, help="optimizer steps to train (default: the config's epochs decide)")
-    p.add_argument("--epochs", type=int, help="passes over the training data")
+    p.add_argument("--max-steps", type=int, help="optimizer steps to train (default 0: no limit, --epochs decides)")
+    p.add_argument("--epochs", type=int, help="passes over the training data, at most (default: the task's config)")
 
 
 def check_resume(
@@ -233,8 +226,15 @@ def eval_file(args: argparse.Namespace, task: str) -> Path:
     if bool(args.data) == bool(args.dataset):
         raise InputError("give --data FILE or --dataset NAME [--split test] (one of them)")
     if args.data:
+        check_no_split(args)
         return args.data
-    return fetch_dataset(args.dataset, getattr(args, "pair", None), task=task) / f"{args.split}.tsv"
+    return fetch_dataset(args.dataset, getattr(args, "pair", None), task=task) / f"{args.split or 'test'}.tsv"
+
+
+def check_no_split(args: argparse.Namespace) -> None:
+    """--split with files to evaluate (it picks a split of --dataset) is refused rather than ignored."""
+    if args.split:
+        raise InputError(f"--split {args.split} picks a split of --dataset; files given with --data are read whole")
 
 
 @contextmanager

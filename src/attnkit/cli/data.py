@@ -7,7 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import Parser, fetch_dataset, print_json
+from attnkit.cli.arguments import Parser
+from attnkit.cli.common import fetch_dataset, print_json
 from attnkit.errors import InputError
 
 
@@ -125,7 +126,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     data_cmds = data.add_subparsers(dest="subcommand", required=True, parser_class=Parser)
     p = data_cmds.add_parser("fetch", help="download, verify and convert a dataset; prints its directory")
     p.add_argument("name", help="recipe name (see `attnkit data list`)")
-    p.add_argument("--pair", help="language pair for bible, e.g. en-de")
+    p.add_argument("--pair", help="language pair for bible, e.g. en-ko (default en-de)")
     p.add_argument("--cache-dir", type=Path, help="cache directory (default: $ATTNKIT_CACHE or ~/.cache/attnkit)")
     p.set_defaults(func=cmd_data_fetch)
     p = data_cmds.add_parser("list", help="the known recipes")
@@ -141,10 +142,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--train-src", type=Path, help="translate: source sentences, one a line (with --train-tgt)")
     p.add_argument("--train-tgt", type=Path, help="translate: target sentences aligned with --train-src")
     p.add_argument("--valid", type=Path, help="valid split, in the train split's format")
-    p.add_argument("--valid-src", type=Path)
-    p.add_argument("--valid-tgt", type=Path)
+    p.add_argument("--valid-src", type=Path, help="translate: validation source sentences (with --valid-tgt)")
+    p.add_argument("--valid-tgt", type=Path, help="translate: validation targets aligned with --valid-src")
     p.add_argument("--dataset", help="a dataset recipe instead of files (its train and valid splits)")
-    p.add_argument("--pair", help="language pair for --dataset bible, e.g. en-de")
+    p.add_argument("--pair", help="language pair for --dataset bible, e.g. en-ko (default en-de)")
     p.add_argument(
         "--tokenizer", type=Path, help="use this tokenizer: a run directory, a prepared corpus or a tokenizer.json"
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnkit.cli.common import Parser, print_json
+from attnkit.cli.arguments import Parser
+from attnkit.cli.common import print_json
 
 
 def cmd_export_onnx(args: argparse.Namespace) -> None:
@@ -38,7 +39,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p = export_cmds.add_parser(
         "hf",
         help="a BERT-shaped classifier run as a Hugging Face BERT folder "
-        "(BertForSequenceClassification with its labels; cls pooling only)",
+        "(BertForSequenceClassification with its labels, for cls pooling; --encoder-only: a BertModel, any pooling)",
     )
     p.add_argument("--model", type=Path, required=True, help="classifier run directory")
     p.add_argument(

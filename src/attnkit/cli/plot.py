@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import Parser, add_device_arg, device_of
+from attnkit.cli.arguments import Parser
+from attnkit.cli.common import add_device_arg, device_of
 from attnkit.errors import InputError
 
 
@@ -81,8 +82,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     plot = commands.add_parser("plot", help="figures")
     plot_cmds = plot.add_subparsers(dest="subcommand", required=True, parser_class=Parser)
     p = plot_cmds.add_parser("pe", help="heatmap of the sinusoidal positional encoding (§3.5)")
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--max-len", type=int, default=100)
+    p.add_argument("--d-model", type=int, default=128, help="dimensions, the rows (default %(default)s)")
+    p.add_argument("--max-len", type=int, default=100, help="positions, the columns (default %(default)s)")
     p.add_argument("--out", type=Path, required=True, help="figure to write: .png, .svg or .html (inline SVG)")
     p.set_defaults(func=cmd_plot_pe)
     p = plot_cmds.add_parser("attention", help="attention maps of a trained model for one text (layers x heads)")

@@ -76,7 +76,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", type=Path, required=True, help=OUT_HELP)
     add_budget_args(p)
-    p.add_argument("--seed", type=int)
+    p.add_argument("--seed", type=int, help="the config key seed (default 0): initial weights, batch order, masks")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
     p.add_argument("--resume", action="store_true", help=RESUME_HELP)
     add_device_arg(p)

@@ -24,9 +24,9 @@ def cmd_average(args: argparse.Namespace) -> None:
 
 def add_average_command(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("average", help="average the last N checkpoints of a run into a new run directory (§6.1)")
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    p.add_argument("--last", type=int, default=5)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run trained with --set keep_last=N (N >= --last)")
+    p.add_argument("--last", type=int, default=5, help="how many of its last step checkpoints (default %(default)s)")
+    p.add_argument("--out", type=Path, required=True, help="the new run directory: RUN_DIR with the averaged weights")
     p.set_defaults(func=cmd_average)
 
 

@@ -163,6 +163,7 @@ def loopback_only(host: str) -> bool:
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("serve", help="an HTTP API with dynamic batching, and a playground at /")
+    p.hints = {"--model": "serve takes the model as its first argument: attnkit serve RUN_DIR"}
     p.add_argument(
         "model",
         metavar="RUN_DIR|minilm",

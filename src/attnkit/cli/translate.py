@@ -6,17 +6,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.arguments import length_penalty_alpha, positive_int, thread_count
+from attnkit.cli.arguments import Parser, length_penalty_alpha, positive_int, thread_count
 from attnkit.cli.common import (
     OUT_HELP,
     RESUME_HELP,
-    Parser,
     add_budget_args,
     add_config_args,
     add_device_arg,
     add_precision_arg,
     apply_flags,
     check_init_from,
+    check_no_split,
     check_precision,
     check_prepared,
     check_resume,
@@ -118,7 +118,7 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
 PRECISION_HELP = (
     "bf16: decode in bfloat16 (GPUs, and CPUs with AMX or AVX512-BF16), fp16: in float16 (CUDA only); weights and "
     "activations in that type, the search on float32 log-probabilities. int8 (CPUs): bf16 with the weights rounded "
-    "to int8, ~2x faster than bf16 one sentence at a time (--batch-size 1). Default fp32"
+    "to int8, ~2x faster than bf16 one sentence at a time"
 )
 
 
@@ -177,6 +177,7 @@ def cmd_translate_eval(args: argparse.Namespace) -> None:
     if args.dataset:
         pairs = _read_pairs(eval_file(args, "translate"), None, None, "data")
     else:
+        check_no_split(args)
         pairs = _read_pairs(args.data, args.data_src, args.data_tgt, "data")
     if pairs is None:
         raise InputError("translate eval: give --data FILE, --data-src A --data-tgt B, or --dataset NAME")
@@ -201,10 +202,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--train-src", type=Path, help="plain-text source file, one sentence per line")
     p.add_argument("--train-tgt", type=Path, help="plain-text target file, aligned with --train-src")
     p.add_argument("--valid", type=Path, help="validation TSV (loss, perplexity and BLEU at each checkpoint)")
-    p.add_argument("--valid-src", type=Path)
-    p.add_argument("--valid-tgt", type=Path)
+    p.add_argument("--valid-src", type=Path, help="validation source sentences, one a line (with --valid-tgt)")
+    p.add_argument("--valid-tgt", type=Path, help="validation target sentences, aligned with --valid-src")
     p.add_argument("--dataset", help="a dataset recipe instead of files (e.g. bible)")
-    p.add_argument("--pair", help="language pair of the dataset recipe, e.g. en-de")
+    p.add_argument("--pair", help="language pair of --dataset bible, e.g. en-ko (default en-de)")
     p.add_argument(
         "--prepared",
         type=Path,
@@ -218,8 +219,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-tokens", type=int, help="source + target tokens per batch (accumulate with --set accum_steps=N)"
     )
-    p.add_argument("--seed", type=int)
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--seed", type=int, help="the config key seed (default 0): initial weights, batch order, dropout")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or per-evaluation lines")
     p.add_argument("--resume", action="store_true", help=RESUME_HELP)
     p.add_argument(
         "--init-from",
@@ -248,6 +249,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         )
 
     p = translate_cmds.add_parser("run", help="translate stdin to stdout, one line each, same order")
+    p.hints = {"TEXT": "it reads sentences from stdin, one a line: echo TEXT | attnkit translate run --model RUN"}
     p.add_argument(
         "--model",
         type=Path,
@@ -276,13 +278,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p = translate_cmds.add_parser("eval", help="sacreBLEU BLEU and chrF (detokenized) with signatures")
     p.add_argument("--model", type=Path, required=True, help="run directory")
     p.add_argument("--data", type=Path, help="TSV of source<TAB>target")
-    p.add_argument("--data-src", type=Path)
-    p.add_argument("--data-tgt", type=Path)
+    p.add_argument("--data-src", type=Path, help="plain text, one source sentence a line (with --data-tgt)")
+    p.add_argument("--data-tgt", type=Path, help="its reference translations, line by line")
     p.add_argument("--dataset", help="a dataset recipe instead of --data (e.g. bible)")
-    p.add_argument("--pair", help="language pair of the dataset recipe, e.g. en-de")
-    p.add_argument(
-        "--split", default="test", choices=("train", "valid", "test"), help="split of --dataset (default test)"
-    )
+    p.add_argument("--pair", help="language pair of --dataset bible, e.g. en-ko (default en-de)")
+    p.add_argument("--split", choices=("train", "valid", "test"), help="split of --dataset (default test)")
     p.add_argument(
         "--bleu-tokenize",
         choices=BLEU_TOKENIZERS,

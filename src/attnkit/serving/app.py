@@ -142,7 +142,7 @@ def create_app(
         tasks = (task,) if isinstance(task, str) else task
         if m.task not in tasks:
             raise ApiError(
-                400, "wrong_model", f"this endpoint needs a {' or '.join(tasks)}; the server runs a {m.task}"
+                400, "wrong_model", f"this endpoint needs {_a(' or '.join(tasks))}; the server runs {_a(m.task)}"
             )
         return m
 
@@ -178,3 +178,8 @@ def create_app(
 
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
     return app
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: a classifier, an embedder."""
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"

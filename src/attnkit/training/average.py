@@ -25,9 +25,10 @@ def average_checkpoints(run_dir: str | Path, last: int, out_dir: str | Path) -> 
     paths = checkpoint_paths(run_dir)
     if len(paths) < last:
         raise InputError(
-            f"{run_dir}: has {len(paths)} checkpoint(s) in {run_dir / 'checkpoints'}; cannot average the last {last} "
-            "(a run keeps its last N step checkpoints when trained with --set keep_last=N; classifiers keep none "
-            "by default)"
+            f"{run_dir}: has {len(paths)} checkpoint(s) in {run_dir / 'checkpoints'}; cannot average the last {last}"
+            + (f": average fewer (--last {len(paths)}), or" if len(paths) > 1 else ";")
+            + " train with --set keep_last=N checkpoint_every=K (a step checkpoint every K steps and one at the end, "
+            "the last N kept; classifiers keep none by default)"
         )
     if out_dir.resolve() == run_dir.resolve():
         raise InputError(f"--out {out_dir}: must differ from the run directory")

@@ -64,10 +64,11 @@ def repeated_in_train(train: list[Example], valid: list[Example], valid_where: s
     trained = {ex.text for ex in train}
     if not (repeated := [ex for ex in valid if ex.text in trained]):
         return None
-    first = min(repeated, key=lambda ex: ex.line)
+    first, n = min(repeated, key=lambda ex: ex.line), len(repeated)
     return (
-        f"{valid_where}: {len(repeated):,} of the {len(valid):,} validation texts are training texts too (the "
-        f"first: line {first.line}); the validation accuracy flatters the model"
+        f"{valid_where}: {n:,} of the {len(valid):,} validation texts ({n / len(valid):.1%}) "
+        f"{'is a training text' if n == 1 else 'are training texts'} too (the first: line {first.line}); accuracy on "
+        f"{'it' if n == 1 else 'them'} measures memory, not generalisation"
     )
 
 
