@@ -184,9 +184,9 @@ def test_korean_token_labels_are_drawn_from_a_font_with_hangul():
     from matplotlib.ft2font import FT2Font
 
     from attnkit.analysis.plots.attention import attention_figure
-    from attnkit.analysis.plots.fonts import label_fonts
+    from attnkit.analysis.plots.fonts import font_families
 
-    fonts = label_fonts()
+    fonts = font_families()
     assert fonts[0] == "DejaVu Sans"  # Latin labels look as before
     tokens = ["▁태초에", "▁말씀", "이", "▁계시", "</s>"]
     fig = attention_figure(_maps(), tokens, tokens, caption="model output: 태초에 말씀이")

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from attnkit.analysis.plots.figure import DOC_WIDTH_PX, DPI, MIN_FONT, new_figure, save_figure
-from attnkit.analysis.plots.fonts import font_families, label_fonts
+from attnkit.analysis.plots.fonts import font_families
 
 MAX_CELLS = 160  # longest side of an attention map as drawn; longer inputs are average-pooled down to it
 
@@ -87,7 +87,7 @@ def attention_figure(
         + (0.18 * (caption.count("\n") + 1) if caption else 0)
     )
 
-    fonts = label_fonts()  # tokens and the caption may be Korean
+    fonts = font_families()  # tokens and the caption may be Korean
     fig = new_figure(width, height)
     axes = fig.subplots(rows, columns, squeeze=False, sharex=True, sharey=True)
     image = None
@@ -125,7 +125,7 @@ def plot_attention_grid(
     """A grid of layers x heads; each panel one (T, S) map with token labels, one colour scale for all panels.
 
     ``caption`` is printed under the grid: the place to say what the model produced and whether it is right.
-    Token labels are drawn in DejaVu Sans, then in the first installed font of ``FALLBACK_FONTS`` that has the
+    Token labels are drawn in DejaVu Sans, then in the first installed font of ``CJK_FONTS`` that has the
     character; ``missing_glyphs`` names the characters that no font here has (drawn as boxes).
     """
     import matplotlib

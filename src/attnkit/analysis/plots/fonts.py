@@ -1,35 +1,21 @@
 """Fonts for token labels in Korean, Chinese or Japanese, and the characters that no installed font can draw.
 
 DejaVu Sans, matplotlib's default, has no Hangul, Han or kana: without a fallback font such a token label draws as
-empty boxes. matplotlib takes each glyph from the first font of a family list that has it, so each list starts with
-DejaVu Sans (Latin labels look as before) and goes on to installed CJK fonts. Two lists are made here:
-``label_fonts`` (the first installed font of ``CJK_FONTS``), the family of an attention grid's token labels and
-caption, and ``font_families`` (every installed font of ``FALLBACK_FONTS``), the default family while a grid is
-drawn and the fonts ``missing_glyphs`` checks.
+empty boxes. matplotlib takes each glyph from the first font of a family list that has it, so the list
+(``font_families``) starts with DejaVu Sans (Latin labels look as before) and goes on to the installed fonts of
+``CJK_FONTS``. It is an attention grid's family (its token labels and caption included) and the fonts
+``missing_glyphs`` checks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-# Fonts with Hangul (and other CJK) glyphs, tried after DejaVu Sans, matplotlib's default, which has none: without
-# one a Korean token label draws as empty boxes. Any one installed is enough (Debian: fonts-nanum, fonts-noto-cjk);
-# matplotlib only reads a font installed after its font cache was built once that cache is deleted.
-CJK_FONTS = ("NanumGothic", "Noto Sans CJK KR", "Noto Sans KR", "Noto Sans CJK JP", "UnDotum", "Baekmuk Gulim")
-
-
-def label_fonts() -> list[str]:
-    """DejaVu Sans, then the first installed font of ``CJK_FONTS``, if any: matplotlib takes each glyph from the
-    first font of the list that has it, so Latin labels keep DejaVu Sans and Hangul comes from the second."""
-    from matplotlib import font_manager
-
-    installed = {font.name for font in font_manager.fontManager.ttflist}
-    return ["DejaVu Sans", *[name for name in CJK_FONTS if name in installed][:1]]
-
-
-# Fonts with Hangul, Han and kana, tried in this order after DejaVu Sans (which has none) where installed: a
-# translator's Korean, Chinese or Japanese tokens are otherwise drawn as boxes.
-FALLBACK_FONTS = (
+# Fonts with Hangul, Han and kana, tried in this order after DejaVu Sans where installed: Korean first (the
+# project's own second language), then Japanese and Chinese. Any one installed is enough for Korean (Debian:
+# fonts-nanum, fonts-noto-cjk); matplotlib only reads a font installed after its font cache was built once that
+# cache is deleted.
+CJK_FONTS = (
     "Noto Sans CJK KR",
     "Noto Sans CJK JP",
     "Noto Sans KR",
@@ -37,18 +23,20 @@ FALLBACK_FONTS = (
     "Source Han Sans K",
     "Malgun Gothic",
     "Apple SD Gothic Neo",
+    "UnDotum",
+    "Baekmuk Gulim",
     "WenQuanYi Zen Hei",
     "Droid Sans Fallback",
 )
 
 
 def font_families() -> list[str]:
-    """DejaVu Sans, then the installed ``FALLBACK_FONTS`` (matplotlib falls back glyph by glyph along the list, and
+    """DejaVu Sans, then the installed ``CJK_FONTS`` (matplotlib falls back glyph by glyph along the list, and
     logs a warning for a family that is not installed, hence only those)."""
     from matplotlib import font_manager
 
     installed = {font.name for font in font_manager.fontManager.ttflist}
-    return ["DejaVu Sans", *(name for name in FALLBACK_FONTS if name in installed)]
+    return ["DejaVu Sans", *(name for name in CJK_FONTS if name in installed)]
 
 
 def missing_glyphs(texts: Iterable[str]) -> list[str]:
