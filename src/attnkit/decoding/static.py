@@ -60,7 +60,7 @@ def check_call(model: object, src: object, *, bos_id: int, eos_id: int, max_posi
     if src.dim() == 2 and src.size(1) > max_len:
         raise ValueError(f"src has {src.size(1)} positions, past the model's positional table (max_len={max_len})")
     if src.numel():
-        low, high = (int(v) for v in torch.aminmax(src))
+        low, high = torch.stack(torch.aminmax(src)).tolist()  # one read of the device, not one per value
         if low < 0 or high >= vocab:
             raise ValueError(
                 f"src holds token id {low if low < 0 else high}, outside the model's vocabulary [0, {vocab})"
