@@ -1,7 +1,7 @@
-"""The GPU check: everything about attnkit that needs a CUDA GPU, in one command, in 11-12 minutes.
+"""The GPU check: everything about attnkit that needs a CUDA GPU, in one command, in under 10 minutes.
 
     python3 benchmarks/gpu_check.py OUT [--data DIR] [--parts bible serve train tests decode profile]
-                                        [--bible-minutes 3.1] [--cap PART=SECONDS ...] [--traces]
+                                        [--bible-minutes 3.1] [--cap PART=SECONDS ...] [--minutes 9.5] [--traces]
 
 Runs, each in a process of its own with a time cap, from the repository's root (``src/`` on the path: nothing is
 installed; the machine needs torch, transformers, pytest and attnkit's own dependencies, which a stock PyTorch image
@@ -36,7 +36,10 @@ and writes to OUT (at most 8 files, what a lent machine returns): ``summary.txt`
 ``check.log`` (every part's output), ``tests.txt``, ``bench_train.jsonl`` and ``bench_decode.jsonl`` (a JSON line
 per result, written as it is measured: kept when the part meets its cap), ``bible_metrics.jsonl``,
 ``bible_eval.json``, ``gpu.txt`` (nvidia-smi, torch's view of the device, the host's processor). ``--cap train=150``
-changes a part's cap (bible: the cap of its evaluation).
+changes a part's cap (bible: the cap of its evaluation). Every part together is held to ``--minutes`` (9.5 by
+default: a lent machine runs one command for at most 10): a part gets at most the time left, and a part with less
+than half a minute left is skipped, said in the summary, so the check always ends with its summary written; the
+parts run in the order above, the most wanted first (11-12 minutes uncut on an H100: the last parts are cut).
 
 The Bible data: the recipe's three split files, found under DIR/bible/en-de/ (``--data DIR``, a folder shaped like
 attnkit's cache; default ``$ATTNKIT_CACHE`` or ``~/.cache/attnkit``). A machine without network cannot fetch them:
@@ -63,6 +66,8 @@ REPO = Path(__file__).resolve().parent.parent
 PARTS = ("bible", "serve", "train", "tests", "decode", "profile")  # in the order they run; all but profile by default
 # each part's cap in seconds; bible: its evaluation's (its training stops after --bible-minutes)
 CAPS_S = {"bible": 90, "serve": 60, "train": 270, "tests": 150, "decode": 150, "profile": 450}
+MIN_PART_S = 30  # a part with less time left than this is skipped
+SKIPPED = -1  # run()'s code for a part skipped at the check's deadline
 RECIPE = (  # the README's Bible En-De recipe
     "--preset small --max-steps 4700 --set schedule=linear lr=1e-3 warmup_steps=300 checkpoint_every=250"
 ).split()
@@ -77,6 +82,7 @@ def main() -> int:
     ap.add_argument("--cap", action="append", default=[], metavar="PART=SECONDS", help="a part's time cap")
     ap.add_argument("--device", default="cuda", help="cuda (default); cpu: every part at its smallest")
     ap.add_argument("--traces", action="store_true", help="profile: write each step's Chrome trace to OUT/traces")
+    ap.add_argument("--minutes", type=float, default=9.5, help="every part together, at most (default 9.5)")
     a = ap.parse_args()
     caps = dict(CAPS_S)
     for item in a.cap:
@@ -92,8 +98,17 @@ def main() -> int:
     rows: list[str] = []
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))  # the Bible run, kept for the serve part
 
+    deadline = time.monotonic() + a.minutes * 60
+
     def run(part: str, command: list[str], cap_s: float, stdout_to: Path | None = None) -> tuple[int, float]:
-        """``command`` in a process of its own, its output appended to check.log (stdout to ``stdout_to``)."""
+        """``command`` in a process of its own, its output appended to check.log (stdout to ``stdout_to``), for at
+        most ``cap_s`` and the check's time left; skipped (``SKIPPED``) with less than ``MIN_PART_S`` left."""
+        cap_s = min(cap_s, deadline - time.monotonic())
+        if cap_s < MIN_PART_S:
+            log.write(f"\n=== {part}: skipped, {a.minutes:g} minutes of the check spent\n")
+            if stdout_to:
+                stdout_to.write_text("", encoding="utf-8")
+            return SKIPPED, 0.0
         log.write(f"\n=== {part}: {' '.join(command)}\n")
         log.flush()
         started = time.perf_counter()
@@ -120,8 +135,9 @@ def main() -> int:
         out_lines = a.out / "bench_train.jsonl"
         command = [python, __file__, "--train-rows", a.device] + (["--quick"] if smoke else [])
         code, seconds = run("train", command, caps["train"], out_lines)
-        rows.append(f"train     {'ok' if code == 0 else f'FAILED ({code})'}  {seconds:5.0f} s")
-        rows += _train_table([json.loads(line) for line in out_lines.read_text(encoding="utf-8").splitlines()])
+        rows.append(f"train     {_outcome(code)}  {seconds:5.0f} s")
+        if results := [json.loads(line) for line in out_lines.read_text(encoding="utf-8").splitlines()]:
+            rows += _train_table(results)
     if "tests" in a.parts:
         files = ["tests/test_cuda.py", "tests/bench/test_bench_gpu.py"]
         command = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", *files]
@@ -129,13 +145,14 @@ def main() -> int:
             command += ["-n", "4"]
         code, seconds = run("tests", command, caps["tests"], a.out / "tests.txt")
         last = (a.out / "tests.txt").read_text(encoding="utf-8").strip().splitlines()[-1:] or ["(no output)"]
-        rows.append(f"tests     {'ok' if code == 0 else f'FAILED ({code})'}  {seconds:5.0f} s  {last[0]}")
+        rows.append(f"tests     {_outcome(code)}  {seconds:5.0f} s  {last[0]}")
     if "decode" in a.parts:
         out_lines = a.out / "bench_decode.jsonl"
         command = [python, __file__, "--decode-rows", a.device] + (["--quick"] if smoke else [])
         code, seconds = run("decode", command, caps["decode"], out_lines)
-        rows.append(f"decode    {'ok' if code == 0 else f'FAILED ({code})'}  {seconds:5.0f} s")
-        rows += _decode_table([json.loads(line) for line in out_lines.read_text(encoding="utf-8").splitlines()])
+        rows.append(f"decode    {_outcome(code)}  {seconds:5.0f} s")
+        if results := [json.loads(line) for line in out_lines.read_text(encoding="utf-8").splitlines()]:
+            rows += _decode_table(results)
     if "profile" in a.parts:
         shape = ["--config", "small", "--length", "16", "--tokens", "512"] if smoke else ["--config", "base"]
         shape += [] if smoke else ["--length", "128", "--tokens", "32768", "--precision", "bf16"]
@@ -147,7 +164,7 @@ def main() -> int:
             code, seconds = run("profile", command, caps["profile"], table)
             printed = table.read_text(encoding="utf-8")
         log.write(printed)
-        rows.append(f"profile   {'ok' if code == 0 else f'FAILED ({code})'}  {seconds:5.0f} s")
+        rows.append(f"profile   {_outcome(code)}  {seconds:5.0f} s")
         rows += [f"          {line}" for line in printed.splitlines()]
     shutil.rmtree(work, ignore_errors=True)
     summary = "\n".join(rows) + "\n"
@@ -196,6 +213,11 @@ def decode_rows(device: str, quick: bool) -> None:
             print(result.to_json(), flush=True)
 
 
+def _outcome(code: int) -> str:
+    """A part's outcome in the summary: ok, skipped at the deadline, or FAILED with its exit code."""
+    return "ok" if code == 0 else "skipped (the check's --minutes spent)" if code == SKIPPED else f"FAILED ({code})"
+
+
 def _bible(
     a: argparse.Namespace, run, python: str, env: dict[str, str], smoke: bool, eval_cap_s: float, run_dir: Path
 ) -> list[str]:
@@ -219,7 +241,7 @@ def _bible(
         code, seconds = run("bible", command, minutes * 60 + 120, Path(work) / "train.json")
         metrics = run_dir / "metrics.jsonl"
         if code != 0 or not metrics.is_file():
-            return [f"bible     FAILED ({code}) after {seconds:.0f} s: see check.log"]
+            return [f"bible     {_outcome(code)} after {seconds:.0f} s: see check.log"]
         (a.out / "bible_metrics.jsonl").write_bytes(metrics.read_bytes())
         trained = json.loads((Path(work) / "train.json").read_text(encoding="utf-8"))  # translate train's summary
         evaluate = [python, "-m", "attnkit", "translate", "eval", "--model", str(run_dir), "--dataset", "bible"]
@@ -233,7 +255,7 @@ def _bible(
         f"{rate:.1f} steps/s, 4,700 steps in ~{4700 / max(rate, 1e-9) / 60:.1f} min (goal: at most 3)"
     ]
     if eval_code != 0:
-        return [*rows, f"bible     eval FAILED ({eval_code}): see check.log"]
+        return [*rows, f"bible     eval {_outcome(eval_code)}: see check.log"]
     return [
         *rows,
         f"bible     John, beam {1 if smoke else 4}: BLEU {scores['bleu']:.1f}, chrF {scores['chrf']:.1f} "
@@ -256,7 +278,7 @@ def _serve(a: argparse.Namespace, run, python: str, smoke: bool, cap_s: float, r
         command += ["--max-texts", "40", "--seconds", "1" if smoke else "5", "--out", str(out)]
         code, seconds = run(f"serve beam {beam}", command, cap_s)
         if code != 0 or not out.is_file():
-            rows.append(f"serve     beam {beam} FAILED ({code}) after {seconds:.0f} s: see check.log")
+            rows.append(f"serve     beam {beam} {_outcome(code)} after {seconds:.0f} s: see check.log")
             continue
         report = json.loads(out.read_text(encoding="utf-8"))
         one = report["one_client"]

@@ -100,6 +100,24 @@ def test_the_gpu_check_runs_the_bible_recipe_from_carried_data_and_summarises_it
     assert json.loads((out / "bible_eval.json").read_text())["bleu"] >= 0
 
 
+def test_the_gpu_check_ends_with_its_summary_when_its_minutes_are_spent(tmp_path):
+    """A lent machine runs one command for at most 10 minutes: past ``--minutes`` every part left is skipped, said
+    in the summary, and the check ends with exit 0 and its files (the parts' output files empty)."""
+    out = tmp_path / "out"
+    printed = run_script("gpu_check.py", str(out), "--device", "cpu", "--minutes", "0", "--parts", "train", "tests")
+    assert printed.splitlines() == [
+        "train     skipped (the check's --minutes spent)      0 s",
+        "tests     skipped (the check's --minutes spent)      0 s  (no output)",
+    ]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "bench_train.jsonl",
+        "check.log",
+        "gpu.txt",
+        "summary.txt",
+        "tests.txt",
+    ]
+
+
 def test_the_gpu_check_skips_the_bible_without_its_data(tmp_path):
     printed = run_script(
         "gpu_check.py", str(tmp_path / "out"), "--device", "cpu", "--parts", "bible", "--data", str(tmp_path)
