@@ -33,9 +33,12 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from attnkit.bench import decode
-from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
-from attnkit.bench.train import CONFIGS, batch_loss, make_batch
+from attnkit.bench import decode, decode_calls
+from attnkit.bench.timing import fixed_threads, measure_interleaved
+from attnkit.bench.token_ids import PAD_ID
+from attnkit.bench.train import CONFIGS
+from attnkit.bench.train_inputs import make_batch
+from attnkit.bench.train_steps import batch_loss
 from attnkit.config import TransformerConfig
 from attnkit.inference import prepare_for_inference
 from attnkit.model.attention import KVCache, MultiHeadAttention
@@ -125,11 +128,11 @@ def decode_cases():
     """(name, build, call maker) for greedy and beam 4 on the decode suite's inputs."""
     cfg = decode.CONFIGS["small"]
     src = decode.make_sources(cfg, 32, 32, seed=0)  # (B, S)
-    for search, beam in decode.SEARCHES.items():
+    for search, beam in decode_calls.SEARCHES.items():
         yield (
             search,
             lambda: build_translator(cfg, pad_id=PAD_ID),
-            lambda m, b=beam: decode._attnkit(prepare_for_inference(m), src, b, 32, cfg.max_len),
+            lambda m, b=beam: decode_calls._attnkit(prepare_for_inference(m), src, b, 32, cfg.max_len),
         )
 
 

@@ -35,7 +35,8 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.bench.classify import CONFIGS, make_batch
-from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
+from attnkit.bench.timing import fixed_threads, measure_interleaved
+from attnkit.bench.token_ids import PAD_ID
 from attnkit.inference import prepare_for_inference
 from attnkit.model.attention import MultiHeadAttention
 from attnkit.model.build import build_classifier
@@ -77,7 +78,8 @@ def compiled_decoding(threads: int, reps: int) -> None:
     turns with the eager step (the ``--decode`` probe): float32 at batch 32, and int8 weights one sentence per call
     (``--precision int8``'s case), each with the first call (compilation) and whether the tokens are eager's."""
     from attnkit.bench.decode import CONFIGS as DECODE_CONFIGS
-    from attnkit.bench.decode import SEARCHES, _attnkit, _search, make_sources
+    from attnkit.bench.decode import make_sources
+    from attnkit.bench.decode_calls import SEARCHES, _attnkit, _search
     from attnkit.inference import quantize_for_inference
     from attnkit.inference.programs import Engine
     from attnkit.model.build import build_translator
@@ -118,7 +120,8 @@ def transposed_linears(threads: int, reps: int) -> None:
     """Decoding with every ``F.linear`` of the decoder replaced by ``addmm`` on an (in, out) copy of the weight,
     made once per weight, timed in turns with eager decoding (the ``--decode`` probe)."""
     from attnkit.bench.decode import CONFIGS as DECODE_CONFIGS
-    from attnkit.bench.decode import SEARCHES, _attnkit, make_sources
+    from attnkit.bench.decode import make_sources
+    from attnkit.bench.decode_calls import SEARCHES, _attnkit
     from attnkit.model.build import build_translator
 
     linear = F.linear

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 
 from attnkit.allocator import setting, tune_malloc
 from attnkit.bench.classify import CONFIGS, forward_fn, inference_call, make_batch
-from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
+from attnkit.bench.timing import fixed_threads, measure_interleaved
+from attnkit.bench.token_ids import PAD_ID
 from attnkit.model.build import build_classifier
 from attnkit.model.classifier import TransformerClassifier
 from attnkit.training.precision import DTYPES

@@ -32,8 +32,10 @@ import torch
 from torch.profiler import profile
 
 from attnkit.allocator import setting, tune_malloc
-from attnkit.bench.common import PAD_ID, fixed_threads, measure
-from attnkit.bench.decode import CONFIGS, SEARCHES, _attnkit, make_sources
+from attnkit.bench.decode import CONFIGS, make_sources
+from attnkit.bench.decode_calls import SEARCHES, _attnkit
+from attnkit.bench.timing import fixed_threads, measure
+from attnkit.bench.token_ids import PAD_ID
 from attnkit.inference import prepare_for_inference, quantize_for_inference
 from attnkit.inference.quantize import INT8_MAX_ROWS, Int8Weight
 from attnkit.model.build import build_translator

@@ -33,9 +33,12 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from attnkit.allocator import setting, tune_malloc
-from attnkit.bench.common import PAD_ID, fixed_threads, measure_interleaved
 from attnkit.bench.gpu import synchronizer
-from attnkit.bench.train import COMPILE_BACKEND, CONFIGS, forward_fn, make_batch, training_step
+from attnkit.bench.timing import fixed_threads, measure_interleaved
+from attnkit.bench.token_ids import PAD_ID
+from attnkit.bench.train import COMPILE_BACKEND, CONFIGS
+from attnkit.bench.train_inputs import make_batch
+from attnkit.bench.train_steps import forward_fn, training_step
 from attnkit.model.build import build_translator
 
 # operator name -> category; the first category whose fragment occurs in the name wins

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import torch
 
-from attnkit.bench import peers, train
+from attnkit.bench import peers, train, train_inputs, train_steps
 from attnkit.bench.dispatch import CallCount
+from attnkit.bench.token_ids import PAD_ID
 from attnkit.config import task_configs
 from attnkit.data.readers.parallel import Pair
 from attnkit.model import transformer
@@ -48,13 +49,13 @@ def bench_step(tokens: int) -> dict[str, CallCount]:
     """One step of ``bench train``'s closures (after a first step that makes the optimizer's state), per
     implementation, at the small preset and length 32."""
     cfg = train.CONFIGS["small"]
-    src, tgt_in, tgt_out = train.make_batch(cfg, 32, tokens, seed=0)
-    ours = build_translator(cfg, pad_id=train.PAD_ID)
+    src, tgt_in, tgt_out = train_inputs.make_batch(cfg, 32, tokens, seed=0)
+    ours = build_translator(cfg, pad_id=PAD_ID)
     counts = {}
     for impl in [i for i in ("attnkit", "transformers") if i != "transformers" or peers.available(i)]:
         torch.manual_seed(0)
-        model, forward = train.forward_fn(impl, cfg, ours)
-        step = train.training_step(model, forward, src, tgt_in, tgt_out)
+        model, forward = train_steps.forward_fn(impl, cfg, ours)
+        step = train_steps.training_step(model, forward, src, tgt_in, tgt_out)
         step()
         with CallCount() as count:
             step()
@@ -72,7 +73,7 @@ def main() -> None:
         losses.blocked_loss = lambda logits: False
         transformer.skips_padding = lambda device: False
     print(f"choices: {'the GPU' if a.as_gpu else 'the CPU'}'s")
-    data = train.reversal_pairs(12000)
+    data = train_inputs.reversal_pairs(12000)
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for tokens in (4096, 32768):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import attnkit.bench
-from attnkit.bench import classify, common, decode, gpu, scaling, train
+from attnkit.bench import classify, decode, gpu, machine, scaling, timing, train
 from attnkit.config import ClassifierConfig, TranslatorConfig
 from attnkit.inference.programs import Engine
 
@@ -49,10 +49,10 @@ def test_every_timed_call_waits_for_the_device_before_and_after():
     """Kernels are queued, not finished, when a GPU call returns: the clock must be read after a sync on both sides,
     or a step would be timed by how fast it is queued."""
     events: list[str] = []
-    common.measure(lambda: events.append("call"), warmup=1, reps=2, sync=lambda: events.append("sync"))
+    timing.measure(lambda: events.append("call"), warmup=1, reps=2, sync=lambda: events.append("sync"))
     assert events == ["sync", "call", "sync"] * 3
     events.clear()
-    common.measure_interleaved(
+    timing.measure_interleaved(
         [lambda: events.append("a"), lambda: events.append("b")], warmup=0, reps=1, sync=lambda: events.append("s")
     )
     assert events == ["s", "a", "s", "s", "b", "s"]
@@ -68,11 +68,9 @@ def test_the_device_reaches_the_suite(monkeypatch):
 
 
 def test_the_machine_line_names_the_gpu():
-    from attnkit.bench.machine import machine_info
-
-    info = machine_info(threads=1)
+    info = machine.machine_info(threads=1)
     info["gpu"] = {"name": "NVIDIA H100 80GB HBM3", "capability": "9.0", "memory_gib": 79.1, "cuda": "12.8"}
-    assert common.describe_machine(info).startswith("NVIDIA H100 80GB HBM3 (compute 9.0, 79.1 GiB, CUDA 12.8); ")
+    assert machine.describe_machine(info).startswith("NVIDIA H100 80GB HBM3 (compute 9.0, 79.1 GiB, CUDA 12.8); ")
 
 
 # ---------------------------------------------------------------------------------------------------------------

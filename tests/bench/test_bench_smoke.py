@@ -18,16 +18,10 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnkit.bench import classify, common, decode, peers, scaling, train
-from attnkit.bench.common import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    Result,
-    format_table,
-    seq2seq_forward_flops,
-    training_flops,
-)
+from attnkit.bench import ceiling, classify, decode, peers, scaling, timing, train, train_inputs, train_steps
+from attnkit.bench.flops import seq2seq_forward_flops, training_flops
+from attnkit.bench.results import Result, format_table
+from attnkit.bench.token_ids import BOS_ID, EOS_ID, PAD_ID
 from attnkit.config import ClassifierConfig, TranslatorConfig
 from attnkit.decoding import beam_search, greedy_decode
 from attnkit.inference.programs import Engine
@@ -53,14 +47,14 @@ def _padded(ids: torch.Tensor, lengths: list[int]) -> torch.Tensor:
 def test_train_suite_torch_nn_peer_gives_the_same_loss():
     """In eval mode (no dropout) the torch.nn peer of the train suite computes attnkit's loss on a padded batch."""
     ours = build_translator(TINY, pad_id=PAD_ID).eval()
-    theirs, theirs_forward = train.forward_fn("torch.nn", TINY, ours)
+    theirs, theirs_forward = train_steps.forward_fn("torch.nn", TINY, ours)
     theirs.eval()
-    src, tgt_in, tgt_out = train.make_batch(TINY, 12, 96, seed=1)  # (4, 12) each
+    src, tgt_in, tgt_out = train_inputs.make_batch(TINY, 12, 96, seed=1)  # (4, 12) each
     src, tgt_in = _padded(src, [12, 9, 5, 12]), _padded(tgt_in, [12, 12, 7, 3])
     tgt_out = tgt_out.masked_fill(tgt_in == PAD_ID, PAD_ID)
     with torch.no_grad():
-        ours_loss = train.batch_loss(ours(src, tgt_in), tgt_out)
-        theirs_loss = train.batch_loss(theirs_forward(src, tgt_in), tgt_out)
+        ours_loss = train_steps.batch_loss(ours(src, tgt_in), tgt_out)
+        theirs_loss = train_steps.batch_loss(theirs_forward(src, tgt_in), tgt_out)
     assert ours_loss.item() > 0
     torch.testing.assert_close(theirs_loss, ours_loss, rtol=1e-5, atol=1e-5)
 
@@ -148,7 +142,7 @@ def test_training_flops_formula_matches_pytorch_flop_counter():
     """6 * weights per token * tokens + attention FLOPs = what FlopCounterMode counts for forward + backward
     (the math attention backend, whose matmuls it sees)."""
     model = build_translator(TINY, pad_id=PAD_ID).train()
-    src, tgt_in, _ = train.make_batch(TINY, 10, 120, seed=7)  # (6, 10) each
+    src, tgt_in, _ = train_inputs.make_batch(TINY, 10, 120, seed=7)  # (6, 10) each
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(src, tgt_in).sum().backward()
     lengths = [10] * src.size(0)
@@ -200,9 +194,9 @@ def test_train_suite_smoke():
 def test_the_token_budget_variant_feeds_new_padded_shapes_to_every_implementation():
     """Token-budget batches as training cuts them: within the budget, padded, a new (B, S, T) nearly every step;
     every implementation gets a row of them."""
-    cycles = train.token_budget_cycles(TINY, 24, 512, cycles=3, seed=0)
+    cycles = train_inputs.token_budget_cycles(TINY, 24, 512, cycles=3, seed=0)
     batches = [batch for cycle in cycles for batch in cycle]
-    assert [len(cycle) for cycle in cycles] == [train.CYCLE] * 3
+    assert [len(cycle) for cycle in cycles] == [train_inputs.CYCLE] * 3
     shapes = {(src.shape, tgt_in.shape) for src, tgt_in, _ in batches}
     assert len(shapes) >= len(batches) // 2
     for src, tgt_in, tgt_out in batches:
@@ -223,19 +217,19 @@ def test_the_compiled_row_computes_the_eager_steps_losses_and_times_its_compilat
     the compilation, apart from the timed median; the optimizer's step compiled too (an experiment of
     benchmarks/profile_train.py) updates the same. Traced with "aot_eager" here: the same graphs, no kernels made."""
     cfg = dataclasses.replace(TINY, dropout=0.0)
-    src, tgt_in, tgt_out = train.make_batch(cfg, 8, 128, seed=3)  # (8, 8) each
+    src, tgt_in, tgt_out = train_inputs.make_batch(cfg, 8, 128, seed=3)  # (8, 8) each
     losses = []
     for backend, optimizer in ((None, False), ("aot_eager", False), ("aot_eager", True)):
         torch.manual_seed(0)
         model = build_translator(cfg, pad_id=PAD_ID)
-        step = train.training_step(
+        step = train_steps.training_step(
             model, model, src, tgt_in, tgt_out, compile_backend=backend, compile_optimizer=optimizer
         )
         losses.append([step() for _ in range(3)])
     assert losses[1] == pytest.approx(losses[0], abs=1e-5) and losses[0][2] < losses[0][0]
     assert losses[2] == pytest.approx(losses[0], abs=1e-5)
     with pytest.raises(ValueError, match="compile_optimizer"):
-        train.training_step(model, model, src, tgt_in, tgt_out, compile_optimizer=True)
+        train_steps.training_step(model, model, src, tgt_in, tgt_out, compile_optimizer=True)
     monkeypatch.setattr(train, "COMPILE_BACKEND", "aot_eager")
     results = train.run(
         quick=True, threads=1, configs={"tiny": TINY}, lengths=(8,), tokens_per_batch=128, impls=("attnkit",),
@@ -262,8 +256,8 @@ def test_bench_train_compiled_adds_the_compiled_row_on_the_command_line(tmp_path
 
 
 def test_bfloat16_ceiling_is_skipped_without_native_bfloat16(monkeypatch):
-    monkeypatch.setattr(common, "native_bf16", lambda: False)
-    results, references = common.ceiling_results("train", threads=1, quick=True)
+    monkeypatch.setattr(ceiling, "native_bf16", lambda: False)
+    results, references = ceiling.ceiling_results("train", threads=1, quick=True)
     assert [r.dtype for r in results] == ["float32"] and references["float32"] > 0
 
 
@@ -437,7 +431,7 @@ def test_interleaved_timing_takes_a_child_s_own_seconds():
     from attnkit.bench.isolated import Elapsed
 
     here = [0]
-    timings = common.measure_interleaved(
+    timings = timing.measure_interleaved(
         [lambda: Elapsed(5.0, None), lambda: here.append(1)], warmup=1, reps=3, settle_s=0.001
     )
     assert timings[0].times_s == (5.0, 5.0, 5.0) and timings[0].median_s == 5.0
@@ -512,25 +506,25 @@ def test_changes_probe_decoding_variants_emit_the_shipped_tokens():
 
 
 def test_the_cuda_graphs_rows_step_as_the_eager_rows_on_padded_token_budget_batches(replayed_step):
-    """The "attnkit cuda-graphs" rows' step (``train._graphed_steps``: each batch padded to translate train's bounded
-    set of shapes, the loss summed over its target tokens, recorded gradients, the one read, the update) computes the
-    eager row's losses on token-budget batches of varied shapes (no dropout; Adam's steps amplify the padding's
-    rounding, hence the later steps' tolerance). Here each recording stands in for itself (a replay runs the
-    recorded work again), so that it runs on a CPU; the rows themselves need CUDA."""
+    """The "attnkit cuda-graphs" rows' step (``train_steps._graphed_steps``: each batch padded to translate train's
+    bounded set of shapes, the loss summed over its target tokens, recorded gradients, the one read, the update)
+    computes the eager row's losses on token-budget batches of varied shapes (no dropout; Adam's steps amplify the
+    padding's rounding, hence the later steps' tolerance). Here each recording stands in for itself (a replay runs
+    the recorded work again), so that it runs on a CPU; the rows themselves need CUDA."""
     cfg = dataclasses.replace(TINY, dropout=0.0)
-    batches = train.token_budget_cycles(cfg, 12, 256, cycles=1, seed=0)[0]
+    batches = train_inputs.token_budget_cycles(cfg, 12, 256, cycles=1, seed=0)[0]
     losses = []
     for graphed in (False, True):
         torch.manual_seed(0)
         model = build_translator(cfg, pad_id=PAD_ID)
         if graphed:
             optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-            prepared = train.with_indices(batches)
-            step = train._graphed_steps(model, optimizer, prepared, "fp32", 1, recorder=replayed_step)
+            prepared = train_steps.with_indices(batches)
+            step = train_steps._graphed_steps(model, optimizer, prepared, "fp32", 1, recorder=replayed_step)
         else:
-            step = train.training_steps(model, model, batches, "fp32", per_call=1)
+            step = train_steps.training_steps(model, model, batches, "fp32", per_call=1)
         losses.append([step() for _ in batches])
     assert losses[1][0] == pytest.approx(losses[0][0], rel=1e-6)
     assert losses[1] == pytest.approx(losses[0], rel=1e-3)
     with pytest.raises(ValueError, match="cuda_graphs"):
-        train.training_steps(model, model, batches, "fp32", per_call=1, cuda_graphs=True)  # (a CPU)
+        train_steps.training_steps(model, model, batches, "fp32", per_call=1, cuda_graphs=True)  # (a CPU)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from attnkit.bench.dispatch import CallCount as Count
-from attnkit.bench.train import reversal_pairs
+from attnkit.bench.train_inputs import reversal_pairs
 from attnkit.config import task_configs
 from attnkit.data.readers.parallel import Pair
 from attnkit.model import transformer
@@ -118,18 +118,19 @@ def test_the_benchs_step_dispatches_about_what_hugging_faces_does(tokens, gpu_ch
     Hugging Face Marian's at the same shapes, whatever the batch (the blocked loss made it 3.4x at 4,096 tokens and
     21x at 32,768)."""
     pytest.importorskip("transformers")
-    from attnkit.bench import train
+    from attnkit.bench import train_inputs, train_steps
+    from attnkit.bench.token_ids import PAD_ID
     from attnkit.config import TranslatorConfig
     from attnkit.model.build import build_translator
 
     cfg = TranslatorConfig(vocab_size=500, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=64)
-    src, tgt_in, tgt_out = train.make_batch(cfg, 32, tokens, seed=0)  # (B, 32) each
-    ours = build_translator(cfg, pad_id=train.PAD_ID)
+    src, tgt_in, tgt_out = train_inputs.make_batch(cfg, 32, tokens, seed=0)  # (B, 32) each
+    ours = build_translator(cfg, pad_id=PAD_ID)
     calls = {}
     for impl in ("attnkit", "transformers"):
         torch.manual_seed(0)
-        model, forward = train.forward_fn(impl, cfg, ours)
-        step = train.training_step(model, forward, src, tgt_in, tgt_out)
+        model, forward = train_steps.forward_fn(impl, cfg, ours)
+        step = train_steps.training_step(model, forward, src, tgt_in, tgt_out)
         step()  # the optimizer's state is made at the first step
         with Count() as count:
             step()

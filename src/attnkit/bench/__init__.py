@@ -9,12 +9,16 @@ Suites (each a module with ``run(*, quick=False, threads=2, ...) -> list[Result]
     scaling    one encoder layer at lengths 128 .. 8,192, time and peak memory, inference and training
 
 Peers (``peers``): ``torch.nn`` always; Hugging Face ``transformers`` and CTranslate2 when installed (the ``bench``
-extra). ``common`` holds timing, peak memory, the matmul ceiling and the FLOP formulas. ``iter_suite`` runs one
-suite; the command line (``attnkit bench SUITE``, in ``attnkit.cli.bench``) prints what it yields, after the
-machine record of ``machine`` (CPU, features, threads, versions, load; the GPU on ``--device cuda``). ``gpu``
-holds what timing on a GPU adds (the device's clock, the data-sheet bfloat16 ceiling MFU is relative to there).
-The CTranslate2 peer runs attnkit's weights converted by ``attnkit.interop.ct2``, in a child process of its own
-(``isolated``: its thread pool and PyTorch's would slow each other in one process).
+extra). The train suite's batches are ``train_inputs``, each implementation's step ``train_steps``; each
+implementation's decoding call is ``decode_calls``. What the suites measure with: ``timing`` (the median, the
+implementations of a table timed in turns, threads), ``memory`` (peak resident memory), ``flops`` (model FLOPs, MFU) and
+``ceiling`` (the matmul ceiling MFU is relative to); ``results`` is the row every suite yields, with its JSON and the
+table; ``token_ids`` the ids every input uses. ``iter_suite`` runs one suite; the command line (``attnkit bench SUITE``,
+in ``attnkit.cli.bench``) prints what it yields, after the machine record of ``machine`` (CPU, features, threads,
+versions, load; the GPU on ``--device cuda``). ``gpu`` holds what timing on a GPU adds (the device's clock, the
+data-sheet bfloat16 ceiling MFU is relative to there). The CTranslate2 peer runs attnkit's weights converted by
+``attnkit.interop.ct2``, in a child process of its own (``isolated``: its thread pool and PyTorch's would slow each
+other in one process).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def iter_suite(
     device=None,
     compiled: bool = False,
 ) -> Iterator:
-    """The results of suite ``name`` as they are measured (``Result`` objects of ``attnkit.bench.common``), on
+    """The results of suite ``name`` as they are measured (``Result`` objects of ``attnkit.bench.results``), on
     ``device`` (a ``torch.device``; default the CPU; ``gpu`` says what changes on a GPU).
 
     ``impls`` keeps only those of the suite's implementations (default: all installed); naming none that the suite

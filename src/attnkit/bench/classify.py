@@ -22,19 +22,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.bench import peers
-from attnkit.bench.common import (
-    FIRST_ORDINARY_ID,
-    PAD_ID,
-    Result,
-    ceiling_results,
-    encoder_forward_flops,
-    fixed_threads,
-    gflops,
-    measure_interleaved,
-    mfu,
-    training_flops,
-)
+from attnkit.bench.ceiling import ceiling_results
+from attnkit.bench.flops import encoder_forward_flops, gflops, mfu, training_flops
 from attnkit.bench.gpu import synchronizer
+from attnkit.bench.results import Result
+from attnkit.bench.timing import fixed_threads, measure_interleaved
+from attnkit.bench.token_ids import FIRST_ORDINARY_ID, PAD_ID
 from attnkit.config import CLASSIFIER_PRESETS, ClassifierConfig
 from attnkit.inference import prepare_for_inference
 from attnkit.model.build import build_classifier

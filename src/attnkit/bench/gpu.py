@@ -1,12 +1,12 @@
 """What timing on a GPU adds to the suites: the device's clock, its bfloat16 ceiling, its memory, its record.
 
 Clock. CUDA kernels run asynchronously: a call returns once its kernels are queued, not done. ``synchronizer``
-gives the function that waits for the device (``torch.cuda.synchronize``); ``common.measure`` calls it before
+gives the function that waits for the device (``torch.cuda.synchronize``); ``timing.measure`` calls it before
 starting the clock and before stopping it, so each time covers the call's work and nothing queued before it. On the
 CPU it is None and nothing waits.
 
 Ceiling. On a CPU, MFU is relative to the float32 matrix multiplication the machine was measured to run
-(``common.ceiling_results``): a CPU has no published peak that its BLAS reaches. On a GPU the convention is the data
+(``ceiling.ceiling_results``): a CPU has no published peak that its BLAS reaches. On a GPU the convention is the data
 sheet's dense tensor-core peak of the arithmetic a row computes in (PaLM's MFU; torchtitan and Megatron report it
 so): bfloat16 rows against the bfloat16 peak, TF32 rows (float32 with TF32 matrix products, training's default)
 against the TF32 peak, IEEE float32 rows against the float32 peak. ``DATASHEET_TFLOPS`` holds them for the GPUs it
@@ -14,7 +14,7 @@ names (dense: NVIDIA prints the TF32 and bfloat16 figures with 2:4 sparsity, twi
 table, MFU is relative to the fastest matrix multiplication measured on it in the same arithmetic, and the ceiling
 rows say so.
 
-Memory. ``PeakCUDA`` is ``common.PeakRSS``'s counterpart: the peak of PyTorch's CUDA allocator during the block
+Memory. ``PeakCUDA`` is ``memory.PeakRSS``'s counterpart: the peak of PyTorch's CUDA allocator during the block
 above what was allocated just before it (activations, gradients, optimizer state; not the weights and inputs that
 existed before).
 """

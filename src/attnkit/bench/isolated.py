@@ -8,7 +8,7 @@ process of its own, so that is what the suites time: the parent (PyTorch engines
 inputs, the child loads the engine with its best documented settings, times each call itself with
 ``time.perf_counter`` and answers with the seconds (``Elapsed``), so that the round trip through the pipe is not
 counted. The parent still decides the order, one call at a time, so a child engine is timed in turns with the
-in-process ones (``common.measure_interleaved``), and no two engines ever run at once.
+in-process ones (``timing.measure_interleaved``), and no two engines ever run at once.
 
 Protocol: one JSON object per line, parent -> child on stdin, child -> parent on stdout; every answer carries the
 child's ``pid``; a failure answers ``{"error": ...}`` and the parent raises it.

@@ -2,7 +2,8 @@
 
 Speed depends on the CPU generation as much as on the code (AVX2 against AVX-512, native bfloat16, VNNI and AMX
 for int8), and a shared machine's load moves every figure, so each run records them next to its results
-(``machine_info``). Imports no optional package: versions are read from the installed distributions' metadata.
+(``machine_info``) and names them in one line (``describe_machine``). Imports no optional package: versions are read
+from the installed distributions' metadata.
 """
 
 from __future__ import annotations
@@ -86,3 +87,19 @@ def machine_info(*, threads: int) -> dict:
         "load_average": load_average(),
         "malloc": allocator.setting(),  # glibc's thresholds move encoder timings (attnkit.allocator)
     }
+
+
+def describe_machine(info: dict) -> str:
+    """One line naming what ``machine_info`` recorded: CPU, features, threads, versions, load (and the GPU,
+    where the run timed one: ``gpu.gpu_info``)."""
+    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v)
+    load = info["load_average"]
+    gpu = info.get("gpu")
+    on_gpu = ""
+    if gpu:
+        on_gpu = f"{gpu['name']} (compute {gpu['capability']}, {gpu['memory_gib']} GiB, CUDA {gpu['cuda']}); "
+    return (
+        f"{on_gpu}{info['cpu']} ({info['cores']} cores; {' '.join(info['features']) or 'no AVX2'}); "
+        f"{info['threads']} threads per engine; {versions}; {info.get('malloc', 'malloc not recorded')}; "
+        f"load average {load}"
+    )

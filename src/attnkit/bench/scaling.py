@@ -9,7 +9,7 @@ forces the explicit (L x L) path while training.
 
 Every measurement runs in a fresh Python process (``python -m attnkit.bench.scaling <json>``), so that memory freed
 and cached by an earlier measurement cannot hide the next one's peak: peak_mib is the resident memory the calls add
-above the process's resident size just before them (``common.PeakRSS``), which includes activations, gradients,
+above the process's resident size just before them (``memory.PeakRSS``), which includes activations, gradients,
 optimizer state and allocator overhead, but not the weights and input that exist before the calls. On a GPU
 (``device``) the layer runs there and peak_mib is the CUDA allocator's peak above what was allocated before the calls
 (``gpu.PeakCUDA``).
@@ -25,8 +25,10 @@ from collections.abc import Iterator
 
 import torch
 
-from attnkit.bench.common import PeakRSS, Result, measure
 from attnkit.bench.gpu import PeakCUDA, synchronizer
+from attnkit.bench.memory import PeakRSS
+from attnkit.bench.results import Result
+from attnkit.bench.timing import measure
 
 LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192)
 IMPLS = ("attnkit", "torch.nn")

@@ -18,9 +18,9 @@ from pathlib import Path
 def cmd_bench(args: argparse.Namespace) -> None:
     from attnkit.atomic import atomic_write_json
     from attnkit.bench import iter_suite
-    from attnkit.bench.common import describe, describe_machine, format_table
     from attnkit.bench.gpu import gpu_info
-    from attnkit.bench.machine import load_average, machine_info
+    from attnkit.bench.machine import describe_machine, load_average, machine_info
+    from attnkit.bench.results import describe, format_table
     from attnkit.devices import resolve_device
     from attnkit.errors import InputError
     from attnkit.training.precision import SLOW_BF16_NOTE, native_bf16
