@@ -44,25 +44,8 @@ Rows = Iterator[tuple[int, list[str]]]
 
 
 def _tsv_rows(path: Path) -> tuple[list[str], Rows]:
-    lines = numbered_lines(path)
-    first = next(lines, None)
-    if first is None or not first[1].strip():
-        raise InputError(f"{path}:1: file is empty; expected a header line such as 'text<TAB>label'")
-    header = [name.strip() for name in first[1].split("\t")]
-
-    def rows() -> Rows:
-        for number, line in lines:
-            if not line.strip():
-                raise InputError(f"{path}:{number}: blank line; every line after the header must be a row")
-            fields = line.split("\t")
-            if len(fields) != len(header):
-                raise InputError(
-                    f"{path}:{number}: expected {len(header)} tab-separated fields as in the header, "
-                    f"found {len(fields)}"
-                )
-            yield number, fields
-
-    return header, rows()
+    records = ((number, line.split("\t")) for number, line in numbered_lines(path))
+    return _table(path, records, "tab-separated", "line such as 'text<TAB>label'")
 
 
 def _csv_rows(path: Path) -> tuple[list[str], Rows]:
@@ -80,20 +63,24 @@ def _csv_rows(path: Path) -> tuple[list[str], Rows]:
         except csv.Error as err:
             raise InputError(f"{path}:{where['start']}: malformed CSV record: {err}") from None
 
-    stream = records()
-    first = next(stream, None)
+    return _table(path, records(), "comma-separated", "row such as 'text,label'")
+
+
+def _table(path: Path, records: Rows, separated: str, header_example: str) -> tuple[list[str], Rows]:
+    """The header (the first record) and the rest of a table's records, each checked as it is read: no blank
+    record, as many fields as the header."""
+    first = next(records, None)
     if first is None or not any(field.strip() for field in first[1]):
-        raise InputError(f"{path}:1: file is empty; expected a header row such as 'text,label'")
+        raise InputError(f"{path}:1: file is empty; expected a header {header_example}")
     header = [name.strip() for name in first[1]]
 
     def rows() -> Rows:
-        for number, fields in stream:
+        for number, fields in records:
             if not any(field.strip() for field in fields):
                 raise InputError(f"{path}:{number}: blank line; every line after the header must be a row")
             if len(fields) != len(header):
                 raise InputError(
-                    f"{path}:{number}: expected {len(header)} comma-separated fields as in the header, "
-                    f"found {len(fields)}"
+                    f"{path}:{number}: expected {len(header)} {separated} fields as in the header, found {len(fields)}"
                 )
             yield number, fields
 
