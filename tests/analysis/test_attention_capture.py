@@ -182,3 +182,18 @@ def test_maps_too_large_to_compute_are_refused_before_decoding(barely_trained_tr
     monkeypatch.setattr(decoding, "greedy_decode", no_decoding)
     with pytest.raises(InputError, match=rf"1 layer\(s\) x 2 heads x {n_out} x {n_src} = {2 * n_out * n_src:,} "):
         attention_for_text(run, LONG_TEXT)
+
+
+def test_a_head_the_model_lacks_is_refused_before_decoding(barely_trained_translator, monkeypatch, capsys):
+    """``plot attention --head 2`` on a 2-head translator is one ``error:`` line, given before the greedy search
+    (up to S + 50 steps), where it came after the decoding and the explicit attention run."""
+    import attnkit.decoding as decoding
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded before the head was checked")
+
+    monkeypatch.setattr(decoding, "greedy_decode", no_decoding)
+    run, _ = barely_trained_translator
+    argv = ["plot", "attention", "--model", str(run), "--out", "x.png", "--head", "0", "--head", "2", "a b"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == "error: --head 2: the model has heads 0..1\n"

@@ -53,6 +53,12 @@ def _check_layers(layers: list[int] | None, n_layers: int) -> tuple[int, ...]:
     return chosen
 
 
+def _check_heads(heads: list[int] | None, n_heads: int) -> None:
+    bad = [head for head in heads or [] if not 0 <= head < n_heads]
+    if bad:
+        raise InputError(f"--head {bad[0]}: the model has heads 0..{n_heads - 1}")
+
+
 # The weights a plot computes and keeps: layers x heads x queries x keys, each layer's (H, T, S) map made whole on
 # the explicit path (eq. 1) before it is pooled for drawing. 2**28 float32 weights are 1 GiB; a 20,000-token input
 # to a 2-layer, 4-head classifier would ask for 12 GiB.
@@ -71,9 +77,11 @@ def _check_size(n_layers: int, n_heads: int, n_queries: int, n_keys: int, what: 
 
 
 @torch.inference_mode()
-def classifier_attention(run, text: str, layers: list[int] | None = None) -> CapturedAttention:
+def classifier_attention(
+    run, text: str, layers: list[int] | None = None, heads: list[int] | None = None
+) -> CapturedAttention:
     """Encoder self-attention on ``text`` of a classifier run (a ``LoadedRun`` or ``ClassifierRun``) or of a
-    pretrained encoder's (masked LM)."""
+    pretrained encoder's (masked LM); ``layers`` and ``heads`` (default all) are checked against the model."""
     model, tokenizer = run.model, run.tokenizer
     ids = tokenizer.encode(text)
     tokens = tokenizer.tokens(text)
@@ -84,6 +92,7 @@ def classifier_attention(run, text: str, layers: list[int] | None = None) -> Cap
         ids, tokens = ids[:limit], tokens[:limit]
     chosen = _check_layers(layers, len(model.encoder.layers))
     n_heads = model.encoder.layers[0].self_attn.n_heads
+    _check_heads(heads, n_heads)
     _check_size(len(set(chosen)), n_heads, len(ids), len(ids), f"an input of {len(ids):,} tokens")
     src = torch.tensor([ids], device=model_device(model))  # (1, S)
     # The encoder itself, as a classifier's and a pretrained encoder's forward passes run it (§3.2.1).
@@ -93,9 +102,11 @@ def classifier_attention(run, text: str, layers: list[int] | None = None) -> Cap
 
 
 @torch.inference_mode()
-def translator_attention(run, text: str, layers: list[int] | None = None) -> CapturedAttention:
+def translator_attention(
+    run, text: str, layers: list[int] | None = None, heads: list[int] | None = None
+) -> CapturedAttention:
     """Cross-attention (the alignment of output to source, §3.2.3) of a translator run on ``text``, for the
-    greedy translation the model produces."""
+    greedy translation the model produces; ``layers`` and ``heads`` are checked before it decodes."""
     from attnkit.decoding import greedy_decode
     from attnkit.decoding.limits import output_limits
 
@@ -116,6 +127,7 @@ def translator_attention(run, text: str, layers: list[int] | None = None) -> Cap
     chosen = _check_layers(layers, len(model.decoder.layers))
     n_src = src.size(1)
     n_heads = model.decoder.layers[0].cross_attn.n_heads
+    _check_heads(heads, n_heads)
     _check_size(
         len(set(chosen)),
         n_heads,
@@ -142,7 +154,11 @@ def translator_attention(run, text: str, layers: list[int] | None = None) -> Cap
 
 
 def attention_for_text(
-    run_dir: str | Path, text: str, layers: list[int] | None = None, device: torch.device | str = "cpu"
+    run_dir: str | Path,
+    text: str,
+    layers: list[int] | None = None,
+    device: torch.device | str = "cpu",
+    heads: list[int] | None = None,
 ) -> CapturedAttention:
     """The maps a ``plot attention`` shows (on the CPU, computed on ``device``): encoder self-attention (a classifier
     or a pretrained encoder) or cross-attention (translator)."""
@@ -150,5 +166,5 @@ def attention_for_text(
     if not text.strip():
         raise InputError("plot attention: the text is empty")
     if run.task == "translate":
-        return translator_attention(run, text, layers)
-    return classifier_attention(run, text, layers)
+        return translator_attention(run, text, layers, heads)
+    return classifier_attention(run, text, layers, heads)

@@ -34,11 +34,7 @@ def cmd_plot_attention(args: argparse.Namespace) -> None:
     from attnkit.analysis.plots.fonts import missing_glyphs
 
     check_format(args.out)
-    captured = attention_for_text(args.model, " ".join(args.text), args.layer, device=device_of(args))
-    n_heads = next(iter(captured.maps.values())).size(0)
-    bad = [h for h in args.head or [] if not 0 <= h < n_heads]
-    if bad:
-        raise InputError(f"--head {bad[0]}: the model has heads 0..{n_heads - 1}")
+    captured = attention_for_text(args.model, " ".join(args.text), args.layer, device=device_of(args), heads=args.head)
     if captured.note:
         print(f"note: {captured.note}", file=sys.stderr)
     missing = missing_glyphs(captured.query_tokens + captured.key_tokens)
