@@ -779,11 +779,11 @@ CASES = [
     ),
     Case(
         "serve-beam-over-the-api",
-        "a `--max-beam` larger than the API's largest beam",
+        "a `--max-beam` larger than 16",
         "`clf`",
         ("serve", "clf", "--port", "0", "--max-beam", "32"),
         2,
-        "error: --max-beam 32: at most 16, the largest beam the API takes",
+        "error: --max-beam 32: at most 16 (each beam is a copy of the decoding state)",
         runs=("clf",),
     ),
     Case(

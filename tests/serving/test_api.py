@@ -198,6 +198,24 @@ def test_every_operation_of_the_openapi_description_has_an_id_of_its_own(classif
         assert classifier_client.head(probe).status_code == 200
 
 
+def test_the_openapi_description_states_this_servers_beam_limit(translator_dir):
+    """The beam, n_best and alternatives a client may send are bounded by the server's --max-beam, and the
+    description says so, for the JSON bodies and the form (it said 16, the largest any server allows)."""
+    from fastapi.testclient import TestClient
+
+    from attnkit.serving.app import create_app
+    from attnkit.serving.limits import Limits
+    from attnkit.serving.models import load_model
+
+    app = create_app(load_model(translator_dir), Limits(max_beam=3))
+    schema = TestClient(app).get("/openapi.json").json()
+    translate = schema["components"]["schemas"]["TranslateRequest"]["properties"]
+    assert translate["beam"]["maximum"] == translate["n_best"]["maximum"] == 3
+    assert schema["components"]["schemas"]["LibreTranslateRequest"]["properties"]["alternatives"]["maximum"] == 2
+    form = schema["paths"]["/translate"]["post"]["requestBody"]["content"]["application/x-www-form-urlencoded"]
+    assert form["schema"]["properties"]["alternatives"]["maximum"] == 2
+
+
 def test_the_playground_is_sent_with_a_content_security_policy(classifier_client):
     """Its page may run this server's script and style files and call this server, nothing else (the browser test
     in test_live.py runs it under this policy); every answer forbids MIME sniffing."""

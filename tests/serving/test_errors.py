@@ -67,7 +67,23 @@ CLASSIFIER_CASES = [
 TRANSLATOR_CASES = [
     ("POST", "/v1/translate", {"inputs": "a b", "beam": 0}, 422, "invalid_request", "beam: Input should be greater"),
     ("POST", "/v1/translate", {"inputs": "a b", "beam": 9}, 422, "invalid_request", "over this server's limit of 8"),
-    ("POST", "/v1/translate", {"inputs": "a b", "beam": 100}, 422, "invalid_request", "beam"),
+    # Past the largest beam any server allows, in the same words as past this server's (it said "<= 16").
+    (
+        "POST",
+        "/v1/translate",
+        {"inputs": "a b", "beam": 100},
+        422,
+        "invalid_request",
+        "beam: 100 is over this server's limit of 8",
+    ),
+    (
+        "POST",
+        "/v1/translate",
+        {"inputs": "a b", "beam": 4, "n_best": 17},
+        422,
+        "invalid_request",
+        "n_best=17 must be <= beam=4",
+    ),
     (
         "POST",
         "/v1/translate",

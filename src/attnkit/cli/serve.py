@@ -105,10 +105,12 @@ def check_limits(limits) -> None:
             raise InputError(f"{flag} {value}: must be a finite number")
         if name in flags and value > SECONDS_CEILING:
             raise InputError(f"{flag} {value:g}: at most {SECONDS_CEILING:,.0f} seconds (a day)")
-    from attnkit.serving.schemas import MAX_BEAM
+    from attnkit.serving.limits import MAX_BEAM
 
-    if limits.max_beam > MAX_BEAM:  # the API's schema refuses any larger beam whatever the server allows
-        raise InputError(f"--max-beam {limits.max_beam}: at most {MAX_BEAM}, the largest beam the API takes")
+    if limits.max_beam > MAX_BEAM:
+        raise InputError(
+            f"--max-beam {limits.max_beam}: at most {MAX_BEAM} (each beam is a copy of the decoding state)"
+        )
     if limits.max_wait_ms >= limits.timeout_s * 1000:
         raise InputError(
             f"--max-wait-ms {limits.max_wait_ms:g}: must be shorter than --timeout ({limits.timeout_s:g} s), or every "

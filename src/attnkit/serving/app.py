@@ -177,7 +177,35 @@ def create_app(
         return FileResponse(str(STATIC / "index.html"))
 
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+    _state_beam_limit(app, limits)
     return app
+
+
+def _state_beam_limit(app: FastAPI, limits: Limits) -> None:
+    """This server's beam limit (``--max-beam``) as the ``maximum`` of the fields it bounds, wherever the OpenAPI
+    document has them (the JSON bodies and the form): the request models leave them open, as the limit is the
+    server's."""
+    bounds = {"beam": limits.max_beam, "n_best": limits.max_beam, "alternatives": limits.max_beam - 1}
+    build = app.openapi
+
+    def bound(node: Any) -> None:
+        if isinstance(node, dict):
+            properties = node.get("properties")
+            for name, field in properties.items() if isinstance(properties, dict) else ():
+                if name in bounds and field.get("type") == "integer":
+                    field["maximum"] = bounds[name]
+            for value in node.values():
+                bound(value)
+        elif isinstance(node, list):
+            for value in node:
+                bound(value)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            bound(build())  # FastAPI builds the document once and keeps it in app.openapi_schema
+        return build()
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _a(noun: str) -> str:

@@ -24,13 +24,18 @@ class Limits:
     max_batch_inputs: int = 64  # inputs per batch
     max_wait_ms: float = 0.0  # wait this long for a batch to fill (0: run as soon as the worker is free)
     timeout_s: float = 30.0  # per request, queue included (504)
-    max_beam: int = 8  # beam and n_best (422 beyond)
+    max_beam: int = 8  # beam and n_best (422 beyond); at most MAX_BEAM
     attention_max_tokens: int = 64  # /v1/attention input length (422 beyond): the maps grow as its square
     batching: bool = True  # False: one request at a time (the load benchmark's baseline)
     # Slow and idle clients (enforced by ``server.py``): each connection costs a file descriptor until it is closed.
     header_timeout_s: float = 10.0  # a request's line and headers, from connect or the previous answer (408)
     body_timeout_s: float = 30.0  # a request's body, once its headers are in (408)
     max_connections: int = 512  # open connections; beyond, the oldest waiting for a head is closed, else 503
+
+
+# The largest beam a server may allow (--max-beam): past it a request costs beam x memory for little gain (§6.1
+# used 4).
+MAX_BEAM = 16
 
 
 def encode_inputs(

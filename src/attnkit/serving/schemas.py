@@ -17,10 +17,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, S
 from attnkit.decoding.penalty import LENGTH_PENALTIES, MAX_ALPHA
 from attnkit.serving.execute import DEFAULT_BEAM
 
-# The largest beam any request may ask for (the server's --max-beam may lower it); past this a request costs
-# beam x memory for little gain (§6.1 used 4).
-MAX_BEAM = 16
-
 
 def _unicode(text: str) -> str:
     """JSON may escape a lone UTF-16 surrogate (``"\\ud800"``), which is no character: Python's JSON parser passes
@@ -69,10 +65,12 @@ class EmbeddingsRequest(BaseModel):
 
 class TranslateRequest(_Strict):
     inputs: Inputs
-    beam: StrictInt = Field(DEFAULT_BEAM, ge=1, le=MAX_BEAM, description="beam size; 1 = greedy (§6.1: 4)")
+    # beam, n_best and alternatives are bounded by the server's --max-beam (``check_beam``; the OpenAPI document
+    # states it as their maximum), not here, so that every beam too large is refused in the same words.
+    beam: StrictInt = Field(DEFAULT_BEAM, ge=1, description="beam size; 1 = greedy (§6.1: 4)")
     alpha: Alpha = Field(0.6, description="length penalty exponent (§6.1: 0.6)")
     length_penalty: Literal[LENGTH_PENALTIES] = "gnmt"  # type: ignore[valid-type]
-    n_best: StrictInt = Field(1, ge=1, le=MAX_BEAM, description="how many translations per input, best first")
+    n_best: StrictInt = Field(1, ge=1, description="how many translations per input, best first")
     truncate: StrictBool = False
 
     @model_validator(mode="after")
@@ -91,7 +89,7 @@ class LibreTranslateRequest(BaseModel):
     source: Text = "auto"
     target: Text = ""
     format: Literal["text", "html"] = "text"
-    alternatives: StrictInt = Field(0, ge=0, le=MAX_BEAM - 1)
+    alternatives: StrictInt = Field(0, ge=0)
     api_key: Text | None = Field(None, description="the server's API key, if it has one (or send it as a Bearer token)")
 
 
@@ -99,7 +97,7 @@ class LibreTranslateForm(LibreTranslateRequest):
     """The same fields sent as a form: one text, and every value is text, so ``alternatives`` is read as a number."""
 
     q: Text
-    alternatives: int = Field(0, ge=0, le=MAX_BEAM - 1)
+    alternatives: int = Field(0, ge=0)
 
 
 FORM = "application/x-www-form-urlencoded"
