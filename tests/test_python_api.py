@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -155,6 +156,27 @@ def test_the_training_entries_refuse_what_they_cannot_train_on_before_making_the
         with pytest.raises(TypeError, match=message):
             call()
     assert not out.exists()
+
+
+def test_the_configs_default_to_what_the_train_command_uses(tmp_path, quietly):
+    """``attnkit.train_classifier(examples, out_dir=...)`` trains what ``attnkit classify train --train FILE`` trains
+    (the same config.json), as a user of the Python API expects; so for each task, either config left out."""
+    import attnkit
+    from attnkit.config import check_task_configs, task_configs
+
+    examples = attnkit.read_labeled(ROOT / "examples" / "seed000_train.tsv")
+    attnkit.train_classifier(examples, out_dir=tmp_path / "api")
+    quietly(
+        "classify", "train", "--train", str(ROOT / "examples" / "seed000_train.tsv"), "--out", str(tmp_path / "cli")
+    )
+    assert json.loads((tmp_path / "api" / "config.json").read_text()) == json.loads(
+        (tmp_path / "cli" / "config.json").read_text()
+    )
+    for task in ("classify", "translate", "pretrain"):
+        model_cfg, train_cfg = task_configs(task, None, {})
+        assert check_task_configs(task, None, None) == (model_cfg, train_cfg)
+        assert check_task_configs(task, model_cfg, None)[0] is model_cfg
+        assert check_task_configs(task, None, train_cfg)[1] is train_cfg
 
 
 def test_dir_lists_the_public_names_not_the_modules_own_imports():

@@ -6,7 +6,7 @@ The Python API: train, load and run models with the names below, all importable 
 
     model_cfg, train_cfg = attnkit.load_config("classify", "configs/quickstart.yaml")
     examples = attnkit.read_labeled("examples/seed000_train.tsv")
-    attnkit.train_classifier(examples, None, model_cfg=model_cfg, train_cfg=train_cfg, out_dir="runs/seed000")
+    attnkit.train_classifier(examples, model_cfg=model_cfg, train_cfg=train_cfg, out_dir="runs/seed000")
     print(attnkit.ClassifierRun("runs/seed000").predict(["A gorgeous, moving film."]))
 
 The names are imported lazily (PEP 562): ``import attnkit`` imports neither torch nor any submodule, so the command

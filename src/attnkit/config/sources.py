@@ -250,9 +250,13 @@ def task_configs(
     return build_configs(model_cls, preset(presets, preset_name or default), train_base or {}, overrides)
 
 
-def check_task_configs(task: str, model_cfg: object, train_cfg: object) -> None:
-    """A ``TypeError`` naming the argument when ``model_cfg`` or ``train_cfg`` is not ``task``'s config (another
-    task's, a dict, or the pair ``load_config`` returns), before a training starts from it."""
+def check_task_configs(task: str, model_cfg: object, train_cfg: object) -> tuple:
+    """(model_cfg, train_cfg) for a training of ``task``: either one None is the task's default (as a train command
+    builds it with no ``--config`` or ``--set``); another task's config, a dict, or the pair ``load_config``
+    returns is a ``TypeError`` naming the argument, before a training starts from it."""
+    defaults = task_configs(task, None, {}) if model_cfg is None or train_cfg is None else (None, None)
+    model_cfg = defaults[0] if model_cfg is None else model_cfg
+    train_cfg = defaults[1] if train_cfg is None else train_cfg
     for name, value, cls in (
         ("model_cfg", model_cfg, TASK_PRESETS[task][0]),
         ("train_cfg", train_cfg, TASK_TRAIN_CONFIGS[task]),
@@ -262,6 +266,7 @@ def check_task_configs(task: str, model_cfg: object, train_cfg: object) -> None:
                 f"{name} is a {type(value).__name__}, not a {cls.__name__}: use the pair "
                 f"model_cfg, train_cfg = attnkit.load_config({task!r}, ...)"
             )
+    return model_cfg, train_cfg
 
 
 def preset(presets: dict[str, dict], name: str) -> dict:

@@ -112,10 +112,10 @@ class ClassificationTask:
 
 def train_classifier(
     train: list[Example] | PreparedCorpus,
-    valid: list[Example] | None,
+    valid: list[Example] | None = None,
     *,
-    model_cfg: ClassifierConfig,
-    train_cfg: ClassifierTrainConfig,
+    model_cfg: ClassifierConfig | None = None,
+    train_cfg: ClassifierTrainConfig | None = None,
     out_dir: str | Path,
     resume: bool = False,
     pretrained: Pretrained | None = None,
@@ -126,6 +126,7 @@ def train_classifier(
 ) -> TrainSummary:
     """Train on ``train``, select on ``valid`` (10% of ``train`` held out when None), write the run to ``out_dir``.
     ``train_file`` and ``valid_file`` name where the examples were read from, in errors beside their lines.
+    ``model_cfg`` and ``train_cfg`` default to the task's, as ``classify train`` builds them with no ``--config``.
 
     ``train`` may be a prepared corpus (``data.prepared.open_prepared``; ``valid`` is then None): its tokenizer and
     labels are the run's, its train split is read from the memory maps a batch at a time, and its valid split (if
@@ -145,7 +146,7 @@ def train_classifier(
     prepared = train if isinstance(train, PreparedCorpus) else None
     if prepared is not None and valid is not None:
         raise ValueError("a prepared corpus brings its own valid split; pass valid=None")
-    check_task_configs("classify", model_cfg, train_cfg)
+    model_cfg, train_cfg = check_task_configs("classify", model_cfg, train_cfg)
     if not isinstance(train, PreparedCorpus):  # checked before the run directory is made
         train = check_records(train, Example, "train", reader="attnkit.read_labeled")
         if valid is not None:

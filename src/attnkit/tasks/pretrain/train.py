@@ -144,8 +144,8 @@ def _tokenizer_for(texts: list[str], model_cfg: MaskedLMConfig, train_cfg: Pretr
 def pretrain_encoder(
     texts: list[str],
     *,
-    model_cfg: MaskedLMConfig,
-    train_cfg: PretrainTrainConfig,
+    model_cfg: MaskedLMConfig | None = None,
+    train_cfg: PretrainTrainConfig | None = None,
     out_dir: str | Path,
     resume: bool = False,
     on_event: Callable[[Event], None] = lambda event: None,
@@ -156,8 +156,9 @@ def pretrain_encoder(
 
     With ``resume``, ``out_dir`` is a run killed part-way: its configs and tokenizer are loaded and training continues
     from the saved step exactly as if it had never stopped (the configs are then the run's, not the arguments).
+    ``model_cfg`` and ``train_cfg`` default to the task's, as ``pretrain`` builds them with no ``--config``.
     """
-    check_task_configs("pretrain", model_cfg, train_cfg)
+    model_cfg, train_cfg = check_task_configs("pretrain", model_cfg, train_cfg)
     texts = check_texts(texts, "texts item #{}")  # one string is refused, not pretrained on as its characters
     if not texts:
         raise InputError("no text to pretrain on")

@@ -169,10 +169,10 @@ def _prepared_data(corpus: PreparedCorpus, tokenizer: Tokenizer) -> _TrainingDat
 
 def train_translator(
     train: list[Pair] | PreparedCorpus,
-    valid: list[Pair] | None,
+    valid: list[Pair] | None = None,
     *,
-    model_cfg: TranslatorConfig,
-    train_cfg: TranslatorTrainConfig,
+    model_cfg: TranslatorConfig | None = None,
+    train_cfg: TranslatorTrainConfig | None = None,
     out_dir: str | Path,
     resume: bool = False,
     init_from: str | Path | None = None,
@@ -188,11 +188,12 @@ def train_translator(
     ``--restore-file --reset-optimizer``), architecture and tokenizer, with a new optimizer and schedule;
     ``model_cfg`` then gives only the dropout. ``context`` says where to train (the device, default the CPU, and
     the process's rank in a data-parallel run; see ``fit``); the run directory it writes does not depend on it.
+    ``model_cfg`` and ``train_cfg`` default to the task's (the ``small`` preset), as ``translate train`` builds them.
     """
     prepared = train if isinstance(train, PreparedCorpus) else None
     if prepared is not None and valid is not None:
         raise ValueError("a prepared corpus brings its own valid split; pass valid=None")
-    check_task_configs("translate", model_cfg, train_cfg)
+    model_cfg, train_cfg = check_task_configs("translate", model_cfg, train_cfg)
     if not isinstance(train, PreparedCorpus):  # checked before the run directory is made
         train = check_records(train, Pair, "train", reader="attnkit.read_parallel_tsv")
         if valid is not None:
