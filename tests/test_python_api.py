@@ -179,6 +179,36 @@ def test_the_configs_default_to_what_the_train_command_uses(tmp_path, quietly):
         assert check_task_configs(task, None, train_cfg)[1] is train_cfg
 
 
+def test_resuming_from_python_checks_the_configs_and_grows_the_budget(tmp_path):
+    """``resume=True`` with a larger ``max_steps`` trains on, as ``--resume --max-steps N`` does (it stopped at the
+    saved budget, silently); a setting that differs from the run's is refused, naming it; a run of another task is
+    an ``InputError`` (it was a ``TypeError`` from a config's constructor). What the command line prints as
+    ``warning:`` reaches a Python caller as a ``UserWarning`` (it was dropped)."""
+    import attnkit
+
+    examples = attnkit.read_labeled(ROOT / "examples" / "seed000_train.tsv")
+    run = tmp_path / "run"
+
+    def train(resume: bool, **settings):
+        model_cfg, train_cfg = attnkit.load_config("classify", **settings)
+        return attnkit.train_classifier(examples, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=run, resume=resume)
+
+    assert train(False, max_steps=2).steps == 2
+    with pytest.warns(UserWarning, match="the budget changed from 2 to 4 steps"):
+        assert train(True, max_steps=4).steps == 4
+    assert json.loads((run / "config.json").read_text())["train"]["max_steps"] == 4
+    with pytest.raises(attnkit.InputError, match=r"lr=0\.001 differs from the run's saved lr=0\.0005"):
+        train(True, max_steps=6, lr=1e-3)
+    with pytest.raises(attnkit.InputError, match=r"holds a 'classify' run, not a 'pretrain' one"):
+        attnkit.pretrain_encoder(["a text"] * 4, out_dir=run, resume=True)
+    with pytest.warns(UserWarning, match="holds a trained run: this run replaces it"):
+        train(False, max_steps=1)
+    with pytest.warns(UserWarning, match="holds no saved run to resume: training starts from the beginning"):
+        attnkit.train_classifier(
+            examples, train_cfg=attnkit.load_config("classify", max_steps=1)[1], out_dir=tmp_path / "new", resume=True
+        )
+
+
 def test_dir_lists_the_public_names_not_the_modules_own_imports():
     names = dir(attnkit)
     assert set(attnkit.__all__) <= set(names)

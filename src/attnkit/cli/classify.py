@@ -89,7 +89,7 @@ def _train_classifier(
     train_base = dict(FINE_TUNE_TRAIN_DEFAULTS) if args.init_from else {}
     model_cfg, train_cfg = task_configs("classify", args.preset, overrides, train_base)
     check_training_extras(train_cfg)
-    check_resume(args, overrides, ClassifierConfig, CLASSIFIER_PRESETS, context)
+    resuming = check_resume(args, overrides, ClassifierConfig, CLASSIFIER_PRESETS, context)
     train: list[Example] | PreparedCorpus
     if args.prepared:
         train, valid = open_prepared(args.prepared, task="classify"), None
@@ -108,8 +108,8 @@ def _train_classifier(
         return train_classifier(
             train,
             valid,
-            model_cfg=model_cfg,
-            train_cfg=train_cfg,
+            model_cfg=None if resuming else model_cfg,  # the run's own, checked above
+            train_cfg=None if resuming else train_cfg,
             out_dir=args.out,
             resume=args.resume,
             pretrained=pretrained,

@@ -117,19 +117,22 @@ def add_budget_args(p: argparse.ArgumentParser) -> None:
 
 def check_resume(
     args: argparse.Namespace, settings: dict[str, object], model_cls: type, presets: dict, context: TrainContext
-) -> None:
+) -> bool:
     """A resumed run continues with the configuration it was started with. The same command with --resume appended
     is accepted: each setting (``--set``, --config and the flags, already merged into ``settings``; a --preset's
     keys) must equal the saved one, and a differing one is refused naming the key and both values. A larger budget
     (epochs, max_steps, max_minutes) is the exception: rank 0 writes it into the run, which continues under it (its
-    schedule planned again, ``training.loop`` says so). Called with the run's lock held (``training_context``)."""
+    schedule planned again, ``training.loop`` says so). Called with the run's lock held (``training_context``).
+
+    True when a saved run is resumed: the command then passes no configs to the task's train function, which takes
+    the run's (the settings were checked here, key by key, where the library would compare whole configs)."""
     from attnkit import runs
     from attnkit.config import check_resume_settings, preset, task_of
     from attnkit.training.run_setup import grow_budget
 
     config = Path(args.out) / runs.CONFIG
     if not args.resume or not config.is_file():  # nothing saved yet: the run starts from the beginning
-        return
+        return False
     saved = runs.read_json(config)
     task = task_of(model_cls)
     if saved.get("task") != task:
@@ -148,6 +151,7 @@ def check_resume(
         )
     if grown and context.is_main:
         grow_budget(Path(args.out), grown)
+    return True
 
 
 def check_init_from(

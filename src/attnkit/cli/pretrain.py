@@ -35,12 +35,12 @@ def cmd_pretrain(args: argparse.Namespace) -> None:
     tabular = args.text.suffix.lower() in (".tsv", ".csv", ".jsonl")  # a labelled file: its text column
     texts = [text for text, _ in (read_texts(args.text) if tabular else read_text_lines(args.text))]
     with training_context(args) as context:
-        check_resume(args, overrides, MaskedLMConfig, {}, context)
+        resuming = check_resume(args, overrides, MaskedLMConfig, {}, context)
         with training_progress(args, context, train_cfg.precision) as progress:
             summary = pretrain_encoder(
                 texts,
-                model_cfg=model_cfg,
-                train_cfg=train_cfg,
+                model_cfg=None if resuming else model_cfg,  # the run's own, checked above
+                train_cfg=None if resuming else train_cfg,
                 out_dir=args.out,
                 resume=args.resume,
                 on_event=progress,

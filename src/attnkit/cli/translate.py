@@ -86,13 +86,13 @@ def cmd_translate_train(args: argparse.Namespace) -> None:
         model_cfg, train_cfg = task_configs("translate", args.preset, overrides)
         check_training_extras(train_cfg)
         check_prepared(train, overrides, train_cfg)
-        check_resume(args, overrides, TranslatorConfig, TRANSLATOR_PRESETS, context)
+        resuming = check_resume(args, overrides, TranslatorConfig, TRANSLATOR_PRESETS, context)
         with training_progress(args, context, train_cfg.precision) as progress:
             summary = train_translator(
                 train,
                 valid,
-                model_cfg=model_cfg,
-                train_cfg=train_cfg,
+                model_cfg=None if resuming else model_cfg,  # the run's own, checked above
+                train_cfg=None if resuming else train_cfg,
                 out_dir=args.out,
                 resume=args.resume,
                 init_from=args.init_from,

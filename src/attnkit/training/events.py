@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +92,13 @@ class Stopped:
 
 
 Event = Prepared | Planned | Resumed | Step | Evaluated | Checkpointed | Skipped | Warned | Stopped
+
+
+def warn_only(event: Event) -> None:
+    """The train functions' default ``on_event``: a ``Warned`` event becomes a Python warning (``UserWarning``), so
+    that a caller of the Python API hears what the command line prints as ``warning:``; the rest are dropped."""
+    if isinstance(event, Warned):
+        warnings.warn(event.message, UserWarning, stacklevel=2)
 
 
 @dataclass(frozen=True)

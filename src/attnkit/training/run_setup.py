@@ -17,7 +17,14 @@ from pathlib import Path
 import torch
 
 from attnkit import runs
-from attnkit.config import TrainConfig, TransformerConfig
+from attnkit.config import (
+    TASK_PRESETS,
+    TASK_TRAIN_CONFIGS,
+    TrainConfig,
+    TransformerConfig,
+    check_resume_settings,
+    task_configs,
+)
 from attnkit.devices import available_memory
 from attnkit.errors import InputError
 from attnkit.model.size import model_size
@@ -54,9 +61,46 @@ def open_run(
         if (out_dir / runs.CONFIG).is_file():
             path = runs.prepare_run_dir(out_dir, resume=True)
             return RunDir(path, runs.read_json(path / runs.CONFIG), True)
+    if resume:
+        on_event(Warned(f"{out_dir} holds no saved run to resume: training starts from the beginning"))
     if not resume and (out_dir / runs.CONFIG).is_file() and (out_dir / runs.WEIGHTS).is_file():
         on_event(Warned(f"{out_dir} holds a trained run: this run replaces it (--resume continues it instead)"))
     return RunDir(runs.prepare_run_dir(out_dir, resume=False), None, resume)
+
+
+def saved_configs(
+    run: RunDir,
+    task: str,
+    model_cfg: TransformerConfig | None,
+    train_cfg: TrainConfig | None,
+    context: TrainContext | None = None,
+) -> tuple:
+    """(model config, training config) of a run that has saved them (``run.saved``): they rule. When resuming, what
+    a config passed explicitly (not None) sets, i.e. each key where it differs from the task's default, must equal
+    the saved value (as ``--resume`` checks the ``--set`` keys), except for a larger budget (``BUDGET_KEYS``), which
+    is written into the run, and the run continues under it: ``resume=True`` with a larger ``max_steps`` trains on,
+    as ``--resume --max-steps N`` does. A key that differs otherwise is an ``InputError`` naming it and both values;
+    so is a run of another task."""
+    assert run.saved is not None
+    saved = run.saved
+    if saved.get("task") != task:
+        raise InputError(
+            f"{run.path}: holds a {saved.get('task')!r} run, not a {task!r} one; resume it with its own task, or "
+            "train into another directory"
+        )
+    model_cls, train_cls = TASK_PRESETS[task][0], TASK_TRAIN_CONFIGS[task]
+    if run.resume:
+        requested: dict[str, object] = {}
+        for cfg, default in zip((model_cfg, train_cfg), task_configs(task, None, {})):
+            if cfg is not None:
+                defaults = dataclasses.asdict(default)
+                requested |= {key: v for key, v in dataclasses.asdict(cfg).items() if v != defaults[key]}
+        grown = check_resume_settings(saved, requested, model_cls)
+        if grown and (context is None or context.is_main):
+            grow_budget(run.path, grown)
+        if grown:
+            saved = {**saved, "train": {**saved["train"], **grown}}
+    return model_cls(**saved["model"]), train_cls(**saved["train"])
 
 
 def write_run_files(

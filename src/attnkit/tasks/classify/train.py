@@ -35,11 +35,11 @@ from attnkit.tasks.classify.data import (
 from attnkit.tasks.classify.predict import predict_ids, predicted_class_ids, predicted_classes
 from attnkit.tasks.classify.pretrained import Pretrained, with_fresh_head
 from attnkit.tokenization import Tokenizer, train_tokenizer
-from attnkit.training.events import Event, Prepared, Warned
+from attnkit.training.events import Event, Prepared, Warned, warn_only
 from attnkit.training.loop import fit
 from attnkit.training.losses import classification_loss
 from attnkit.training.optim import make_optimizer
-from attnkit.training.run_setup import check_memory, open_run, write_run_files
+from attnkit.training.run_setup import check_memory, open_run, saved_configs, write_run_files
 from attnkit.training.state import STATE, fingerprint_texts
 from attnkit.training.task import Batch, BatchLoss, TrainContext
 
@@ -119,7 +119,7 @@ def train_classifier(
     out_dir: str | Path,
     resume: bool = False,
     pretrained: Pretrained | None = None,
-    on_event: Callable[[Event], None] = lambda event: None,
+    on_event: Callable[[Event], None] = warn_only,
     context: TrainContext | None = None,
     train_file: str = "train",
     valid_file: str = "valid",
@@ -136,16 +136,19 @@ def train_classifier(
     pretrained ones and only the head starts fresh; ``model_cfg`` then contributes ``n_classes``, ``pooling`` and
     ``dropout``.
 
-    With ``resume``, ``out_dir`` is a run killed part-way: its config, tokenizer and training state are loaded and
-    training continues from the saved step exactly as if it had never stopped (``model_cfg`` and ``train_cfg``
-    are then taken from the run, not from the arguments).
+    With ``resume``, ``out_dir`` is a run killed part-way, or one to train further: its config, tokenizer and
+    training state are loaded and training continues from the saved step exactly as if it had never stopped. The
+    run's configs rule; what ``model_cfg`` and ``train_cfg`` set must agree with them, except a larger budget
+    (``epochs``, ``max_steps``, ``max_minutes``), which the run continues under (``run_setup.saved_configs``).
 
     ``context`` says where to train (the device, default the CPU, and the process's rank in a data-parallel run;
-    see ``fit``); the run directory it writes does not depend on it.
+    see ``fit``); the run directory it writes does not depend on it. ``on_event`` receives the progress events
+    (``training.events``); by default a ``Warned`` one is a ``UserWarning`` and the rest are dropped.
     """
     prepared = train if isinstance(train, PreparedCorpus) else None
     if prepared is not None and valid is not None:
         raise ValueError("a prepared corpus brings its own valid split; pass valid=None")
+    given = model_cfg, train_cfg  # a resumed run checks them against its saved ones
     model_cfg, train_cfg = check_task_configs("classify", model_cfg, train_cfg)
     if not isinstance(train, PreparedCorpus):  # checked before the run directory is made
         train = check_records(train, Example, "train", reader="attnkit.read_labeled")
@@ -154,8 +157,7 @@ def train_classifier(
     context = context or TrainContext()
     run = open_run(out_dir, resume, context, on_event)
     if run.saved is not None:
-        model_cfg = ClassifierConfig(**run.saved["model"])
-        train_cfg = ClassifierTrainConfig(**run.saved["train"])
+        model_cfg, train_cfg = saved_configs(run, "classify", *given, context)
     torch.manual_seed(train_cfg.seed)
 
     valid_source, valid_is_train = "file", False

@@ -27,10 +27,10 @@ from attnkit.model.build import build_masked_lm
 from attnkit.tasks.pretrain.corruption import MASK_TOKEN, batch_seed, choose_and_corrupt
 from attnkit.tokenization import Tokenizer, train_tokenizer
 from attnkit.tokenization.tokenizer import SPECIAL_TOKENS
-from attnkit.training.events import Event, Prepared
+from attnkit.training.events import Event, Prepared, warn_only
 from attnkit.training.loop import fit
 from attnkit.training.optim import make_optimizer
-from attnkit.training.run_setup import check_memory, open_run, write_run_files
+from attnkit.training.run_setup import check_memory, open_run, saved_configs, write_run_files
 from attnkit.training.state import fingerprint_texts
 from attnkit.training.task import Batch, BatchLoss, TrainContext
 
@@ -148,16 +148,18 @@ def pretrain_encoder(
     train_cfg: PretrainTrainConfig | None = None,
     out_dir: str | Path,
     resume: bool = False,
-    on_event: Callable[[Event], None] = lambda event: None,
+    on_event: Callable[[Event], None] = warn_only,
     context: TrainContext | None = None,
 ) -> PretrainSummary:
     """Pretrain an encoder on ``texts`` (one text each), ``train_cfg.valid_fraction`` of them held out, into the run
     directory ``out_dir`` (task "pretrain"; ``classify train --init-from`` and ``export hf`` read it).
 
-    With ``resume``, ``out_dir`` is a run killed part-way: its configs and tokenizer are loaded and training continues
-    from the saved step exactly as if it had never stopped (the configs are then the run's, not the arguments).
-    ``model_cfg`` and ``train_cfg`` default to the task's, as ``pretrain`` builds them with no ``--config``.
+    With ``resume``, ``out_dir`` is a run killed part-way, or one to train further: its configs and tokenizer are
+    loaded and training continues from the saved step exactly as if it had never stopped (the run's configs rule; a
+    larger budget may be given, as ``train_classifier`` says). ``model_cfg`` and ``train_cfg`` default to the
+    task's, as ``pretrain`` builds them with no ``--config``; ``on_event``: as ``train_classifier``'s.
     """
+    given = model_cfg, train_cfg  # a resumed run checks them against its saved ones
     model_cfg, train_cfg = check_task_configs("pretrain", model_cfg, train_cfg)
     texts = check_texts(texts, "texts item #{}")  # one string is refused, not pretrained on as its characters
     if not texts:
@@ -165,8 +167,7 @@ def pretrain_encoder(
     context = context or TrainContext()
     run = open_run(out_dir, resume, context, on_event)
     if run.saved is not None:
-        model_cfg = MaskedLMConfig(**run.saved["model"])
-        train_cfg = PretrainTrainConfig(**run.saved["train"])
+        model_cfg, train_cfg = saved_configs(run, "pretrain", *given, context)
     torch.manual_seed(train_cfg.seed)
 
     order = list(range(len(texts)))

@@ -28,12 +28,12 @@ from attnkit.model.build import build_translator
 from attnkit.model.transformer import Transformer
 from attnkit.tasks.translate.data import ParallelData, encode_pairs, fixed_shape_batch, training_batch
 from attnkit.tokenization import Tokenizer, train_tokenizer
-from attnkit.training.events import Event, Prepared
+from attnkit.training.events import Event, Prepared, warn_only
 from attnkit.training.graphs import check_graphs
 from attnkit.training.loop import fit
 from attnkit.training.losses import sequence_loss
 from attnkit.training.optim import make_optimizer
-from attnkit.training.run_setup import check_memory, open_run, write_run_files
+from attnkit.training.run_setup import check_memory, open_run, saved_configs, write_run_files
 from attnkit.training.state import STATE, fingerprint_texts
 from attnkit.training.task import Batch, BatchLoss, TrainContext
 
@@ -176,7 +176,7 @@ def train_translator(
     out_dir: str | Path,
     resume: bool = False,
     init_from: str | Path | None = None,
-    on_event: Callable[[Event], None] = lambda event: None,
+    on_event: Callable[[Event], None] = warn_only,
     context: TrainContext | None = None,
 ) -> TranslateSummary:
     """Train on ``train`` and write the run (config, shared BPE, weights, checkpoints, metrics) to ``out_dir``.
@@ -184,15 +184,17 @@ def train_translator(
     ``train`` is parallel text, or a prepared corpus (``data.prepared.open_prepared``; ``valid`` is then None and
     the corpus's valid split, if any, validates): its tokenizer is the run's, and its train split is read from the
     memory maps a batch at a time. With ``resume``, continue a killed run from its last saved state, bit-exactly
-    (configs come from the run). ``init_from``, a translator's run directory: start from its weights (fairseq's
-    ``--restore-file --reset-optimizer``), architecture and tokenizer, with a new optimizer and schedule;
-    ``model_cfg`` then gives only the dropout. ``context`` says where to train (the device, default the CPU, and
-    the process's rank in a data-parallel run; see ``fit``); the run directory it writes does not depend on it.
-    ``model_cfg`` and ``train_cfg`` default to the task's (the ``small`` preset), as ``translate train`` builds them.
+    (the run's configs rule; a larger budget may be given, as ``train_classifier`` says). ``init_from``, a
+    translator's run directory: start from its weights (fairseq's ``--restore-file --reset-optimizer``),
+    architecture and tokenizer, with a new optimizer and schedule; ``model_cfg`` then gives only the dropout.
+    ``context`` says where to train (the device, default the CPU, and the process's rank in a data-parallel run; see
+    ``fit``); the run directory it writes does not depend on it. ``model_cfg`` and ``train_cfg`` default to the
+    task's (the ``small`` preset), as ``translate train`` builds them. ``on_event``: as ``train_classifier``'s.
     """
     prepared = train if isinstance(train, PreparedCorpus) else None
     if prepared is not None and valid is not None:
         raise ValueError("a prepared corpus brings its own valid split; pass valid=None")
+    given = model_cfg, train_cfg  # a resumed run checks them against its saved ones
     model_cfg, train_cfg = check_task_configs("translate", model_cfg, train_cfg)
     if not isinstance(train, PreparedCorpus):  # checked before the run directory is made
         train = check_records(train, Pair, "train", reader="attnkit.read_parallel_tsv")
@@ -204,8 +206,7 @@ def train_translator(
     run = open_run(out_dir, resume, context, on_event)
     source = runs.read_run(init_from, task="translate") if init_from is not None else None
     if run.saved is not None:
-        model_cfg = TranslatorConfig(**run.saved["model"])
-        train_cfg = TranslatorTrainConfig(**run.saved["train"])
+        model_cfg, train_cfg = saved_configs(run, "translate", *given, context)
         tokenizer = Tokenizer.load(run.path / runs.TOKENIZER, run.saved["tokenizer"])
     elif source is not None:
         assert isinstance(source.model_cfg, TranslatorConfig)  # read_run checked the task
