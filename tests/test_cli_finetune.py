@@ -140,3 +140,18 @@ def test_bad_pretrained_folders_give_exit_2(tmp_path, capsys, problem):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:")
     assert {"no-weights": "model.safetensors", "gpt2": "gpt2", "wrong-shape": "query"}[problem] in err[0]
+
+
+def test_fine_tuning_from_python_takes_the_same_defaults(finetuned, tmp_path):
+    """``attnkit.train_classifier(examples, pretrained=attnkit.load_pretrained("minilm"), out_dir=...)`` trains with
+    ``--init-from``'s defaults (lr 5e-5, warmup, weight decay; they were from-scratch training's lr 5e-4), and a path
+    where the ``Pretrained`` belongs is a TypeError that says what to pass."""
+    import attnkit
+
+    examples = attnkit.read_labeled(EXAMPLES)
+    with pytest.raises(TypeError, match=r"pass attnkit.load_pretrained\('minilm'\)"):
+        attnkit.train_classifier(examples, out_dir=tmp_path / "run", pretrained="minilm")  # type: ignore[arg-type]
+    attnkit.train_classifier(examples, out_dir=tmp_path / "run", pretrained=attnkit.load_pretrained("minilm"))
+    ours, cli = (json.loads((run / "config.json").read_text()) for run in (tmp_path / "run", finetuned))
+    assert ours["train"] == {**cli["train"], "epochs": 3}  # the fixture's command gave --epochs 1
+    assert ours["model"] == cli["model"]

@@ -132,6 +132,14 @@ def test_the_training_entries_refuse_what_they_cannot_train_on_before_making_the
         (lambda: classify([]), r"^train: the list is empty; expected Examples"),
         (lambda: classify([("a film", "pos")]), r"^train item #1 is of type tuple, not Example"),
         (lambda: classify([example], "valid.tsv"), r"^valid: expected a list of Examples, got one string"),
+        # As read_labeled refuses them in a file (an int label failed in the data's fingerprint, blank texts trained)
+        (
+            lambda: classify([attnkit.Example("a film", 1, 1)]),  # type: ignore[arg-type]
+            r"^train item #1: its label is of type int, not a string \(labels are names: str\(1\)\)$",
+        ),
+        (lambda: classify([example, attnkit.Example("   ", "neg", 2)]), r"^train item #2: empty text$"),
+        (lambda: classify([example], [attnkit.Example(None, "pos", 1)]), r"^valid item #1: its text is of type None"),  # type: ignore[arg-type]
+        (lambda: translate([pair, attnkit.Pair("a film", "", 2)]), r"^train item #2: empty target$"),
         (lambda: translate("train.tsv"), r"^train: expected a list of Pairs, got one string .* attnkit.read_parallel"),
         (lambda: translate([example]), r"^train item #1 is of type Example, not Pair"),
         (lambda: translate([pair], [example]), r"^valid item #1 is of type Example, not Pair"),

@@ -32,6 +32,9 @@ _EXPORTS: dict[str, str] = {
     "train_classifier": "attnkit.tasks.classify.train",
     "train_translator": "attnkit.tasks.translate.train",
     "pretrain_encoder": "attnkit.tasks.pretrain.train",
+    # Pretrained encoders: a BERT folder, "minilm" or a pretrain run, to fine-tune from or to embed with
+    "load_pretrained": "attnkit.interop.bert.load",
+    "embed": "attnkit.interop.bert.load",
     # Configs: presets, recipe files (configs/*.yaml) and overrides, checked
     "load_config": "attnkit.config.sources",
     "ClassifierConfig": "attnkit.config.models",
@@ -89,6 +92,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from attnkit.decoding.beam import beam_search
     from attnkit.decoding.greedy import greedy_decode
     from attnkit.errors import InputError
+    from attnkit.interop.bert.load import embed, load_pretrained
     from attnkit.model.build import build_classifier, build_masked_lm, build_translator
     from attnkit.model.classifier import TransformerClassifier
     from attnkit.model.transformer import Transformer

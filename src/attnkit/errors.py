@@ -4,6 +4,7 @@ The CLI turns it into a single ``error: <message>`` line on stderr and exit code
 the file and line, or the config key, that is at fault. Anything else that escapes is a bug (exit code 1).
 """
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
@@ -44,9 +45,10 @@ def check_texts(texts: Iterable[str], each: str = "input text #{}") -> list[str]
 
 def check_records(records: Iterable[T], kind: type[T], what: str, *, reader: str, empty_ok: bool = False) -> list[T]:
     """``records`` as a list of ``kind`` (the ``Example`` or ``Pair`` rows that the function ``reader`` reads from a
-    file), else an ``InputError`` naming the argument ``what`` and the first item of another type (counted from 1).
-    One string, such as a file's path, is refused, not read as a list of its characters; so is an empty list,
-    unless ``empty_ok``."""
+    file), else an ``InputError`` naming the argument ``what`` and the first item of another type (counted from 1),
+    or whose text fields (a dataclass's ``str`` fields: text and label, source and target) are not strings or are
+    blank, as ``reader`` refuses them in a file. One string, such as a file's path, is refused, not read as a list
+    of its characters; so is an empty list, unless ``empty_ok``."""
     _refuse_non_list(records, f"{kind.__name__}s", what=f"{what}: ", one_string=f"read the file with {reader}(path)")
     listed: list[T] = list(records)
     if not listed and not empty_ok:
@@ -57,4 +59,15 @@ def check_records(records: Iterable[T], kind: type[T], what: str, *, reader: str
                 f"{what} item #{i} is of type {type(record).__name__}, not {kind.__name__} ({reader} reads them "
                 "from a file)"
             )
+        for field in dataclasses.fields(record):  # type: ignore[arg-type]
+            value = getattr(record, field.name)
+            if field.type not in ("str", str):
+                continue
+            if not isinstance(value, str):
+                raise InputError(
+                    f"{what} item #{i}: its {field.name} is of type {type(value).__name__}, not a string"
+                    + (f" (labels are names: str({value!r}))" if field.name == "label" else "")
+                )
+            if not value.strip():
+                raise InputError(f"{what} item #{i}: empty {field.name}")
     return listed

@@ -14,7 +14,13 @@ import torch
 from torch import nn
 
 from attnkit import runs
-from attnkit.config import ClassifierConfig, ClassifierTrainConfig, check_task_configs
+from attnkit.config import (
+    FINE_TUNE_TRAIN_DEFAULTS,
+    ClassifierConfig,
+    ClassifierTrainConfig,
+    check_task_configs,
+    task_configs,
+)
 from attnkit.data.batching import Batches, Truncation, bucketed_batches, pad, real_positions
 from attnkit.data.prepared import PreparedCorpus
 from attnkit.data.readers.labeled import Example
@@ -126,15 +132,16 @@ def train_classifier(
 ) -> TrainSummary:
     """Train on ``train``, select on ``valid`` (10% of ``train`` held out when None), write the run to ``out_dir``.
     ``train_file`` and ``valid_file`` name where the examples were read from, in errors beside their lines.
-    ``model_cfg`` and ``train_cfg`` default to the task's, as ``classify train`` builds them with no ``--config``.
+    ``model_cfg`` and ``train_cfg`` default to the task's, as ``classify train`` builds them with no ``--config``
+    (with ``pretrained``, ``train_cfg`` to fine-tuning's, as ``--init-from`` has it: ``FINE_TUNE_TRAIN_DEFAULTS``).
 
     ``train`` may be a prepared corpus (``data.prepared.open_prepared``; ``valid`` is then None): its tokenizer and
     labels are the run's, its train split is read from the memory maps a batch at a time, and its valid split (if
     any; none is held out) selects the best epoch.
 
-    With ``pretrained`` (a BERT encoder, see ``interop.bert.load_pretrained``), the encoder and its tokenizer are the
-    pretrained ones and only the head starts fresh; ``model_cfg`` then contributes ``n_classes``, ``pooling`` and
-    ``dropout``.
+    With ``pretrained`` (``attnkit.load_pretrained`` of a BERT folder, "minilm" or a pretrain run), the encoder and
+    its tokenizer are the pretrained ones and only the head starts fresh; ``model_cfg`` then contributes
+    ``n_classes``, ``pooling`` and ``dropout``.
 
     With ``resume``, ``out_dir`` is a run killed part-way, or one to train further: its config, tokenizer and
     training state are loaded and training continues from the saved step exactly as if it had never stopped. The
@@ -148,7 +155,12 @@ def train_classifier(
     prepared = train if isinstance(train, PreparedCorpus) else None
     if prepared is not None and valid is not None:
         raise ValueError("a prepared corpus brings its own valid split; pass valid=None")
+    if pretrained is not None and not isinstance(pretrained, Pretrained):
+        what = type(pretrained).__name__
+        raise TypeError(f"pretrained is a {what}, not a Pretrained: pass attnkit.load_pretrained({pretrained!r})")
     given = model_cfg, train_cfg  # a resumed run checks them against its saved ones
+    if pretrained is not None and train_cfg is None:  # fine-tuning's defaults, as `classify train --init-from` has
+        train_cfg = task_configs("classify", None, {}, dict(FINE_TUNE_TRAIN_DEFAULTS))[1]
     model_cfg, train_cfg = check_task_configs("classify", model_cfg, train_cfg)
     if not isinstance(train, PreparedCorpus):  # checked before the run directory is made
         train = check_records(train, Example, "train", reader="attnkit.read_labeled")
