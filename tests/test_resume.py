@@ -346,3 +346,39 @@ def test_resume_removes_leftover_temporary_files_and_starts_a_run_killed_before_
     assert not any(path.exists() for path in leftovers)
     same_run(tmp_path / "alone", killed)
     assert sorted(p.name for p in (killed / "checkpoints").iterdir()) == ["step_12.safetensors", "step_8.safetensors"]
+
+
+def test_a_run_stopped_part_way_says_so_when_it_predicts(tmp_path, capsys):
+    """A run interrupted after its first save (a closed terminal, ``| head``) holds its best weights so far and looked
+    finished: ``eval`` scored it silently (0.55 where the whole run gives 1.0). It now notes the stop on stderr, and
+    says nothing once ``--resume`` has finished it. Interrupted after an evaluation had kept new weights and before
+    the next save, it was refused as "changed or corrupted" (the manifest had the old weights' hash)."""
+    import attnkit
+    from attnkit.cli import main
+    from attnkit.training.events import Evaluated
+
+    examples = Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv"
+    run = tmp_path / "run"
+    evaluations = []
+
+    def interrupt_at_the_second_evaluation(event):  # the first one's save is on disk
+        if isinstance(event, Evaluated):
+            evaluations.append(event)
+            if len(evaluations) == 2:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        attnkit.train_classifier(
+            attnkit.read_labeled(examples), out_dir=run, on_event=interrupt_at_the_second_evaluation
+        )
+    capsys.readouterr()
+    evaluate = ["classify", "eval", "--model", str(run), "--data", str(examples)]
+    assert main(evaluate) == 0
+    assert capsys.readouterr().err == (
+        f"note: {run} trained 4 of its 80 planned steps and was stopped (killed or interrupted): these are its best "
+        "weights so far; the same train command with --resume finishes it\n"
+    )
+    assert main(["classify", "train", "--train", str(examples), "--out", str(run), "--resume", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(evaluate) == 0
+    assert capsys.readouterr().err == ""

@@ -25,6 +25,7 @@ from attnkit.cli.common import (
     device_of,
     eval_file,
     main_rank_first,
+    note_unfinished,
     print_json,
     texts_from,
     training_context,
@@ -126,6 +127,7 @@ def cmd_classify_predict(args: argparse.Namespace) -> None:
     device = device_of(args)
     check_precision(args.precision, device, what="--precision")
     run = ClassifierRun(args.model, precision=args.precision, device=device)
+    note_unfinished(args.model)
     texts = texts_from(args.texts)
     if not texts:
         raise InputError("classify predict: no text given (pass TEXT arguments or lines on stdin)")
@@ -142,6 +144,7 @@ def cmd_classify_eval(args: argparse.Namespace) -> None:
     device = device_of(args)
     check_precision(args.precision, device, what="--precision")
     run = ClassifierRun(args.model, precision=args.precision, device=device)
+    note_unfinished(args.model)
     data = eval_file(args, "classify")
     print_json(run.evaluate(read_labeled(data), source=str(data)))
 

@@ -168,6 +168,14 @@ def check_init_from(
         raise InputError(f"--init-from {args.init_from}: {source} fixes the architecture and tokenizer; drop {what}")
 
 
+def note_unfinished(run_dir: str | Path) -> None:
+    """A note on stderr when the run to predict or evaluate with was stopped part-way (``state.unfinished``)."""
+    from attnkit.training.state import unfinished
+
+    if note := unfinished(run_dir):
+        print(f"note: {note}", file=sys.stderr)
+
+
 def print_json(obj: object) -> None:
     print(json.dumps(obj, ensure_ascii=False))
 

@@ -26,6 +26,7 @@ from attnkit.cli.common import (
     eval_file,
     fetch_dataset,
     main_rank_first,
+    note_unfinished,
     print_json,
     stdin_lines,
     training_context,
@@ -145,6 +146,7 @@ def cmd_translate_run(args: argparse.Namespace) -> None:
         if args.threads:
             torch.set_num_threads(args.threads)
         run = TranslatorRun(args.model, precision=args.precision, device=device)
+        note_unfinished(args.model)
         max_len = run.model_cfg.max_len
     lines = stdin_lines()
     for number, line in enumerate(lines, start=1):
@@ -174,6 +176,7 @@ def cmd_translate_eval(args: argparse.Namespace) -> None:
     device = device_of(args)
     check_precision(args.precision, device, what="--precision")
     run = TranslatorRun(args.model, precision=args.precision, device=device)
+    note_unfinished(args.model)
     if args.dataset:
         pairs = _read_pairs(eval_file(args, "translate"), None, None, "data")
     else:

@@ -28,6 +28,7 @@ from attnkit.runs.files import (
     prepare_run_dir,
     read_json,
     read_labels,
+    record_hash,
     remove_temporary_files,
     save_weights,
     sha256_file,
@@ -75,4 +76,5 @@ __all__ = [
     "sha256_file",
     "state_dict_for_saving",
     "write_manifest",
+    "record_hash",
 ]

@@ -83,6 +83,17 @@ def write_manifest(run_dir: Path) -> None:
     )
 
 
+def record_hash(run_dir: Path, name: str) -> None:
+    """Update ``manifest.json``'s sha256 of the one file ``name``, rewritten since the last ``write_manifest`` (the
+    best weights at an evaluation, the config given a larger budget), so that a run killed before its next save
+    still checks; nothing before the first manifest."""
+    path = run_dir / MANIFEST
+    if path.is_file():
+        manifest = read_json(path)
+        manifest.setdefault("sha256", {})[name] = sha256_file(run_dir / name)
+        atomic_write_json(path, manifest)
+
+
 def check_run_dir(run_dir: str | Path) -> Path:
     """A run directory that exists, has a config and weights, and whose files match the manifest."""
     run_dir = Path(run_dir)

@@ -201,6 +201,7 @@ def evaluate(run: Run, epoch: float) -> bool:
         state.best_step, state.best_epoch, state.best_metrics, state.stale = state.step, epoch, dict(metrics), 0
         if run.context.is_main:
             runs.save_weights(run.run_dir, model)
+            runs.record_hash(run.run_dir, runs.WEIGHTS)  # a run killed before its next save still checks
     else:
         state.stale += 1
     run.log.write({**row, **{f"valid_{k}": v for k, v in metrics.items()}, "best": best})

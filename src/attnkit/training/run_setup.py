@@ -152,11 +152,7 @@ def grow_budget(run_dir: Path, grown: dict[str, object]) -> None:
     config = runs.read_json(run_dir / runs.CONFIG)
     config["train"].update(grown)
     runs.atomic_write_json(run_dir / runs.CONFIG, config)
-    manifest_path = run_dir / runs.MANIFEST
-    if manifest_path.is_file():
-        manifest = runs.read_json(manifest_path)
-        manifest.setdefault("sha256", {})[runs.CONFIG] = runs.sha256_file(run_dir / runs.CONFIG)
-        runs.atomic_write_json(manifest_path, manifest)
+    runs.record_hash(run_dir, runs.CONFIG)
 
 
 def check_memory(model_cfg: TransformerConfig, device: torch.device) -> None:

@@ -143,6 +143,34 @@ def load_fit_state(
     return FitState(**meta["fit"], epoch_generator_state=tensors.get("rng.epoch_batches"))
 
 
+def unfinished(run_dir: str | Path) -> str | None:
+    """What to tell the user of a run whose training state stops short of its plan with no reason to: not ended by
+    ``patience``, and with no ``max_minutes`` that may have ended it. Such a run was killed or interrupted (a closed
+    terminal, ``| head``) and holds its best weights so far; None for any other run, or one with no state (averaged,
+    exported)."""
+    from attnkit import runs
+
+    run_dir = Path(run_dir)
+    try:
+        with safe_open(str(run_dir / STATE), framework="pt") as f:
+            fit = json.loads(f.metadata()[_META_KEY])["fit"]
+        step, planned, stale = int(fit["step"]), int(fit["planned_steps"]), int(fit["stale"])
+        train = runs.read_json(run_dir / runs.CONFIG)["train"]
+    except (SafetensorError, OSError, KeyError, TypeError, ValueError, InputError):
+        return None
+    if (
+        not planned
+        or step >= planned
+        or train.get("max_minutes")
+        or (train.get("patience") and stale >= train["patience"])
+    ):
+        return None
+    return (
+        f"{run_dir} trained {step} of its {planned} planned steps and was stopped (killed or interrupted): these are "
+        "its best weights so far; the same train command with --resume finishes it"
+    )
+
+
 def fingerprint_texts(*columns: list[str]) -> str:
     """sha256 over the training texts (and labels): resuming on other data would not be a resume."""
     import hashlib
