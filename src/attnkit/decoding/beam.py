@@ -189,7 +189,8 @@ def beam_search(
     """The best hypothesis of each source, as token ids without BOS and EOS.
 
     Args:
-        src: (B, S) source ids, padded with ``model.pad_id``.
+        src: (B, S) source ids, each ending with EOS as the model was trained (``TranslatorRun.encode_sources``
+            appends it), padded with ``model.pad_id``.
         bos_id, eos_id: the target start and end tokens (from the tokenizer).
         max_positions: the decoder's positional limit (the model's ``max_len``); no output is longer.
         beam_size, alpha: K and the length-penalty exponent; the paper's are 4 and 0.6 (§6.1).

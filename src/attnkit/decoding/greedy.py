@@ -106,7 +106,8 @@ def greedy_decode(
     """Greedy decoding of a batch of sources with an encoder-decoder ``attnkit.model.transformer.Transformer``.
 
     Args:
-        src: (B, S) source ids, padded with ``model.pad_id``.
+        src: (B, S) source ids, each ending with EOS as the model was trained (``TranslatorRun.encode_sources``
+            appends it), padded with ``model.pad_id``.
         bos_id, eos_id: the target start and end tokens (from the tokenizer).
         max_positions: the decoder's positional limit (the model's ``max_len``); no output is longer.
         max_extra: maximum output length = input length + ``max_extra`` (§6.1: + 50).

@@ -254,7 +254,8 @@ class Transformer(nn.Module):
         self-attention is causal by the kernel's flag, without a padding mask (targets are right-padded, so the
         keys 0 .. t of a real position t are all real; what padded positions compute, nothing reads). ``src_rows``
         (N_src,), the flat positions of the real source tokens made with the batch, tells the model without
-        reading the device whether the source has padding at all: without, no mask is built.
+        reading the device whether the source has padding at all: when it has none, no mask is built (without
+        ``src_rows``, the mask is built from ``src``).
         """
         if positions is None:
             memory, src_mask, _ = self.encode(src)

@@ -197,5 +197,6 @@ def iter_labeled(path: str | Path) -> Iterator[Example]:
 
 
 def read_labeled(path: str | Path) -> list[Example]:
-    """Read labeled examples from a ``.tsv``, ``.csv`` or ``.jsonl`` file, in file order."""
+    """Read labeled examples from a ``.tsv``, ``.csv`` or ``.jsonl`` file, in file order: a table's header names a
+    ``text`` and a ``label`` column (other columns are ignored), a JSON line has ``text`` and ``label`` keys."""
     return list(iter_labeled(path))

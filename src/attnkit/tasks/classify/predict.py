@@ -92,10 +92,13 @@ class ClassifierRun:
             return predict_ids(self.model, seqs, self.tokenizer.pad_id)
 
     def logits(self, texts: list[str]) -> torch.Tensor:
-        """The classifier's logits of ``texts``: (N, C), a row of C class scores per text, in input order."""
+        """The classifier's logits of ``texts``: (N, C), a row of C class scores per text, in input order (a binary
+        classifier trained with ``n_classes=1`` has one column, the positive class's logit)."""
         return self._logits(self._ids(check_texts(texts)))
 
     def predict(self, texts: list[str]) -> list[Prediction]:
+        """A ``Prediction`` per text, in input order: the most probable label, every label's probability (they sum
+        to 1) and how many of its tokens the vocabulary lacks."""
         texts = check_texts(texts)
         seqs = self._ids(texts)
         probs = class_probabilities(self._logits(seqs))  # (N, C)
@@ -107,7 +110,7 @@ class ClassifierRun:
         return out
 
     def evaluate(self, examples: list[Example], source: str = "data") -> dict:
-        """Accuracy, macro-F1 and counts on labelled ``examples``; a label unseen in training is an error."""
+        """``{"accuracy", "macro_f1", "n"}`` on labelled ``examples``; a label unseen in training is an error."""
         examples = check_records(examples, Example, "examples", reader="attnkit.read_labeled")
         label_id = {label: i for i, label in enumerate(self.labels)}
         for ex in examples:

@@ -50,7 +50,9 @@ class TranslatorRun:
     def translate(
         self, texts: list[str], *, beam: int = 4, alpha: float = 0.6, length_penalty: str = "gnmt", batch_size: int = 32
     ) -> tuple[list[str], int]:
-        """Detokenized translations in input order, and how many sources were truncated."""
+        """Detokenized translations in input order, and how many sources were truncated. ``beam``: the beam size,
+        1 for greedy search (§6.1: 4); ``alpha`` and ``length_penalty`` rank the finished hypotheses
+        (``decoding.penalty``)."""
         ids, n_truncated = self.encode_sources(texts)
         with torch.inference_mode():
             hyps = translate_ids(
