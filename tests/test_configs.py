@@ -154,7 +154,32 @@ def test_values_take_their_key_type(tmp_path):
     assert load_config_file(write(tmp_path, "# nothing but a comment\n"), "classify") == {}
 
 
-def test_a_missing_recipe_is_one_error_line(tmp_path, capsys):
+def test_a_missing_recipe_is_one_error_line_naming_the_shipped_ones(tmp_path, capsys):
     code = main(["params", "--task", "classify", "--config", str(tmp_path / "nowhere.yaml")])
     _, err = capsys.readouterr()
-    assert code == 2 and err.splitlines() == [f"error: {tmp_path / 'nowhere.yaml'}: no such config file"]
+    names = "bible, paper-base, paper-big, quickstart, rt-polarity"
+    assert code == 2
+    assert err.splitlines() == [
+        f"error: {tmp_path / 'nowhere.yaml'}: no such config file (attnkit's own recipes, by name: {names})"
+    ]
+
+
+def test_the_recipes_ship_with_the_package_and_are_taken_by_name(tmp_path, monkeypatch, capsys):
+    """``configs/`` of a checkout is the package's ``attnkit/configs`` (a link), which the wheel installs, so that
+    ``--config rt-polarity`` and ``load_config("classify", "quickstart")`` work anywhere (a path to ``configs/``
+    works only in a checkout: installed elsewhere, "quickstart: no such config file"). A file of that name in the
+    working directory would still be read first, as a path."""
+    import attnkit
+    from attnkit.config.sources import RECIPES
+
+    assert (ROOT / "configs").resolve() == RECIPES.resolve() and {p.name for p in CONFIGS} == {
+        p.name for p in RECIPES.glob("*.yaml")
+    }
+    monkeypatch.chdir(tmp_path)  # away from the checkout
+    assert attnkit.load_config("classify", "quickstart") == attnkit.load_config("classify", RECIPES / "quickstart.yaml")
+    out = tmp_path / "run"
+    argv = ["classify", "train", "--train", str(SEED_TSV), "--config", "rt-polarity", "--out", str(out), "--quiet"]
+    assert main([*argv, "--max-steps", "1", "--set", *TINY_MODEL]) == 0, capsys.readouterr().err
+    assert json.loads((out / "config.json").read_text(encoding="utf-8"))["train"]["label_smoothing"] == 0.1
+    (tmp_path / "quickstart").write_text("epochs: 3\n", encoding="utf-8")
+    assert attnkit.load_config("classify", "quickstart")[1].epochs == 3

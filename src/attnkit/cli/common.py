@@ -12,6 +12,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from attnkit.config.sources import RECIPES
 from attnkit.errors import InputError
 
 if TYPE_CHECKING:
@@ -56,7 +57,8 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
         "--config",
         type=Path,
         metavar="FILE",
-        help="a recipe: a YAML file of config keys (configs/*.yaml); --set overrides its keys",
+        help="a recipe: a YAML file of config keys, or the name of one of attnkit's (configs/*.yaml: "
+        f"{', '.join(sorted(recipe.stem for recipe in RECIPES.glob('*.yaml')))}); --set overrides its keys",
     )
 
 

@@ -70,8 +70,23 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+# The recipes shipped with attnkit (``configs/`` of a checkout links here), taken by name: ``--config rt-polarity``.
+RECIPES = Path(__file__).resolve().parents[1] / "configs"
+
+
+def recipe_path(spec: str | Path) -> Path:
+    """The recipe file ``spec`` names: a path, or, where no such file exists, a bare name (no folder, no suffix) of a
+    recipe shipped with attnkit (``rt-polarity`` is its ``configs/rt-polarity.yaml``, installed or not)."""
+    path = Path(spec)
+    shipped = RECIPES / f"{path.name}.yaml"
+    if not path.exists() and path.parent == Path(".") and not path.suffix and shipped.is_file():
+        return shipped
+    return path
+
+
 def load_config_file(path: str | Path, task: str) -> dict[str, object]:
-    """The config keys of a recipe file (``configs/*.yaml``, ``--config FILE``) for ``task``, each value checked.
+    """The config keys of a recipe file (``--config FILE``, or the name of one of ``configs/*.yaml``) for ``task``,
+    each value checked.
 
     A recipe is a flat YAML mapping of the keys ``--set`` takes (model and training keys alike). A key the task does
     not have, a key given twice, a nested value or a value of the wrong type is an ``InputError`` naming the file,
@@ -79,11 +94,12 @@ def load_config_file(path: str | Path, task: str) -> dict[str, object]:
     """
     import yaml
 
-    path = Path(path)
+    path = recipe_path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(f"{path}: no such config file") from None
+        names = ", ".join(sorted(recipe.stem for recipe in RECIPES.glob("*.yaml")))
+        raise InputError(f"{path}: no such config file (attnkit's own recipes, by name: {names})") from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a directory, not a config file") from None
     except UnicodeDecodeError:
