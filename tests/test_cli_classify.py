@@ -128,12 +128,13 @@ def test_predict_reads_stdin_lines_skipping_blank_ones(seed_run, capsys, monkeyp
 
 def test_predict_and_eval_say_how_many_texts_were_truncated(seed_run, capsys, caplog, tmp_path):
     """A text longer than max_len (128 here) is read only as far as the model can: predict and eval say how many,
-    as training and translate do (they cut them silently), and stdout stays the JSON alone."""
+    in a ``note:`` line as training and translate do (they cut them silently), and stdout stays the JSON alone."""
     long_text = " ".join(["great"] * 200)
-    code, out, _ = cli(capsys, "classify", "predict", "--model", seed_run, long_text, "a short one")
+    code, out, err = cli(capsys, "classify", "predict", "--model", seed_run, long_text, "a short one")
     assert code == 0
     assert len(predictions(out)) == 2
     assert "1 of 2 texts truncated to 128 tokens" in caplog.text
+    assert err == "note: 1 of 2 texts truncated to 128 tokens\n"  # a note, as translate run's (it was bare)
     caplog.clear()
     data = tmp_path / "long.tsv"
     data.write_text(f"text\tlabel\n{long_text}\tpositive\nawful\tnegative\n", encoding="utf-8")

@@ -11,6 +11,7 @@ the key at fault; 1 anything unexpected (a bug: the traceback is shown).
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from attnkit.cli import ablate, bench, classify, data, embed, export, params, plot, pretrain, runs, serve, translate
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         from attnkit.allocator import tune_malloc
 
         tune_malloc()  # keep freed tensor buffers in the process (glibc; attnkit.allocator)
+        library_notes()
         if getattr(args, "needs_torch", True):  # `data prepare` never loads a model: it runs without torch
             from attnkit.compat import check_torch
 
@@ -68,6 +70,30 @@ def main(argv: list[str] | None = None) -> int:
         print("error: interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+def library_notes() -> None:
+    """What the tasks log at WARNING (``1 of 2 texts truncated to 128 tokens``) as this command's ``note:`` lines on
+    stderr, as ``translate run`` words its own; Python's last-resort handler printed them bare. Once a process."""
+    logger = logging.getLogger("attnkit.tasks")
+    if not any(isinstance(handler, _Notes) for handler in logger.handlers):
+        logger.addHandler(_Notes())
+
+
+class _Notes(logging.StreamHandler):
+    """``note: MESSAGE`` on whatever ``sys.stderr`` is when a line is logged (a test may have replaced it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("note: %(message)s"))
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
 
 
 def check_utf8(argv: list[str]) -> None:
