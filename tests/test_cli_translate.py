@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from attnkit import runs
 from attnkit.cli import main
 from attnkit.errors import InputError
 from attnkit.inference.fused import FusedSelfAttention
@@ -139,6 +140,33 @@ def test_average_of_last_checkpoints_is_their_mean(reverse_run, capsys, tmp_path
         "1",
     )
     assert code == 0
+
+
+def test_average_replaces_only_its_own_output_and_refuses_mixed_checkpoints(reverse_run, capsys, tmp_path):
+    """``--out`` onto a trained run wrote the average over it and left the run's checkpoints and state beside the
+    new weights (a hybrid that neither predicted nor resumed); an earlier average is replaced. A checkpoint of
+    another shape among the last N was a RuntimeError traceback, and one with fewer tensors would have been averaged
+    as if it had them all."""
+    import shutil
+
+    run = reverse_run / "run"
+    argv = ["average", "--last", "2", str(run), "--out"]
+    assert run_cli(capsys, *argv, str(tmp_path / "avg"))[0] == 0
+    assert run_cli(capsys, *argv, str(tmp_path / "avg"))[0] == 0  # an earlier average: replaced
+    trained = tmp_path / "trained"
+    shutil.copytree(run, trained)
+    code, _, err = run_cli(capsys, *argv, str(trained))
+    assert code == 2
+    assert_one_error_line(err, f"{trained}: exists and is a run that average did not write; choose a new --out")
+    assert sorted(p.name for p in trained.iterdir()) == sorted(p.name for p in run.iterdir())  # untouched
+    from safetensors.torch import load_file, save_file
+
+    last = runs.checkpoint_paths(trained)[-1]
+    tensors = load_file(str(last))
+    save_file({name: t[..., :1].contiguous() if t.dim() else t for name, t in tensors.items()}, str(last))
+    code, _, err = run_cli(capsys, "average", "--last", "2", str(trained), "--out", str(tmp_path / "mixed"))
+    assert code == 2
+    assert_one_error_line(err, f"{last}: holds other tensors (names or shapes) than")
 
 
 def write(path: Path, text: str) -> Path:

@@ -239,6 +239,30 @@ def test_export_refuses_to_overwrite_a_run_directory(tiny_bert, tmp_path, write_
     runs.check_run_dir(run_dir)  # untouched: still matches its manifest
 
 
+def test_export_replaces_an_earlier_export_and_nothing_else(tiny_bert, tmp_path, write_run):
+    """An export replaces the folder it writes into: an earlier export's, yes; a folder with a config.json and files
+    of its own (a project, a downloaded model with its README and pooling config) is refused, untouched (it was
+    emptied and replaced whole)."""
+    model, cfg, tokenizer = load_bert_classifier(tiny_bert[0], n_classes=2, pooling="cls")
+    run_dir = write_run(tmp_path / "run", "classify", model, cfg, tokenizer, ["neg", "pos"])
+    out = export_bert_folder(run_dir, tmp_path / "hf")
+    assert export_bert_folder(run_dir, out) == out  # again: an earlier export is replaced
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "config.json").write_text('{"name": "app"}', encoding="utf-8")
+    (project / "src" / "main.py").write_text("x", encoding="utf-8")
+    with pytest.raises(InputError, match=r"project: holds src, which an export does not write; .* new --out"):
+        export_bert_folder(run_dir, project)
+    downloaded = _copy_folder(tiny_bert[0], tmp_path / "downloaded")
+    (downloaded / "README.md").write_text("a model card", encoding="utf-8")
+    with pytest.raises(InputError, match=r"downloaded: holds README.md, which an export does not write"):
+        export_bert_folder(run_dir, downloaded)
+    assert (project / "src" / "main.py").is_file() and (downloaded / "README.md").is_file()
+    (out / "config.json").write_text('{"model_type": "gpt2"}', encoding="utf-8")
+    with pytest.raises(InputError, match=r"hf: its config.json is not a BERT model's; an export replaces only"):
+        export_bert_folder(run_dir, out)
+
+
 def _hf_probabilities(folder: Path, texts: list[str]) -> torch.Tensor:
     """Softmax of AutoModelForSequenceClassification on ``folder``, tokenized by AutoTokenizer, padded batch."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)

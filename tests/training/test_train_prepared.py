@@ -273,3 +273,14 @@ def test_settings_that_contradict_the_corpus_are_refused(trained, tmp_path, caps
     err = one_error_line(capsys)
     assert "a prepared translate corpus; classify train needs one prepared with --task classify" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_classifier_prepared_without_a_valid_split_reports_no_validation_accuracy(trained, corpus, tmp_path, capsys):
+    """Nothing validates it, so its summary's valid_accuracy is null (it read 0.0, as if every answer were wrong),
+    as a translator's valid_bleu is."""
+    text_run, _, _ = trained["classify"]
+    train, _ = corpus["classify"]
+    prepare("classify", train, None, tmp_path / "corpus", text_run)
+    capsys.readouterr()
+    assert main(train_command("classify", tmp_path / "run", "--prepared", tmp_path / "corpus")) == 0
+    assert json.loads(capsys.readouterr().out)["valid_accuracy"] is None

@@ -110,7 +110,8 @@ def train_variant(
         )
         saved = runs.read_json(out_dir / runs.CONFIG)
         params = parameter_table(build_classifier(ClassifierConfig(**saved["model"]))).total
-        return params, summary.best_valid_accuracy, None
+        accuracy = summary.best_valid_accuracy  # None only without validation data, which an ablation has
+        return params, float("nan") if accuracy is None else accuracy, None
     from attnkit.tasks.translate import train_translator
 
     translated = train_translator(

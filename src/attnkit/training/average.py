@@ -15,6 +15,8 @@ from attnkit import runs
 from attnkit.errors import InputError
 from attnkit.runs import checkpoint_paths
 
+AVERAGED_FROM = "averaged_from.json"  # which run and checkpoints an averaged run directory was made from
+
 
 def average_checkpoints(run_dir: str | Path, last: int, out_dir: str | Path) -> list[Path]:
     """Average the last ``last`` checkpoints of ``run_dir`` into ``out_dir``; returns the checkpoints used."""
@@ -32,20 +34,28 @@ def average_checkpoints(run_dir: str | Path, last: int, out_dir: str | Path) -> 
         )
     if out_dir.resolve() == run_dir.resolve():
         raise InputError(f"--out {out_dir}: must differ from the run directory")
-    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / runs.CONFIG).is_file():
-        raise InputError(f"{out_dir}: exists and is not an attnkit run directory; choose a new --out")
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / AVERAGED_FROM).is_file():
+        what = "a run that average did not write" if (out_dir / runs.CONFIG).is_file() else "not an attnkit run"
+        raise InputError(f"{out_dir}: exists and is {what}; choose a new --out (average replaces only its own)")
     used = paths[-last:]
     total: dict[str, torch.Tensor] = {}
     for path in used:
-        for name, tensor in load_file(str(path)).items():
+        tensors = load_file(str(path))
+        if total and (tensors.keys() != total.keys() or any(t.shape != total[k].shape for k, t in tensors.items())):
+            raise InputError(
+                f"{path}: holds other tensors (names or shapes) than {used[0].name}; the checkpoints of one run "
+                "average, not those of two"
+            )
+        for name, tensor in tensors.items():
             total[name] = total.get(name, 0) + tensor.double()  # float64 sums: the order of addition does not matter
     averaged = {name: (tensor / last).float().contiguous() for name, tensor in total.items()}
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / runs.LABELS).unlink(missing_ok=True)  # an earlier average's, of a classifier
     for name in (runs.CONFIG, runs.TOKENIZER, runs.LABELS):  # what the run is, besides its weights
         if name != runs.LABELS or (run_dir / name).is_file():  # labels: a classifier's
             runs.atomic_write_bytes(out_dir / name, (run_dir / name).read_bytes())
     runs.atomic_write_bytes(out_dir / runs.WEIGHTS, safetensors_bytes(averaged))
-    runs.atomic_write_json(out_dir / "averaged_from.json", {"run": str(run_dir), "checkpoints": [p.name for p in used]})
+    runs.atomic_write_json(out_dir / AVERAGED_FROM, {"run": str(run_dir), "checkpoints": [p.name for p in used]})
     runs.write_manifest(out_dir)
     return used

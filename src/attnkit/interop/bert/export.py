@@ -104,8 +104,14 @@ def _vocab_txt(tokenizer: Tokenizer) -> str | None:
     return "".join(f"{token}\n" for token, _ in by_id)
 
 
+# What ``write_bert_folder`` writes: a folder of these files alone is an earlier export, which it may replace.
+EXPORT_FILES = frozenset({"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"})
+
+
 def _prepare_out(out_dir: Path) -> None:
-    """Refuse to replace anything but an earlier BERT folder (never an attnkit run or an unrelated directory)."""
+    """Refuse to replace anything but an earlier export (a BERT config and the files an export writes, nothing
+    else): never an attnkit run, a downloaded model folder with files of its own, or an unrelated directory, whose
+    contents the replacement would delete."""
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir}: exists and is not a directory")
     if not out_dir.is_dir() or not any(out_dir.iterdir()):
@@ -113,8 +119,17 @@ def _prepare_out(out_dir: Path) -> None:
     config_path = out_dir / "config.json"
     if not config_path.is_file():
         raise InputError(f"{out_dir}: exists and is not a BERT folder; choose a new --out")
-    if "task" in runs.read_json(config_path):
+    config = runs.read_json(config_path)
+    if "task" in config:
         raise InputError(f"{out_dir}: is an attnkit run directory; choose a new --out")
+    others = sorted(path.name for path in out_dir.iterdir() if path.name not in EXPORT_FILES)
+    if others or config.get("model_type") != "bert":
+        what = (
+            f"holds {', '.join(others[:5])}{' ...' if len(others) > 5 else ''}, which an export does not write"
+            if others
+            else "its config.json is not a BERT model's"
+        )
+        raise InputError(f"{out_dir}: {what}; an export replaces only an earlier export's folder (choose a new --out)")
 
 
 def write_bert_folder(

@@ -54,7 +54,7 @@ from attnkit.training.task import Batch, BatchLoss, TrainContext
 class TrainSummary:
     run_dir: Path
     best_epoch: float
-    best_valid_accuracy: float
+    best_valid_accuracy: float | None  # None: nothing validated (a prepared corpus without a valid split)
     epochs_run: float
     steps: int
     seconds: float
@@ -296,7 +296,7 @@ def train_classifier(
     return TrainSummary(
         run.path,
         result.best_epoch,
-        result.best.get("accuracy", 0.0),
+        result.best.get("accuracy"),
         result.epochs,
         result.steps,
         result.seconds,
