@@ -49,7 +49,7 @@ def test_ablate_writes_a_report_whose_params_match_the_variants(tmp_path, capsys
     err = capsys.readouterr().err.splitlines()
     assert err[0] == f"ablate: 3 runs to train one after another into {out} (base, d_ff=64, positional=learned)"
     assert [line.split(":")[0] for line in err[1:]] == ["base", "d_ff=64", "positional=learned"]
-    rows = {r["name"]: r for r in json.loads((out / "ablation.json").read_text())}
+    rows = {r["name"]: r for r in json.loads((out / "ablation.json").read_text())["variants"]}
     assert set(rows) == {"base", "d_ff=64", "positional=learned"}
     d, vocab, max_len = 16, rows["base"]["params"], 128
     assert rows["d_ff=64"]["params"] - rows["base"]["params"] == 2 * d * 32 + 32  # FFN: 2*d*d_ff + d_ff grows by 32
@@ -105,14 +105,23 @@ def test_report_only_rewrites_the_report_from_the_results(tmp_path, capsys):
         "min_freq=1",
     ]
     assert main(argv) == 0
-    rows = json.loads((out / "ablation.json").read_text())
-    rows[1]["valid"] = 0.125  # a result the report must now show, without training again
-    (out / "ablation.json").write_text(json.dumps(rows))
+    first = (out / "ablation.md").read_text()
+    results = json.loads((out / "ablation.json").read_text())
+    results["variants"][1]["valid"] = 0.125  # a result the report must now show, without training again
+    (out / "ablation.json").write_text(json.dumps(results))
     (out / "base").rename(out / "moved")  # nothing is trained or read from the runs
-    assert main([*argv, "--report-only", "--budget", "one epoch"]) == 0
+    # Only --task and --out: no data (it asked for --dataset or --train and --valid, and took the budget and the
+    # validation set's size, hence the error bars, from whatever was given) and no --grid.
+    report_only = ["ablate", "--task", "classify", "--out", str(out), "--report-only"]
+    assert main(report_only) == 0
     table = (out / "ablation.md").read_text()
-    assert "| A | n_heads=1 |" in table and "0.1250" in table and "Budget: one epoch." in table
-    assert "one standard error" in table and not (out / "base").exists()
+    assert "| A | n_heads=1 |" in table and "0.1250" in table
+    assert table.replace("0.1250", first.split("| A | n_heads=1 | ")[1].split(" | ")[1]) == first  # else the same
+    assert "Validation set: 20 examples" in table and not (out / "base").exists()
+    assert main([*report_only, "--budget", "one epoch"]) == 0
+    assert "Budget: one epoch." in (out / "ablation.md").read_text()
+    assert main(["ablate", "--task", "translate", "--out", str(out), "--report-only"]) == 2
+    assert "the results of a classify ablation, not translate" in capsys.readouterr().err
 
 
 def test_report_only_without_results_is_an_error(tmp_path, capsys):

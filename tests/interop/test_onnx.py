@@ -164,6 +164,24 @@ def test_unsupported_opset_is_refused(runs, tmp_path, opset):
         export_onnx(runs["mean"], tmp_path / "m.onnx", opset=opset)
 
 
+def test_an_export_replaces_only_an_earlier_exports_files(runs, exports, tmp_path):
+    """FILE.json and FILE.tokenizer.json were written over whatever was there: a user's file, or with ``--out
+    RUN/config.onnx`` the run's own config.json (the run then failed its manifest). Only an earlier export's three
+    files may be replaced."""
+    from attnkit.interop.onnx_export import _check_replaceable
+
+    _check_replaceable(exports["mean"])  # an earlier export: replaceable
+    (tmp_path / "model.json").write_text('{"mine": 1}', encoding="utf-8")
+    with pytest.raises(InputError, match=r"model.json: exists and is not from an earlier attnkit export"):
+        export_onnx(runs["mean"], tmp_path / "model.onnx")
+    assert (tmp_path / "model.json").read_text(encoding="utf-8") == '{"mine": 1}'
+    with pytest.raises(InputError, match=r"config.json: exists and is not from an earlier attnkit export"):
+        export_onnx(runs["mean"], runs["mean"] / "config.onnx")
+    (tmp_path / "other.onnx").write_bytes(b"another model")
+    with pytest.raises(InputError, match=r"other.onnx: exists and is not from an earlier attnkit export"):
+        export_onnx(runs["mean"], tmp_path / "other.onnx")
+
+
 def test_output_name_must_end_in_onnx(runs, tmp_path):
     with pytest.raises(InputError, match=r"must end in \.onnx"):
         export_onnx(runs["mean"], tmp_path / "m.json")

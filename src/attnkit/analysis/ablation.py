@@ -206,21 +206,40 @@ def plot_ablation(variants: list[Variant], task: str, out: Path, n_valid: int = 
 
 
 def write_report(variants: list[Variant], task: str, budget: str, out_dir: Path, n_valid: int = 0) -> tuple[Path, Path]:
-    """``ablation.md`` (the table), ``ablation.json`` (the variants) and ``ablation.png`` in ``out_dir``."""
+    """``ablation.md`` (the table), ``ablation.json`` (the variants, with what the report needs besides: the task,
+    the budget and the size of the validation set) and ``ablation.png`` in ``out_dir``."""
     table = out_dir / "ablation.md"
     atomic_write_bytes(table, markdown_table(variants, task, budget, n_valid).encode("utf-8"))
-    rows = [dataclasses.asdict(v) for v in variants]
-    atomic_write_bytes(out_dir / "ablation.json", (json.dumps(rows, indent=2) + "\n").encode("utf-8"))
+    results = {
+        "task": task,
+        "budget": budget,
+        "n_valid": n_valid,
+        "variants": [dataclasses.asdict(v) for v in variants],
+    }
+    atomic_write_bytes(out_dir / "ablation.json", (json.dumps(results, indent=2) + "\n").encode("utf-8"))
     return table, plot_ablation(variants, task, out_dir / "ablation.png", n_valid)
 
 
-def read_variants(out_dir: Path) -> list[Variant]:
-    """The variants of a finished ablation, from ``out_dir/ablation.json``."""
+@dataclasses.dataclass
+class Results:
+    """What ``ablation.json`` holds: enough to write the report again without the data (``--report-only``)."""
+
+    variants: list[Variant]
+    task: str | None  # None in a file written before the report's inputs were kept (a list of variants alone)
+    budget: str | None
+    n_valid: int
+
+
+def read_results(out_dir: Path) -> Results:
+    """The results of a finished ablation, from ``out_dir/ablation.json``."""
     path = out_dir / "ablation.json"
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
-        return [Variant(**row) for row in rows]
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, list):  # written before the task, budget and n_valid were kept
+            return Results([Variant(**row) for row in data], None, None, 0)
+        variants = [Variant(**row) for row in data["variants"]]
+        return Results(variants, data["task"], data["budget"], int(data["n_valid"]))
     except FileNotFoundError:
         raise InputError(f"{path}: no ablation results to report (run the ablation first)") from None
-    except (json.JSONDecodeError, TypeError) as err:
+    except (json.JSONDecodeError, TypeError, KeyError, ValueError) as err:
         raise InputError(f"{path}: not an attnkit ablation result ({err})") from None

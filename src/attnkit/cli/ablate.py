@@ -15,7 +15,7 @@ def cmd_ablate(args: argparse.Namespace) -> None:
     """Train the base model and one variant per --grid value with the same budget; write ablation.md and .png."""
     from attnkit.analysis.ablation import (
         parse_grid,
-        read_variants,
+        read_results,
         run_ablation,
         train_variant,
         variant_configs,
@@ -24,6 +24,17 @@ def cmd_ablate(args: argparse.Namespace) -> None:
     from attnkit.data.readers.labeled import read_labeled
     from attnkit.data.readers.parallel import read_parallel_tsv
 
+    if args.report_only:  # everything from OUT/ablation.json: no data, no grid
+        results = read_results(args.out)
+        if results.task not in (None, args.task):
+            raise InputError(f"{args.out / 'ablation.json'}: the results of a {results.task} ablation, not {args.task}")
+        budget = args.budget or results.budget or "the defaults"
+        table, figure = write_report(results.variants, args.task, budget, args.out, n_valid=results.n_valid)
+        print(table)
+        print(figure)
+        return
+    if not args.grid:
+        raise InputError("ablate: give at least one --grid KEY=V1,V2 (the variants to train)")
     variants = parse_grid(args.grid)
     base = config_overrides(args, args.task)
     device = device_of(args)
@@ -41,11 +52,6 @@ def cmd_ablate(args: argparse.Namespace) -> None:
     for variant in variants:  # every configuration is checked before the first one trains
         variant_configs(args.task, args.preset, {**base, **variant.overrides})
     budget = args.budget or ", ".join(f"{k}={v}" for k, v in base.items()) or "the defaults"
-    if args.report_only:
-        table, figure = write_report(read_variants(args.out), args.task, budget, args.out, n_valid=len(valid))
-        print(table)
-        print(figure)
-        return
 
     def train_one(variant, out):
         return train_variant(args.task, args.preset, {**base, **variant.overrides}, train, valid, out, device)
@@ -78,7 +84,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--grid",
         action="append",
-        required=True,
         metavar="KEY=V1,V2",
         help="one row group: the base with KEY set to each value (repeatable)",
     )
@@ -87,7 +92,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--report-only",
         action="store_true",
-        help="train nothing: rewrite ablation.md and the figure from OUT/ablation.json",
+        help="train nothing: rewrite ablation.md and the figure from OUT/ablation.json (needs no data and no --grid)",
     )
     add_device_arg(p)
     add_config_args(p)

@@ -84,6 +84,24 @@ def _quiet_exporter():
         logger.setLevel(level)
 
 
+def _check_replaceable(out_path: Path) -> None:
+    """FILE.onnx and its two sidecars may replace only an earlier export's (its FILE.json says so): never a file of
+    the user's, such as another model's ONNX or a run's config.json (``--out RUN/config.onnx``)."""
+    meta_path, tokenizer_path = sidecar_paths(out_path)
+    existing = [path for path in (out_path, meta_path, tokenizer_path) if path.exists()]
+    if not existing:
+        return
+    try:
+        ours = json.loads(meta_path.read_text(encoding="utf-8")).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if not ours:
+        raise InputError(
+            f"{existing[0]}: exists and is not from an earlier attnkit export (which {meta_path.name} would say); "
+            "choose another --out"
+        )
+
+
 def export_onnx(run_dir: str | Path, out_path: str | Path, *, opset: int | None = None) -> Path:
     """Write the classifier run at ``run_dir`` as ``out_path`` (FILE.onnx) with FILE.json and FILE.tokenizer.json.
 
@@ -107,6 +125,7 @@ def export_onnx(run_dir: str | Path, out_path: str | Path, *, opset: int | None 
         raise InputError(f"{out_path}: the output file name must end in .onnx")
     if out_path.is_dir():
         raise InputError(f"{out_path}: is a directory; give a file name ending in .onnx")
+    _check_replaceable(out_path)
     newest = onnx.defs.onnx_opset_version()
     if opset is not None and not MIN_OPSET <= opset <= newest:
         raise InputError(f"opset {opset}; expected {MIN_OPSET} to {newest}")
