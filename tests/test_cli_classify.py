@@ -516,3 +516,25 @@ def test_a_new_run_over_a_trained_one_says_it_replaces_it(tmp_path, capsys):
     assert code == 0
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
     assert warnings == [f"warning: {run} holds a trained run: this run replaces it (--resume continues it instead)"]
+
+
+def test_embed_pools_as_the_run_does_and_refuses_cls_without_a_cls_token(tmp_path, tiny, quietly, capsys):
+    """``embed`` of a classifier run pools as the run was trained to (``pooling=cls`` took the mean by default),
+    and ``--pool cls`` on a tokenizer that prepends no [CLS] token is refused (it took the first word's vector)."""
+    import torch
+
+    from attnkit import embed
+    from attnkit.tasks.classify import ClassifierRun
+    from attnkit.tasks.embed import sentence_embeddings
+
+    texts = ["a wonderful film", "dull"]
+    quietly(*tiny.classify_train(tmp_path / "cls", "pooling=cls", "max_steps=2"))
+    run = ClassifierRun(tmp_path / "cls")
+    expected = sentence_embeddings(run.model, run.tokenizer, texts, pool="cls")
+    torch.testing.assert_close(embed(tmp_path / "cls", texts), expected)
+    quietly(*tiny.classify_train(tmp_path / "mean", "max_steps=2"))  # a word tokenizer: no [CLS] prepended
+    capsys.readouterr()
+    assert main(["embed", "--model", str(tmp_path / "mean"), "--pool", "cls", "a film"]) == 2
+    assert capsys.readouterr().err == (
+        "error: pool='cls' takes the [CLS] token, which this model's tokenizer does not prepend; use mean\n"
+    )

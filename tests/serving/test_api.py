@@ -78,11 +78,15 @@ def test_embed_equals_attnkit_embed(classifier_client, classifier_dir):
     from attnkit.interop.bert import embed
 
     texts = ["a truly wonderful film", "bad"]
-    for pool, normalize in (("mean", False), ("cls", True)):
-        got = classifier_client.post("/v1/embed", json={"inputs": texts, "pool": pool, "normalize": normalize}).json()
-        want = embed(classifier_dir, texts, pool=pool, normalize=normalize)
-        assert got["dim"] == 16
-        torch.testing.assert_close(torch.tensor(got["vectors"]), want, atol=1e-6, rtol=0)
+    for normalize in (False, True):
+        got = classifier_client.post("/v1/embed", json={"inputs": texts, "pool": "mean", "normalize": normalize})
+        want = embed(classifier_dir, texts, pool="mean", normalize=normalize)
+        assert got.json()["dim"] == 16
+        torch.testing.assert_close(torch.tensor(got.json()["vectors"]), want, atol=1e-6, rtol=0)
+    # A word tokenizer prepends no [CLS]: "cls" pooling is refused, as `attnkit embed --pool cls` refuses it (both
+    # took the first word's vector).
+    refused = classifier_client.post("/v1/embed", json={"inputs": texts, "pool": "cls"})
+    assert refused.status_code == 422 and "[CLS] token" in refused.json()["error"]
 
 
 def test_openai_embeddings_shape_float_and_base64(classifier_client, classifier_dir):

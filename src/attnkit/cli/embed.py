@@ -30,8 +30,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--pool",
         choices=("mean", "cls"),
-        default="mean",
-        help="mean over the real tokens (default) or the first ([CLS]) token",
+        help="mean over the real tokens or the [CLS] token (default: a classifier run's own pooling, else mean)",
     )
     p.add_argument("--normalize", action="store_true", help="unit-length vectors (cosine similarity = dot product)")
     add_device_arg(p)

@@ -77,6 +77,8 @@ def add_task_routes(
     async def embed(body: EmbedRequest):
         """Sentence vectors, as `attnkit embed` computes them."""
         m = served(("classifier", "embedder"))
+        if body.pool == "cls" and m.tokenizer.cls_id is None:  # the first position is the first word's
+            raise ApiError(422, "invalid_request", "pool: 'cls' takes the [CLS] token, which this model does not have")
         _, seqs, cut = encode_inputs(m, body.inputs, body.truncate, limits)
         vectors = await infer(("embed", body.pool, body.normalize), seqs)
         return JSONResponse({"model": m.name, "dim": len(vectors[0]), "vectors": vectors, "truncated": cut})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -77,33 +78,34 @@ def embed(
     model_spec: str | Path,
     texts: Iterable[str],
     *,
-    pool: str = "mean",
+    pool: str | None = None,
     normalize: bool = False,
     batch_size: int = 32,
     device: torch.device | str = "cpu",
 ) -> Tensor:
     """Sentence vectors (N, D), on the CPU, from a BERT folder, the word ``minilm``, or an attnkit classifier or
-    pretraining run directory, computed on ``device``."""
+    pretraining run directory, computed on ``device``. ``pool`` (``sentence_embeddings``): by default a classifier
+    run's own pooling, else "mean" (sentence-transformers' for MiniLM)."""
     texts = check_texts(texts)
+    pooled = functools.partial(sentence_embeddings, normalize=normalize, batch_size=batch_size)
     folder = resolve_bert_folder(model_spec)
     task = _run_task(folder)
     if task == "pretrain":
         pretrained = load_pretrained_run(folder)
         pretrained.model.to(device)
         return sentence_embeddings(
-            pretrained.model, pretrained.tokenizer, texts, pool=pool, normalize=normalize, batch_size=batch_size
+            pretrained.model,
+            pretrained.tokenizer,
+            texts,
+            pool=pool or "mean",
+            normalize=normalize,
+            batch_size=batch_size,
         )
     if task is not None:
         run = ClassifierRun(folder, device=device)
-        return sentence_embeddings(
-            run.model,
-            run.tokenizer,
-            texts,
-            pool=pool,
-            normalize=normalize,
-            batch_size=batch_size,
-            max_len_policy=run.max_len_policy,
+        return pooled(
+            run.model, run.tokenizer, texts, pool=pool or run.model_cfg.pooling, max_len_policy=run.max_len_policy
         )
     model, _, tokenizer = load_bert_classifier(folder, n_classes=1)
     model.to(device)
-    return sentence_embeddings(model, tokenizer, texts, pool=pool, normalize=normalize, batch_size=batch_size)
+    return pooled(model, tokenizer, texts, pool=pool or "mean")

@@ -32,11 +32,14 @@ def sentence_embeddings(
     """Sentence vectors (N, D) from the encoder of ``model``, in input order; the head is not used.
 
     ``pool`` "mean" averages the hidden states of the real tokens ([CLS] and [SEP] included, padding not), as
-    sentence-transformers does; "cls" takes the first position. ``normalize`` scales each vector to unit L2 norm.
+    sentence-transformers does; "cls" takes the first position, the [CLS] token (refused where the tokenizer
+    prepends none). ``normalize`` scales each vector to unit L2 norm.
     Texts longer than the position table are truncated (keeping a final [SEP]) and logged, or refused ("error").
     """
     if pool not in POOLINGS:
         raise InputError(f"pool={pool!r}; expected one of {', '.join(POOLINGS)}")
+    if pool == "cls" and tokenizer.cls_id is None:  # the first position would be the first word's
+        raise InputError("pool='cls' takes the [CLS] token, which this model's tokenizer does not prepend; use mean")
     if tokenizer.pad_id != model.pad_id:
         raise ValueError(f"tokenizer pad id {tokenizer.pad_id} differs from the model's pad_id {model.pad_id}")
     max_len = model.embeddings.position.max_len
