@@ -182,6 +182,17 @@ def test_an_export_replaces_only_an_earlier_exports_files(runs, exports, tmp_pat
         export_onnx(runs["mean"], tmp_path / "other.onnx")
 
 
+def test_an_empty_check_text_is_refused_before_the_export(runs, tmp_path, capsys):
+    """``--check ""`` failed in onnxruntime after a good export, as if the model were at fault, and the files were
+    written with exit code 2."""
+    from attnkit.cli import main
+
+    out = tmp_path / "m.onnx"
+    assert main(["export", "onnx", "--model", str(runs["mean"]), "--out", str(out), "--check", "good", " "]) == 2
+    assert capsys.readouterr().err == "error: --check text #2 is empty\n"
+    assert not out.exists()
+
+
 def test_output_name_must_end_in_onnx(runs, tmp_path):
     with pytest.raises(InputError, match=r"must end in \.onnx"):
         export_onnx(runs["mean"], tmp_path / "m.json")

@@ -10,8 +10,11 @@ from attnkit.cli.common import print_json
 
 
 def cmd_export_onnx(args: argparse.Namespace) -> None:
+    from attnkit.errors import check_texts
     from attnkit.interop.onnx_export import check_onnx, export_onnx, sidecar_paths
 
+    if args.check:  # before anything is written: a bad text would fail the check after a good export
+        check_texts(args.check, "--check text #{}")
     out = export_onnx(args.model, args.out, opset=args.opset)
     result: dict[str, object] = {"out": str(out), "files": [str(p) for p in (out, *sidecar_paths(out))]}
     if args.check:

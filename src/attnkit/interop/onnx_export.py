@@ -41,7 +41,7 @@ import torch
 
 from attnkit import __version__
 from attnkit.atomic import atomic_write_bytes, atomic_write_json
-from attnkit.errors import InputError
+from attnkit.errors import InputError, check_texts
 
 FORMAT = "attnkit-onnx/1"
 MIN_OPSET = 18  # the dynamo exporter's lowest; see the module docstring
@@ -215,6 +215,7 @@ def check_onnx(run_dir: str | Path, onnx_path: str | Path, texts: list[str]) -> 
     _require("onnxruntime")
     import onnxruntime
 
+    texts = check_texts(texts, "--check text #{}")  # an empty one fails in onnxruntime, as if the model did
     if not texts:
         raise InputError("check_onnx: no texts given")
     onnx_path = Path(onnx_path)
