@@ -538,3 +538,27 @@ def test_embed_pools_as_the_run_does_and_refuses_cls_without_a_cls_token(tmp_pat
     assert capsys.readouterr().err == (
         "error: pool='cls' takes the [CLS] token, which this model's tokenizer does not prepend; use mean\n"
     )
+
+
+def test_an_encoder_exported_from_a_word_tokenized_run_embeds_and_fine_tunes(tmp_path, tiny, quietly, capsys):
+    """``export hf --encoder-only`` of a BERT-shaped run whose word tokenizer prepends no [CLS]: ``embed`` and
+    ``--init-from`` read the folder back (they failed: "tokenizer has no special token '[CLS]'"), with the run's
+    own vectors."""
+    import torch
+
+    from attnkit import embed
+
+    bert_shaped = [
+        "max_steps=2",
+        "activation=gelu",
+        "positional=learned",
+        "scale_embeddings=false",
+        "embedding_norm=true",
+        "n_token_types=2",
+    ]
+    quietly(*tiny.classify_train(tmp_path / "run", *bert_shaped))
+    quietly("export", "hf", "--model", str(tmp_path / "run"), "--out", str(tmp_path / "bert"), "--encoder-only")
+    texts = ["a wonderful film", "dull"]
+    torch.testing.assert_close(embed(tmp_path / "bert", texts), embed(tmp_path / "run", texts))
+    init = ["--init-from", str(tmp_path / "bert"), "--max-steps", "1"]
+    assert main(["classify", "train", "--train", str(tiny.SEED_TSV), "--out", str(tmp_path / "ft"), *init]) == 0

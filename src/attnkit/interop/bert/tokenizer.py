@@ -64,7 +64,8 @@ def wordpiece_from_vocab(
 
 
 def load_bert_tokenizer(folder: str | Path) -> Tokenizer:
-    """The folder's tokenizer (``tokenizer.json``, else ``vocab.txt``), roles [PAD] / [UNK] / [CLS], no BOS / EOS."""
+    """The folder's tokenizer (``tokenizer.json``, else ``vocab.txt``), roles [PAD] / [UNK] / [CLS] (none where the
+    vocabulary has no such token), no BOS / EOS."""
     folder = Path(folder)
     names = _special_token_names(folder)
     if (folder / "tokenizer.json").is_file():
@@ -88,8 +89,10 @@ def load_bert_tokenizer(folder: str | Path) -> Tokenizer:
     # attnkit pads and truncates itself (``data.batching``); a fixed padding saved in the file would add pad tokens.
     backend.no_padding()
     backend.no_truncation()
+    # No [CLS] in the vocabulary: a folder exported from a tokenizer that prepends none (attnkit's word and BPE kinds).
+    cls = names["cls"] if backend.token_to_id(names["cls"]) is not None else None
     try:
-        roles = SpecialTokens(pad=names["pad"], unk=names["unk"], cls=names["cls"], bos=None, eos=None)
+        roles = SpecialTokens(pad=names["pad"], unk=names["unk"], cls=cls, bos=None, eos=None)
         return Tokenizer(backend, "wordpiece", roles)
     except InputError as err:
         raise InputError(f"{folder}: {err}") from None
