@@ -93,3 +93,29 @@ def test_plot_pe_rejects_an_empty_table(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "--d-model" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "pe.png").exists()
+
+
+@pytest.mark.parametrize("task", ["classify", "translate", "pretrain"])
+def test_params_of_a_trained_run_count_its_weights(task, tmp_path, tiny, quietly, capsys):
+    """``params --model RUN`` describes the run's own model (it could only describe a config: a trained run with a
+    vocabulary of 28 words read as the default's 10,000), a pretraining run's masked-LM head included; its total
+    is the number of trainable values in the run's weights."""
+    from safetensors.torch import load_file
+
+    run = tmp_path / "run"
+    if task == "classify":
+        quietly(*tiny.classify_train(run, "max_steps=1"))
+    elif task == "translate":
+        quietly(*tiny.translate_train(tmp_path, run, "max_steps=1"))
+    else:
+        (tmp_path / "texts.txt").write_text("a film\nanother film\na good film\n" * 10, encoding="utf-8")
+        quietly("pretrain", "--text", str(tmp_path / "texts.txt"), "--out", str(run), "--set", *tiny.SET, "max_steps=1")
+    capsys.readouterr()
+    assert main(["params", "--model", str(run), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    weights = load_file(str(run / "model.safetensors"))
+    shared = 0 if task == "classify" else weights["embeddings.token.weight"].numel()  # tied (§3.4), stored twice
+    stored = sum(t.numel() for name, t in weights.items() if "position.table" not in name)  # sinusoids: a buffer
+    assert report["total"] == stored - (shared if "output_proj.weight" in weights else 0)
+    assert main(["params", "--model", str(run), "--set", "d_model=8"]) == 2
+    assert "the run's config fixes the model" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from torch import nn
 
 from attnkit.model.attention import MultiHeadAttention
 from attnkit.model.layers import PositionwiseFeedForward
+from attnkit.model.masked_lm import MaskedLMHead
 from attnkit.model.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from attnkit.model.size import attention_params as _attention
 from attnkit.model.size import ffn_params as _ffn
@@ -77,6 +78,11 @@ def _describe(path: str, module: nn.Module) -> tuple[str, str, int, dict[str, in
         d, d_ff = module.linear1.in_features, module.linear1.out_features
         formula, value = _ffn(d, d_ff)
         return "ffn", formula, value, {"d": d, "d_ff": d_ff}
+    if isinstance(module, MaskedLMHead):  # BERT's transform (dense, LayerNorm) and its own bias; E^T is the embedding's
+        d, vocab = module.dense.in_features, module.bias.numel()
+        dense, dense_value = _linear(d, d, module.dense.bias is not None, "d", "d")
+        norm, norm_value = _layer_norm(d, module.norm.elementwise_affine, module.norm.bias is not None)
+        return "mlm_head", f"{dense} + {norm} + V", dense_value + norm_value + vocab, {"d": d, "V": vocab}
     if isinstance(module, nn.LayerNorm):
         d = math.prod(module.normalized_shape)
         formula, value = _layer_norm(d, module.elementwise_affine, getattr(module, "bias", None) is not None)
