@@ -518,6 +518,16 @@ def test_a_new_run_over_a_trained_one_says_it_replaces_it(tmp_path, capsys):
     assert warnings == [f"warning: {run} holds a trained run: this run replaces it (--resume continues it instead)"]
 
 
+def test_a_translator_over_a_classifier_run_leaves_none_of_its_files(tmp_path, tiny, quietly, capsys):
+    """The replaced classifier's labels.json stayed beside the translator's files (and in its manifest)."""
+    run = tmp_path / "run"
+    quietly(*tiny.classify_train(run, "max_steps=1"))
+    assert (run / "labels.json").is_file()
+    quietly(*tiny.translate_train(tmp_path, run, "max_steps=1"))
+    assert not (run / "labels.json").exists()
+    assert "labels.json" not in json.loads((run / "manifest.json").read_text())["sha256"]
+
+
 def test_embed_pools_as_the_run_does_and_refuses_cls_without_a_cls_token(tmp_path, tiny, quietly, capsys):
     """``embed`` of a classifier run pools as the run was trained to (``pooling=cls`` took the mean by default),
     and ``--pool cls`` on a tokenizer that prepends no [CLS] token is refused (it took the first word's vector)."""

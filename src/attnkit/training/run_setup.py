@@ -65,7 +65,9 @@ def open_run(
         on_event(Warned(f"{out_dir} holds no saved run to resume: training starts from the beginning"))
     if not resume and (out_dir / runs.CONFIG).is_file() and (out_dir / runs.WEIGHTS).is_file():
         on_event(Warned(f"{out_dir} holds a trained run: this run replaces it (--resume continues it instead)"))
-    return RunDir(runs.prepare_run_dir(out_dir, resume=False), None, resume)
+    path = runs.prepare_run_dir(out_dir, resume=False)
+    (path / runs.LABELS).unlink(missing_ok=True)  # an earlier classifier's, over which a translator would train
+    return RunDir(path, None, resume)
 
 
 def saved_configs(
