@@ -25,6 +25,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
+from attnkit import runs
 from attnkit.atomic import atomic_write_bytes
 from attnkit.devices import model_device, rng_state, set_rng_state
 from attnkit.errors import InputError
@@ -148,8 +149,6 @@ def unfinished(run_dir: str | Path) -> str | None:
     ``patience``, and with no ``max_minutes`` that may have ended it. Such a run was killed or interrupted (a closed
     terminal, ``| head``) and holds its best weights so far; None for any other run, or one with no state (averaged,
     exported)."""
-    from attnkit import runs
-
     run_dir = Path(run_dir)
     try:
         with safe_open(str(run_dir / STATE), framework="pt") as f:
