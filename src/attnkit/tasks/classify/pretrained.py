@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from attnkit.config import ClassifierConfig
+from attnkit.config import FINE_TUNE_TRAIN_DEFAULTS, ClassifierConfig, ClassifierTrainConfig, task_configs
 from attnkit.model.build import build_classifier
 from attnkit.model.classifier import TransformerClassifier
 from attnkit.tokenization import Tokenizer
@@ -22,6 +22,20 @@ class Pretrained:
     config: ClassifierConfig
     tokenizer: Tokenizer
     source: str
+
+
+def fine_tuning_train_config(
+    pretrained: object, train_cfg: ClassifierTrainConfig | None
+) -> ClassifierTrainConfig | None:
+    """``train_classifier``'s ``train_cfg`` for ``pretrained``: when fine-tuning without one, fine-tuning's defaults,
+    as ``classify train --init-from`` has them (``FINE_TUNE_TRAIN_DEFAULTS``); a ``pretrained`` that is not a
+    ``Pretrained`` (a path) is a TypeError saying what to pass."""
+    if pretrained is None:
+        return train_cfg
+    if not isinstance(pretrained, Pretrained):
+        what = type(pretrained).__name__
+        raise TypeError(f"pretrained is a {what}, not a Pretrained: pass attnkit.load_pretrained({pretrained!r})")
+    return train_cfg or task_configs("classify", None, {}, dict(FINE_TUNE_TRAIN_DEFAULTS))[1]
 
 
 def with_fresh_head(

@@ -14,13 +14,7 @@ import torch
 from torch import nn
 
 from attnkit import runs
-from attnkit.config import (
-    FINE_TUNE_TRAIN_DEFAULTS,
-    ClassifierConfig,
-    ClassifierTrainConfig,
-    check_task_configs,
-    task_configs,
-)
+from attnkit.config import ClassifierConfig, ClassifierTrainConfig, check_task_configs
 from attnkit.data.batching import Batches, Truncation, bucketed_batches, pad, real_positions
 from attnkit.data.prepared import PreparedCorpus
 from attnkit.data.readers.labeled import Example
@@ -39,7 +33,7 @@ from attnkit.tasks.classify.data import (
     resolve_classes,
 )
 from attnkit.tasks.classify.predict import predict_ids, predicted_class_ids, predicted_classes
-from attnkit.tasks.classify.pretrained import Pretrained, with_fresh_head
+from attnkit.tasks.classify.pretrained import Pretrained, fine_tuning_train_config, with_fresh_head
 from attnkit.tokenization import Tokenizer, train_tokenizer
 from attnkit.training.events import Event, Prepared, Warned, warn_only
 from attnkit.training.loop import fit
@@ -155,12 +149,8 @@ def train_classifier(
     prepared = train if isinstance(train, PreparedCorpus) else None
     if prepared is not None and valid is not None:
         raise ValueError("a prepared corpus brings its own valid split; pass valid=None")
-    if pretrained is not None and not isinstance(pretrained, Pretrained):
-        what = type(pretrained).__name__
-        raise TypeError(f"pretrained is a {what}, not a Pretrained: pass attnkit.load_pretrained({pretrained!r})")
     given = model_cfg, train_cfg  # a resumed run checks them against its saved ones
-    if pretrained is not None and train_cfg is None:  # fine-tuning's defaults, as `classify train --init-from` has
-        train_cfg = task_configs("classify", None, {}, dict(FINE_TUNE_TRAIN_DEFAULTS))[1]
+    train_cfg = fine_tuning_train_config(pretrained, train_cfg)
     model_cfg, train_cfg = check_task_configs("classify", model_cfg, train_cfg)
     if not isinstance(train, PreparedCorpus):  # checked before the run directory is made
         train = check_records(train, Example, "train", reader="attnkit.read_labeled")
