@@ -5,12 +5,12 @@ PyTorch allocates a CPU tensor's memory with the C library's ``malloc``. glibc s
 with a fresh ``mmap`` (its adaptive threshold, which stops growing at 32 MiB) and unmaps it on ``free``, and gives
 the top of its heap back past 128 KiB of free space. An encoder forward pass over a 32 x 128 batch allocates and
 frees dozens of buffers of one to eight megabytes, so every operator writes into pages the kernel has to fault in
-and zero first (a median of 2,000-9,000 page faults a pass; tests/test_allocator.py). Measured on the classify suite's batch in
-a process that only runs inference (``python benchmarks/profile_classify.py``, 2 threads, AMD EPYC, two runs each
-way): 35.9 / 39.7 ms a pass with glibc's defaults against 33.6 / 30.0 ms with the settings below, BERT's alike. A
-process that has freed larger buffers before has already raised glibc's adaptive threshold and gains less.
-jemalloc and tcmalloc, which PyTorch's CPU performance guide suggests preloading, avoid the same cost by design;
-``mallopt`` gets it without a second library.
+and zero first (a median of 2,000-9,000 page faults a pass; tests/test_allocator.py). Measured on the classify
+suite's batch in a process that only runs inference (``python benchmarks/profile_classify.py``, 2 threads, AMD EPYC,
+two runs each way): 35.9 / 39.7 ms a pass with glibc's defaults against 33.6 / 30.0 ms with the settings below,
+BERT's alike. A process that has freed larger buffers before has already raised glibc's adaptive threshold and
+gains less. jemalloc and tcmalloc, which PyTorch's CPU performance guide suggests preloading, avoid the same cost by
+design; ``mallopt`` gets it without a second library.
 
 ``tune_malloc`` raises the mmap threshold to glibc's maximum (32 MiB on 64-bit) and the trim threshold to 1 GiB:
 buffers up to 32 MiB are recycled from the heap, larger ones still come and go with ``mmap``. The cost is memory the
