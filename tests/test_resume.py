@@ -382,3 +382,36 @@ def test_a_run_stopped_part_way_says_so_when_it_predicts(tmp_path, capsys):
     capsys.readouterr()
     assert main(evaluate) == 0
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("batches", [1, 6])
+def test_ctrl_c_during_training_says_what_the_run_directory_keeps(tmp_path, capsys, monkeypatch, batches):
+    """Interrupted before its first save, a run keeps nothing to resume, and `error: interrupted` alone let the user
+    think otherwise; interrupted later, the note names the step `--resume` continues from."""
+    from attnkit.cli import main
+    from attnkit.tasks.classify import ClassificationTask
+
+    examples = Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv"
+    run = tmp_path / "run"
+    collate, calls = ClassificationTask.collate, []
+
+    def interrupt(self, indices):
+        calls.append(indices)
+        if len(calls) == batches:
+            raise KeyboardInterrupt  # as a user's Ctrl-C would, in the middle of a step
+        return collate(self, indices)
+
+    monkeypatch.setattr(ClassificationTask, "collate", interrupt)
+    assert main(["classify", "train", "--train", str(examples), "--out", str(run), "--quiet"]) == 130
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2] == "error: interrupted"
+    if batches == 1:
+        assert err[-1] == (
+            f"note: {run} holds nothing to resume: the run was stopped before its first save (every 500 steps and at "
+            "each evaluation)"
+        )
+    else:  # 4 batches an epoch, each evaluated and saved
+        assert err[-1] == (
+            f"note: {run} keeps the run as saved at step 4 of 80: the same train command with --resume continues "
+            "from there"
+        )

@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = None
     try:
         argv = sys.argv[1:] if argv is None else argv
         check_utf8(argv)
@@ -68,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
+        out = getattr(args, "out", None)
+        if out and getattr(args, "resume", None) is not None:  # a train command: say what its run directory keeps
+            from attnkit.training.state import interrupted
+
+            print(f"note: {interrupted(out)}", file=sys.stderr)
         return 130
     return 0
 

@@ -149,14 +149,10 @@ def unfinished(run_dir: str | Path) -> str | None:
     ``patience``, and with no ``max_minutes`` that may have ended it. Such a run was killed or interrupted (a closed
     terminal, ``| head``) and holds its best weights so far; None for any other run, or one with no state (averaged,
     exported)."""
-    run_dir = Path(run_dir)
-    try:
-        with safe_open(str(run_dir / STATE), framework="pt") as f:
-            fit = json.loads(f.metadata()[_META_KEY])["fit"]
-        step, planned, stale = int(fit["step"]), int(fit["planned_steps"]), int(fit["stale"])
-        train = runs.read_json(run_dir / runs.CONFIG)["train"]
-    except (SafetensorError, OSError, KeyError, TypeError, ValueError, InputError):
+    saved = _saved(run_dir)
+    if saved is None:
         return None
+    step, planned, stale, train = saved
     if (
         not planned
         or step >= planned
@@ -168,6 +164,39 @@ def unfinished(run_dir: str | Path) -> str | None:
         f"{run_dir} trained {step} of its {planned} planned steps and was stopped (killed or interrupted): these are "
         "its best weights so far; the same train command with --resume finishes it"
     )
+
+
+def interrupted(run_dir: str | Path) -> str:
+    """What a training run stopped by Ctrl-C leaves in ``run_dir``: the step it last saved, which ``--resume``
+    continues from, or nothing to continue (stopped before its first save, which comes every ``checkpoint_every``
+    steps and at each evaluation)."""
+    saved = _saved(run_dir)
+    if saved is not None:
+        step, planned, _, _ = saved
+        return (
+            f"{run_dir} keeps the run as saved at step {step} of {planned}: the same train command with --resume "
+            "continues from there"
+        )
+    try:
+        train = runs.read_json(Path(run_dir) / runs.CONFIG)["train"]
+        when = f"every {int(train['checkpoint_every'])} steps and at each evaluation"
+    except (OSError, KeyError, TypeError, ValueError, InputError):
+        when = "every checkpoint_every steps and at each evaluation"
+    return f"{run_dir} holds nothing to resume: the run was stopped before its first save ({when})"
+
+
+def _saved(run_dir: str | Path) -> tuple[int, int, int, dict] | None:
+    """(step, planned steps, evaluations without improvement) of the run's saved training state, and its training
+    config; None without both."""
+    run_dir = Path(run_dir)
+    try:
+        with safe_open(str(run_dir / STATE), framework="pt") as f:
+            fit = json.loads(f.metadata()[_META_KEY])["fit"]
+        step, planned, stale = int(fit["step"]), int(fit["planned_steps"]), int(fit["stale"])
+        train = runs.read_json(run_dir / runs.CONFIG)["train"]
+    except (SafetensorError, OSError, KeyError, TypeError, ValueError, InputError):
+        return None
+    return step, planned, stale, train
 
 
 def fingerprint_texts(*columns: list[str]) -> str:
