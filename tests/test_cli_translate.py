@@ -443,3 +443,17 @@ def test_cuda_graphs_without_a_gpu_is_refused_before_training(tmp_path, capsys, 
     assert code == 2
     assert_one_error_line(err, "cuda_graphs=true", "CUDA")
     assert not (tmp_path / "run" / "model.safetensors").exists()
+
+
+def test_empty_translations_are_noted_not_left_as_silent_blank_lines(tiny_translator, capsys, monkeypatch):
+    """A model that puts the end token first (after a few hundred steps, often) answers with blank lines, which look
+    like the tool's fault; `translate run` and `eval` say what they are."""
+    monkeypatch.setattr("attnkit.tasks.translate.predict.translate_ids", lambda model, tok, ids, **kw: [[], [5], []])
+    monkeypatch.setattr("sys.stdin", io.StringIO("a b c\nd e\nf\n"))
+    code, out, err = run_cli(capsys, "translate", "run", "--model", str(tiny_translator))
+    assert code == 0
+    assert len(out.splitlines()) == 3 and out.splitlines()[0] == out.splitlines()[2] == ""
+    assert err == (
+        "note: 2 of 3 translations are empty: the model put the end token first (an undertrained model's usual "
+        "answer)\n"
+    )

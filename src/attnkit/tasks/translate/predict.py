@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -17,6 +18,8 @@ from attnkit.model.transformer import Transformer
 from attnkit.runs import load_run
 from attnkit.tasks.translate.data import encode_sources
 from attnkit.training.precision import DECODING_PRECISIONS, DTYPES, check_precision
+
+log = logging.getLogger(__name__)
 
 
 class TranslatorRun:
@@ -63,6 +66,13 @@ class TranslatorRun:
                 alpha=alpha,
                 length_penalty=length_penalty,
                 batch_size=batch_size,
+            )
+        if n_empty := sum(not hyp for hyp in hyps):  # blank lines in the output, which look like a bug of the tool
+            log.warning(
+                "%d of %d translations are empty: the model put the end token first (an undertrained model's usual "
+                "answer)",
+                n_empty,
+                len(hyps),
             )
         return self.tokenizer.decode_batch(hyps), n_truncated
 
