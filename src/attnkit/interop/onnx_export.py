@@ -137,6 +137,9 @@ def export_onnx(run_dir: str | Path, out_path: str | Path, *, opset: int | None 
     example = torch.full((2, length), tokenizer.unk_id, dtype=torch.long)  # (B, S)
     example[1, length // 2 :] = tokenizer.pad_id
     dynamic = {INPUT: {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=cfg.max_len)}}
+    # Imported before the exporter, which imports it lazily: a Ctrl-C in that import left it half-imported, and the
+    # exporter's own error handler failed on it (`module 'torch._dynamo' has no attribute 'exc'`, a 100-line traceback).
+    importlib.import_module("torch._dynamo")
     with _quiet_exporter(), torch.no_grad():
         program = torch.onnx.export(
             run.model,
