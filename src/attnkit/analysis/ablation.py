@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from attnkit.atomic import atomic_write_bytes
 from attnkit.errors import InputError
+from attnkit.training.events import Event, warn_only
 
 if TYPE_CHECKING:
     import torch
@@ -89,9 +90,10 @@ def train_variant(
     valid: list,
     out_dir: Path,
     device: torch.device | None = None,
+    on_event: Callable[[Event], None] = warn_only,
 ) -> tuple[int, float, float | None]:
     """Train one variant into ``out_dir`` on ``device`` (default the CPU); return (parameters, validation metric,
-    BLEU or None).
+    BLEU or None). ``on_event`` hears the training's events (by default a ``Warned`` one is a Python warning).
 
     The metric is accuracy for ``classify`` and perplexity exp(loss) for ``translate`` (Table 3 reports PPL)."""
     from attnkit import runs
@@ -106,7 +108,7 @@ def train_variant(
         from attnkit.tasks.classify import train_classifier
 
         summary = train_classifier(
-            train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir, context=context
+            train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir, context=context, on_event=on_event
         )
         saved = runs.read_json(out_dir / runs.CONFIG)
         params = parameter_table(build_classifier(ClassifierConfig(**saved["model"]))).total
@@ -115,7 +117,7 @@ def train_variant(
     from attnkit.tasks.translate import train_translator
 
     translated = train_translator(
-        train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir, context=context
+        train, valid, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir, context=context, on_event=on_event
     )
     saved = runs.read_json(out_dir / runs.CONFIG)
     params = parameter_table(build_translator(TranslatorConfig(**saved["model"]))).total

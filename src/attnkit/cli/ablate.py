@@ -23,6 +23,7 @@ def cmd_ablate(args: argparse.Namespace) -> None:
     )
     from attnkit.data.readers.labeled import read_labeled
     from attnkit.data.readers.parallel import read_parallel_tsv
+    from attnkit.training.events import Event, Warned
 
     if args.report_only:  # everything from OUT/ablation.json: no data, no grid
         results = read_results(args.out)
@@ -53,8 +54,18 @@ def cmd_ablate(args: argparse.Namespace) -> None:
         variant_configs(args.task, args.preset, {**base, **variant.overrides})
     budget = args.budget or ", ".join(f"{k}={v}" for k, v in base.items()) or "the defaults"
 
+    said: set[str] = set()
+
+    def warn(
+        event: Event,
+    ) -> None:  # `warning:` lines as train commands print them; about the data, once, not per variant
+        if isinstance(event, Warned) and event.message not in said:
+            said.add(event.message)
+            print(f"warning: {event.message}", file=sys.stderr)
+
     def train_one(variant, out):
-        return train_variant(args.task, args.preset, {**base, **variant.overrides}, train, valid, out, device)
+        overrides = {**base, **variant.overrides}
+        return train_variant(args.task, args.preset, overrides, train, valid, out, device, on_event=warn)
 
     def show(variant) -> None:
         print(
