@@ -54,11 +54,15 @@ def test_the_version_is_the_same_everywhere():
     assert released and released[0] == attnkit.__version__, "the newest CHANGELOG.md entry is not this version"
 
 
-def readme_python_block() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def readme_python_block(readme: str = "README.md") -> str:
+    text = (ROOT / readme).read_text(encoding="utf-8")
     blocks = re.findall(r"^```python\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
-    assert blocks, "README.md has no ```python block"
+    assert blocks, f"{readme} has no ```python block"
     return blocks[0]
+
+
+def test_the_korean_readme_shows_the_same_python_block():
+    assert readme_python_block("README.ko.md") == readme_python_block()
 
 
 def test_the_readme_python_block_runs(tmp_path, monkeypatch):
@@ -71,7 +75,7 @@ def test_the_readme_python_block_runs(tmp_path, monkeypatch):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(block, "README.md", "exec"), {"__name__": "__readme__"})
-    assert (tmp_path / "runs" / "seed000" / "config.json").is_file()
+    assert (tmp_path / "runs" / "seed000-py" / "config.json").is_file()
     lines = out.getvalue().splitlines()
     assert lines, "the block printed nothing"
     for line in lines:  # one prediction a line: a label of the training set and its probabilities
