@@ -474,9 +474,12 @@ def test_train_flags_and_repeated_set_add_up(tmp_path, capsys):
     assert summary["steps"] == 3
     model = json.loads((run / "config.json").read_text())["model"]
     assert (model["d_model"], model["n_heads"], model["d_ff"], model["n_layers"]) == (16, 2, 32, 1)
-    line = error_line(capsys, "classify", "train", "--train", SEED_TSV, "--out", tmp_path / "x", "--max-steps", "3",
-                      "--epochs", "2")  # fmt: skip
-    assert line == "error: give --max-steps or --epochs, not both"
+    # Both budgets are upper bounds, as the config keys max_steps and epochs are (the flags together were refused,
+    # the keys accepted): the run ends at whichever comes first. Batches of 5: 4 steps an epoch.
+    for flags, steps, stopped_by in ((["--max-steps", "3", "--epochs", "2"], 3, "max_steps"),
+                                     (["--max-steps", "30", "--epochs", "2"], 8, "epochs")):  # fmt: skip
+        summary = train_quietly(tmp_path / "both", "--train", str(SEED_TSV), *flags, "--set", *TINY_SET)
+        assert (summary["steps"], summary["stopped_by"]) == (steps, stopped_by), flags
 
 
 def test_resume_into_a_run_of_another_task_names_both(tmp_path, capsys):

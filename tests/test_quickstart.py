@@ -184,8 +184,9 @@ def test_the_table_is_what_the_commands_print(printed, doc):
 
 @pytest.mark.parametrize("doc", ["README.md", "README.ko.md"])
 def test_the_sentence_under_the_table_is_what_the_commands_print(printed, doc):
+    summary, predictions = printed
     part = dict((d.name, part) for d, part in documented())[doc]
-    assert describe(*printed, korean=doc.endswith(".ko.md")) in " ".join(part.split()), (
+    assert describe(summary, predictions, korean=doc.endswith(".ko.md")) in " ".join(part.split()), (
         "run: python tests/test_quickstart.py --write"
     )
 

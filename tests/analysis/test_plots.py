@@ -202,3 +202,13 @@ def test_korean_token_labels_are_drawn_from_a_font_with_hangul():
     hangul = [ord(c) for c in "태초말씀이계시"]
     assert all(code in charmap for code in hangul)
     assert not any(code in dejavu for code in hangul)
+
+
+@pytest.mark.parametrize("max_steps, named", [(0, "eq. 3 (noam)"), (4700, "linear warmup + decay")])
+def test_curves_name_the_schedule_auto_resolved_to(max_steps, named):
+    # A translator's default schedule is "auto", which the figure printed as is; the run followed noam or linear.
+    from attnkit.analysis.plots.curves import curves_figure
+
+    config = {"model": {"vocab_size": 8000}, "train": {"schedule": "auto", "max_steps": max_steps}}
+    lr_ax = next(ax for ax in curves_figure(_metrics(), config=config).axes if "learning rate" in ax.get_title())
+    assert lr_ax.get_title().endswith(f"\n{named}")

@@ -42,7 +42,10 @@ def _fit_positions(embeddings, length: int, what: str) -> str:
         return ""
     d_model = position.table.size(1)
     embeddings.position = SinusoidalPositionalEncoding(max_len=length, d_model=d_model).to(position.table.device)
-    return f"{what} is longer than the model's max_len={position.max_len}; sinusoids extended"
+    return (
+        f"{what} is longer than the model's max_len={position.max_len}; sinusoids extended to draw all of it "
+        f"(predicting, the model reads no more than {position.max_len})"
+    )
 
 
 def _check_layers(layers: list[int] | None, n_layers: int) -> tuple[int, ...]:

@@ -74,12 +74,11 @@ def config_overrides(args: argparse.Namespace, task: str) -> dict[str, object]:
 
 def apply_flags(args: argparse.Namespace, overrides: dict[str, object], keys: tuple[str, ...]) -> None:
     """The train command's own flags (``--epochs``, ``--max-steps``, ``--seed``, ...) among ``keys`` into
-    ``overrides``, over --config and --set; --epochs with --max-steps is an error (one budget, said once)."""
+    ``overrides``, over --config and --set. ``--epochs`` and ``--max-steps`` are both upper bounds, as the config keys
+    are: given together, the run ends at whichever comes first."""
     for key in keys:
         if getattr(args, key, None) is not None:
             overrides[key] = getattr(args, key)
-    if getattr(args, "epochs", None) is not None and getattr(args, "max_steps", None) is not None:
-        raise InputError("give --max-steps or --epochs, not both")
 
 
 def check_prepared(train: object, overrides: dict, train_cfg) -> None:
@@ -112,9 +111,10 @@ def check_training_extras(train_cfg) -> None:
 
 
 def add_budget_args(p: argparse.ArgumentParser) -> None:
-    """--max-steps and --epochs of a train command: its budget (``--resume`` may grow it)."""
-    p.add_argument("--max-steps", type=int, help="optimizer steps to train (default 0: no limit, --epochs decides)")
-    p.add_argument("--epochs", type=int, help="passes over the training data, at most (default: the task's config)")
+    """--max-steps and --epochs of a train command: its budget (``--resume`` may grow it); the first one reached ends
+    the run."""
+    p.add_argument("--max-steps", type=int, help="optimizer steps, at most (default 0: no limit, --epochs decides)")
+    p.add_argument("--epochs", type=int, help="passes over the data, at most (default: the task's); the first ends it")
 
 
 def check_resume(

@@ -25,7 +25,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--model",
         required=True,
         metavar="DIR|minilm",
-        help="a Hugging Face BERT folder, minilm (the cached recipe), or a classifier run directory",
+        help="a Hugging Face BERT folder, minilm (the cached recipe), or a classifier or pretraining run directory",
     )
     p.add_argument(
         "--pool",

@@ -41,10 +41,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     export_cmds = export.add_subparsers(dest="subcommand", required=True, parser_class=Parser)
     p = export_cmds.add_parser(
         "hf",
-        help="a BERT-shaped classifier run as a Hugging Face BERT folder "
-        "(BertForSequenceClassification with its labels, for cls pooling; --encoder-only: a BertModel, any pooling)",
+        help="a BERT-shaped classifier run as a Hugging Face BERT folder (BertForSequenceClassification with its "
+        "labels, for cls pooling; --encoder-only: a BertModel, any pooling), a pretraining run as a BertForMaskedLM",
     )
-    p.add_argument("--model", type=Path, required=True, help="classifier run directory")
+    p.add_argument("--model", type=Path, required=True, help="classifier or pretraining run directory")
     p.add_argument(
         "--out",
         type=Path,
@@ -55,7 +55,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--encoder-only",
         action="store_true",
-        help="write the encoder alone as a BertModel (any pooling; the head is not written)",
+        help="write the encoder alone as a BertModel (any pooling; the head is not written, nor BERT's tanh pooler, "
+        "which attnkit's models do not have: use last_hidden_state)",
     )
     p.set_defaults(func=cmd_export_hf)
     p = export_cmds.add_parser(

@@ -61,6 +61,11 @@ class Plan:
         )
 
 
+def resolved_schedule(schedule: str, max_steps: int) -> str:
+    """The schedule a run follows: ``auto`` is ``linear`` with a step budget and ``noam`` without one (``plan``)."""
+    return schedule if schedule != "auto" else ("linear" if max_steps else "noam")
+
+
 def plan(cfg: TrainConfig, steps_per_epoch: int, d_model: int) -> tuple[Plan, list[str]]:
     """The step budget and the schedule it sizes, and warnings for a warmup that cannot finish inside the budget.
 
@@ -70,7 +75,7 @@ def plan(cfg: TrainConfig, steps_per_epoch: int, d_model: int) -> tuple[Plan, li
     """
     by_epochs = steps_per_epoch * cfg.epochs
     total = min(cfg.max_steps, by_epochs) if cfg.max_steps else by_epochs
-    schedule = cfg.schedule if cfg.schedule != "auto" else ("linear" if cfg.max_steps else "noam")
+    schedule = resolved_schedule(cfg.schedule, cfg.max_steps)
     if cfg.warmup_steps:
         warmup = cfg.warmup_steps
     elif schedule == "noam":

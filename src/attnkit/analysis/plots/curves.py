@@ -12,6 +12,7 @@ from pathlib import Path
 
 from attnkit.analysis.plots.figure import DOC_WIDTH_PX, DPI, MIN_FONT, new_figure, save_figure
 from attnkit.errors import InputError
+from attnkit.training.schedules import resolved_schedule
 
 
 def smoothed_loss_floor(epsilon: float, n_outputs: int) -> float:
@@ -86,6 +87,8 @@ def curves_figure(metrics: list[dict], title: str = "training curves", config: d
 
     lr_ax.plot([r["step"] for r in steps], [r["lr"] for r in steps])
     schedule = train_cfg.get("schedule")
+    if schedule:  # "auto" as the run followed it
+        schedule = resolved_schedule(schedule, int(train_cfg.get("max_steps") or 0))
     names = {"noam": "eq. 3 (noam)", "linear": "linear warmup + decay", "constant": "warmup, then constant"}
     optimizer = {"adam": "Adam", "adamw": "AdamW"}.get(train_cfg.get("optimizer", ""), "")
     lr_title = "learning rate" + (f" ({optimizer})" if optimizer else "")

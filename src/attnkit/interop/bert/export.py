@@ -195,7 +195,9 @@ def write_bert_folder(
 def export_bert_folder(run_dir: str | Path, out_dir: str | Path, *, encoder_only: bool = False) -> Path:
     """The attnkit classifier run at ``run_dir`` as a BERT folder at ``out_dir``: a BertForSequenceClassification
     (head and label map) or, with ``encoder_only``, the encoder as a BertModel. A pretraining run is written as a
-    BertForMaskedLM, or the encoder alone with ``encoder_only``."""
+    BertForMaskedLM, or the encoder alone with ``encoder_only``. The BertModel has no pooler (BERT's tanh layer over
+    [CLS], which attnkit's models do not have): transformers initialises ``pooler.dense`` at random on loading it and
+    says so, and ``last_hidden_state`` is the encoder's output."""
     config_path = Path(run_dir) / runs.CONFIG
     if config_path.is_file() and runs.read_json(config_path).get("task") == "pretrain":
         pretrained = runs.load_run(run_dir, task="pretrain")
