@@ -522,11 +522,14 @@ def test_a_new_run_over_a_trained_one_says_it_replaces_it(tmp_path, capsys):
 
 
 def test_a_translator_over_a_classifier_run_leaves_none_of_its_files(tmp_path, tiny, quietly, capsys):
-    """The replaced classifier's labels.json stayed beside the translator's files (and in its manifest)."""
+    """The replaced classifier's labels.json stayed beside the translator's files (and in its manifest). The warning
+    names the task of the run it replaces: a mistyped --out is the likelier story."""
     run = tmp_path / "run"
     quietly(*tiny.classify_train(run, "max_steps=1"))
     assert (run / "labels.json").is_file()
-    quietly(*tiny.translate_train(tmp_path, run, "max_steps=1"))
+    code, _, err = cli(capsys, *tiny.translate_train(tmp_path, run, "max_steps=1"))
+    assert code == 0
+    assert f"warning: {run} holds a trained classify run: this translate run replaces it" in err.splitlines()
     assert not (run / "labels.json").exists()
     assert "labels.json" not in json.loads((run / "manifest.json").read_text())["sha256"]
 

@@ -46,10 +46,12 @@ def open_run(
     resume: bool,
     context: TrainContext | None = None,
     on_event: Callable[[Event], None] = lambda event: None,
+    task: str | None = None,
 ) -> RunDir:
     """The directory to train into. Resuming removes what atomic writes killed part-way left behind; a run killed
     before it wrote its config (or before it made its directory) has nothing to continue, so it starts from the
-    beginning, as it would have. A new run over a trained one replaces it, and says so (``Warned``) first.
+    beginning, as it would have. A new run over a trained one replaces it, and says so (``Warned``) first, naming
+    the trained run's task when it is not ``task`` (a mistyped ``--out`` is the likelier story).
 
     On ranks other than 0: once rank 0 has written the run's files, the run as rank 0 wrote it (``saved`` set)."""
     out_dir = Path(out_dir)
@@ -64,7 +66,15 @@ def open_run(
     if resume:
         on_event(Warned(f"{out_dir} holds no saved run to resume: training starts from the beginning"))
     if not resume and (out_dir / runs.CONFIG).is_file() and (out_dir / runs.WEIGHTS).is_file():
-        on_event(Warned(f"{out_dir} holds a trained run: this run replaces it (--resume continues it instead)"))
+        try:
+            saved = runs.read_json(out_dir / runs.CONFIG)
+        except (InputError, OSError):
+            saved = None
+        other = saved.get("task") if isinstance(saved, dict) else None
+        if task and other and other != task:
+            on_event(Warned(f"{out_dir} holds a trained {other} run: this {task} run replaces it"))
+        else:
+            on_event(Warned(f"{out_dir} holds a trained run: this run replaces it (--resume continues it instead)"))
     path = runs.prepare_run_dir(out_dir, resume=False)
     (path / runs.LABELS).unlink(missing_ok=True)  # an earlier classifier's, over which a translator would train
     return RunDir(path, None, resume)

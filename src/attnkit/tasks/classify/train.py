@@ -157,7 +157,7 @@ def train_classifier(
         if valid is not None:
             valid = check_records(valid, Example, "valid", reader="attnkit.read_labeled", empty_ok=True)
     context = context or TrainContext()
-    run = open_run(out_dir, resume, context, on_event)
+    run = open_run(out_dir, resume, context, on_event, task="classify")
     if run.saved is not None:
         model_cfg, train_cfg = saved_configs(run, "classify", *given, context)
     torch.manual_seed(train_cfg.seed)

@@ -165,7 +165,7 @@ def pretrain_encoder(
     if not texts:
         raise InputError("no text to pretrain on")
     context = context or TrainContext()
-    run = open_run(out_dir, resume, context, on_event)
+    run = open_run(out_dir, resume, context, on_event, task="pretrain")
     if run.saved is not None:
         model_cfg, train_cfg = saved_configs(run, "pretrain", *given, context)
     torch.manual_seed(train_cfg.seed)

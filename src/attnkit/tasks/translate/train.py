@@ -203,7 +203,7 @@ def train_translator(
     context = context or TrainContext()
     if train_cfg.cuda_graphs:  # asked for: what it needs, before any work (``fit`` decides on the run's own settings)
         check_graphs(train_cfg, TranslationTask, context)
-    run = open_run(out_dir, resume, context, on_event)
+    run = open_run(out_dir, resume, context, on_event, task="translate")
     source = runs.read_run(init_from, task="translate") if init_from is not None else None
     if run.saved is not None:
         model_cfg, train_cfg = saved_configs(run, "translate", *given, context)
