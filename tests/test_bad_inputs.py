@@ -221,6 +221,15 @@ CASES = [
         files={"header.tsv": b"text\tlabel\n"},
     ),
     Case(
+        "one-label",
+        "training data with one label",
+        "`one.tsv`: two rows, both labeled `pos`",
+        (*TRAIN, "--train", "one.tsv"),
+        2,
+        "error: one.tsv: 1 distinct label(s) (['pos']); a classifier needs at least 2",
+        files={"one.tsv": b"text\tlabel\ngood\tpos\nfine\tpos\n"},
+    ),
+    Case(
         "tsv-field-count",
         "TSV row with the wrong number of fields",
         "`fields.tsv`: line 3 is `bad⇥negative⇥extra`",

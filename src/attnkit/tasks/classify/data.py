@@ -72,10 +72,11 @@ def repeated_in_train(train: list[Example], valid: list[Example], valid_where: s
     )
 
 
-def resolve_classes(cfg: ClassifierConfig, labels: list[str]) -> ClassifierConfig:
-    """Fix ``n_classes`` from the training labels: 0 means one per label; 1 is a binary single-logit head."""
+def resolve_classes(cfg: ClassifierConfig, labels: list[str], where: str = "training data") -> ClassifierConfig:
+    """Fix ``n_classes`` from the training labels (read from ``where``, named in errors): 0 means one per label; 1
+    is a binary single-logit head."""
     if len(labels) < 2:
-        raise InputError(f"training data has {len(labels)} distinct label(s) ({labels}); a classifier needs at least 2")
+        raise InputError(f"{where}: {len(labels)} distinct label(s) ({labels}); a classifier needs at least 2")
     if cfg.n_classes == 0:
         return dataclasses.replace(cfg, n_classes=len(labels))
     if cfg.n_classes == 1 and len(labels) != 2:

@@ -203,17 +203,17 @@ def train_classifier(
             # (drawn after the same seeding), as the translator's --init-from does.
             initial, _ = with_fresh_head(pretrained, n_classes=model_cfg.n_classes, pooling=model_cfg.pooling)
     elif pretrained is not None:
-        n_classes = resolve_classes(model_cfg, labels).n_classes
+        n_classes = resolve_classes(model_cfg, labels, train_file).n_classes
         initial, bert_cfg = with_fresh_head(pretrained, n_classes=n_classes, pooling=model_cfg.pooling)
         tokenizer = pretrained.tokenizer
         model_cfg = dataclasses.replace(bert_cfg, dropout=model_cfg.dropout)
     elif prepared is not None:
-        model_cfg = resolve_classes(model_cfg, labels)
+        model_cfg = resolve_classes(model_cfg, labels, str(prepared.directory))
         tokenizer = prepared.tokenizer  # the corpus's ids are this vocabulary's
         model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
     else:
         assert isinstance(train, list)
-        model_cfg = resolve_classes(model_cfg, labels)
+        model_cfg = resolve_classes(model_cfg, labels, train_file)
         tokenizer = train_tokenizer(
             (ex.text for ex in train),
             kind=train_cfg.tokenizer,
