@@ -120,6 +120,33 @@ def test_a_request_that_never_finishes_is_answered_and_closed(guarded_port, case
         assert body["error_type"] == error_type and words in body["error"], body
 
 
+@pytest.mark.parametrize(
+    "head",
+    [
+        HEAD + b"Content-Length: 99999999999\r\n\r\n{}",
+        HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % 1_100_000 + b"x" * 1_100_000 + b"\r\n",
+    ],
+    ids=["declared", "chunked"],
+)
+def test_a_body_over_the_limit_gets_one_413_and_the_connection_closes(guarded_port, head):
+    """The 413 came before the body (not read), and the body's deadline then sent a second, unasked-for answer on
+    the same connection (a 408), which a client reusing it would have read as its next request's."""
+    with socket.create_connection(("127.0.0.1", guarded_port)) as sock:
+        try:
+            sock.sendall(head)
+        except (BrokenPipeError, ConnectionResetError):  # closed while the chunk was still being sent
+            pass
+        sock.settimeout(10)
+        data = b""
+        try:
+            while chunk := sock.recv(65536):
+                data += chunk
+        except ConnectionResetError:
+            pass
+    assert data.startswith(b"HTTP/1.1 413") and data.count(b"HTTP/1.1") == 1, data[:300]
+    assert b"connection: close" in data.lower()
+
+
 def test_a_body_cut_off_by_its_deadline_is_counted_as_the_client_closing(guarded_port):
     """The app saw its client go away: /metrics counts it as 499 (nginx's "client closed request"), not as a 500."""
     with socket.create_connection(("127.0.0.1", guarded_port)) as sock:

@@ -178,7 +178,8 @@ class Gate:
 
 
 def _too_large(limit: int) -> Response:
-    return error_response(413, "body_too_large", f"request body over {limit} bytes")
+    """413, and the connection closes after it (the rest of the body is not read: ``server.py``)."""
+    return error_response(413, "body_too_large", f"request body over {limit} bytes", {"Connection": "close"})
 
 
 def _refuse_key(headers: list[tuple[bytes, bytes]], endpoint: str) -> Response:

@@ -94,7 +94,10 @@ class _Guarded:
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
         self._follow_cycle()  # a pipelined request may have started
-        if self.phase is None and self.cycle.response_complete:
+        if self.phase == "body":  # answered before its body came (a 413 on Content-Length): nothing more to say
+            self.phase = None
+            self.transport.close()
+        elif self.phase is None and self.cycle.response_complete:
             self._expect_head()
 
     def send_400_response(self, msg: str) -> None:
