@@ -37,6 +37,19 @@ CLASSIFIER_CASES = [
     ("POST", "/v1/classify", {"inputs": ["ok", ""]}, 422, "empty_input", "inputs[1] is empty"),
     ("POST", "/v1/classify", {"inputs": []}, 422, "invalid_request", "at least one text"),
     ("POST", "/v1/classify", {"inputs": ["ok"] * 65}, 413, "too_many_inputs", "65 texts; at most 64"),
+    # JSON is UTF-8 between systems (RFC 8259 §8.1): Python's parser guessed UTF-16 and answered 200.
+    ("POST", "/v1/classify", '{"inputs": "abc"}'.encode("utf-16"), 422, "invalid_request", "reads as UTF-16"),
+    ("POST", "/v1/classify", '{"inputs": "abc"}'.encode("utf-16-le"), 422, "invalid_request", "not UTF-8"),
+    ("POST", "/v1/classify", b"\xef\xbb\xbf" + b'{"inputs": "abc", "x": 1}', 422, "invalid_request", "x: Extra"),
+    # Valid JSON whose number Python will not read: the limit named, not the parser's advice to raise it.
+    (
+        "POST",
+        "/v1/classify",
+        '{"inputs": "a", "truncate": ' + "9" * 5000 + "}",
+        422,
+        "invalid_request",
+        "a number in the body has more than 4300 digits",
+    ),
     ("POST", "/v1/classify", {"inputs": LONG}, 422, "input_too_long", "10001 characters; at most 10000"),
     ("POST", "/v1/classify", {"inputs": "good " * 40}, 422, "input_too_long", "40 tokens; the limit is 32"),
     ("POST", "/v1/classify", {"inputs": ["good", "good " * 40]}, 422, "input_too_long", "inputs[1] has 40 tokens"),
@@ -82,7 +95,7 @@ TRANSLATOR_CASES = [
         {"inputs": "a b", "beam": 4, "n_best": 17},
         422,
         "invalid_request",
-        "n_best=17 must be <= beam=4",
+        "n_best: 17 is more than beam=4; n_best must be <= beam",
     ),
     (
         "POST",
@@ -103,7 +116,7 @@ TRANSLATOR_CASES = [
         {"inputs": "a b", "beam": 2, "n_best": 3},
         422,
         "invalid_request",
-        "n_best=3 must be <= beam=2",
+        "n_best: 3 is more than beam=2; n_best must be <= beam",
     ),
     ("POST", "/v1/translate", {"inputs": "a b", "n_best": 0}, 422, "invalid_request", "n_best"),
     ("POST", "/v1/translate", {"inputs": "a b", "beam_size": 4}, 422, "invalid_request", "beam_size: Extra inputs"),

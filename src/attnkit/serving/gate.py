@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from attnkit.serving.auth import ApiKey, bearer_token, libretranslate_key, needs_key
 from attnkit.serving.batcher import Batcher
-from attnkit.serving.http import ApiError, error_response, internal_error, validation_message
+from attnkit.serving.http import ApiError, error_response, internal_error, not_utf8, validation_message
 from attnkit.serving.limits import Limits
 from attnkit.serving.metrics import Metrics
 from attnkit.serving.schemas import FORM
@@ -129,6 +129,8 @@ class Gate:
                     return await _refuse_key(headers, endpoint)(scope, receive, send_counted)
                 if (busy := self._busy(endpoint)) is not None:
                     return await busy(scope, receive, send_counted)
+            if media == "application/json" and body and (why := not_utf8(body)):
+                return await error_response(422, "invalid_request", why)(scope, receive, send_counted)
             route = self.direct.get(path) if scope["method"] == "POST" else None
             if route is not None:
                 answered = await _answer_directly(route, form, media == "application/json", query, body)

@@ -3,7 +3,9 @@ middleware in front of the app is ``gate.py``.)"""
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -56,6 +58,8 @@ def validation_message(err: RequestValidationError | ValidationError) -> str:
     ]
     # A validator's own ValueError: its message, without pydantic's "Value error, " in front.
     message = str(chosen["ctx"]["error"]) if chosen.get("type") == "value_error" else chosen.get("msg", "invalid")
+    if not parts and chosen.get("type") == "value_error":  # a check of the whole request: its message names fields
+        return message
     return f"{'.'.join(parts) or 'body'}: {message}"
 
 
@@ -64,7 +68,19 @@ def unparsable_body(cause: BaseException) -> str:
         return f"the body is not UTF-8 text ({cause.reason} at byte {cause.start})"
     if isinstance(cause, RecursionError):
         return "malformed JSON (nested deeper than the parser's recursion limit)"
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):  # Python's int_max_str_digits
+        return f"a number in the body has more than {sys.get_int_max_str_digits()} digits"
     return f"malformed JSON ({cause})"
+
+
+def not_utf8(body: bytes) -> str | None:
+    """Why a JSON body is refused for its encoding, or None. RFC 8259 §8.1: JSON between systems is UTF-8 (a byte
+    order mark may be ignored); Python's parser also guesses UTF-16 and UTF-32, which a client never meant to send
+    to an API that promises UTF-8."""
+    encoding = json.detect_encoding(body)
+    if encoding in ("utf-8", "utf-8-sig"):
+        return None
+    return f"the body is not UTF-8 text (it reads as {encoding.upper()}); send JSON encoded as UTF-8"
 
 
 def install_error_handlers(app: FastAPI, form_paths: tuple[str, ...] = ()) -> None:

@@ -87,4 +87,4 @@ def check_beam(beam: int, n_best: int, limits: Limits) -> None:
     if beam > limits.max_beam:
         raise ApiError(422, "invalid_request", f"beam: {beam} is over this server's limit of {limits.max_beam}")
     if n_best > beam:
-        raise ApiError(422, "invalid_request", f"n_best={n_best} must be <= beam={beam}")
+        raise ApiError(422, "invalid_request", f"n_best: {n_best} is more than beam={beam}; n_best must be <= beam")

@@ -76,7 +76,7 @@ class TranslateRequest(_Strict):
     @model_validator(mode="after")
     def _n_best_within_beam(self) -> TranslateRequest:
         if self.n_best > self.beam:
-            raise ValueError(f"n_best={self.n_best} must be <= beam={self.beam}")
+            raise ValueError(f"n_best: {self.n_best} is more than beam={self.beam}; n_best must be <= beam")
         return self
 
 
