@@ -463,6 +463,12 @@ def test_the_average_of_a_classifiers_checkpoints_is_a_classifier_run(tmp_path, 
     assert set(json.loads(out)["probs"]) == set(LABELS)
     code, out, err = cli(capsys, "average", "--last", "5", "--out", tmp_path / "avg5", run)
     assert code == 2 and "cannot average the last 5: average fewer (--last 3), or train with" in err
+    # A damaged step checkpoint (the manifest does not cover them) is named; it was a safetensors traceback.
+    with (run / "checkpoints" / "step_6.safetensors").open("ab") as f:
+        f.write(b"x")
+    code, out, err = cli(capsys, "average", "--last", "2", "--out", tmp_path / "avg-damaged", run)
+    assert code == 2 and err.startswith(f"error: {run / 'checkpoints' / 'step_6.safetensors'}: not a readable")
+    assert len(err.splitlines()) == 1 and err.rstrip().endswith("damaged or cut short")
 
 
 def test_train_flags_and_repeated_set_add_up(tmp_path, capsys):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
@@ -40,7 +41,10 @@ def average_checkpoints(run_dir: str | Path, last: int, out_dir: str | Path) -> 
     used = paths[-last:]
     total: dict[str, torch.Tensor] = {}
     for path in used:
-        tensors = load_file(str(path))
+        try:
+            tensors = load_file(str(path))
+        except (SafetensorError, OSError) as err:  # the manifest does not cover step checkpoints: say which one
+            raise InputError(f"{path}: not a readable safetensors file ({err}): damaged or cut short") from None
         if total and (tensors.keys() != total.keys() or any(t.shape != total[k].shape for k, t in tensors.items())):
             raise InputError(
                 f"{path}: holds other tensors (names or shapes) than {used[0].name}; the checkpoints of one run "
