@@ -3,6 +3,7 @@ alone (same seed, same machine, same thread count). Also: the NaN guard names th
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -415,3 +416,23 @@ def test_ctrl_c_during_training_says_what_the_run_directory_keeps(tmp_path, caps
             f"note: {run} keeps the run as saved at step 4 of 80: the same train command with --resume continues "
             "from there"
         )
+
+
+def test_a_run_that_diverged_before_its_first_save_starts_again_under_the_resumed_commands_settings(tmp_path, capsys):
+    """Nothing saved but its config: the error said "the last good checkpoint ... is kept" (there was none), and
+    `--resume` then took the saved lr=1e30 and diverged again (and refused a smaller --max-steps as a smaller
+    budget)."""
+    from attnkit.cli import main
+
+    examples = Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv"
+    run = tmp_path / "run"
+    tiny = ["--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "min_freq=1"]
+    train = ["classify", "train", "--train", str(examples), "--out", str(run), "--quiet", *tiny]
+    assert main([*train, "lr=1e30", "warmup_steps=1", "--max-steps", "40"]) == 1
+    err = capsys.readouterr().err
+    assert f"Nothing was saved in {run} yet (--resume starts it again)" in err and "is kept" not in err
+    assert main([*train, "--max-steps", "8", "--resume"]) == 0
+    out, err = capsys.readouterr()
+    assert f"warning: {run} holds no saved run to resume: training starts from the beginning" in err.splitlines()
+    assert json.loads(out)["steps"] == 8
+    assert json.loads((run / "config.json").read_text())["train"]["lr"] == 5e-4  # the command's, not the saved 1e30

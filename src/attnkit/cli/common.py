@@ -131,10 +131,11 @@ def check_resume(
     from attnkit import runs
     from attnkit.config import check_resume_settings, preset, task_of
     from attnkit.training.run_setup import grow_budget
+    from attnkit.training.state import STATE
 
     config = Path(args.out) / runs.CONFIG
-    if not args.resume or not config.is_file():  # nothing saved yet: the run starts from the beginning
-        return False
+    if not args.resume or not config.is_file() or not (Path(args.out) / STATE).is_file():  # nothing saved yet:
+        return False  # the run starts from the beginning, under this command's settings
     saved = runs.read_json(config)
     task = task_of(model_cls)
     if saved.get("task") != task:

@@ -144,9 +144,13 @@ def record_step(run: Run, outcome: StepOutcome, lr: float, progress: float) -> N
     state = run.state
     if outcome.problem is not None:
         if not run.cfg.skip_nonfinite:
+            kept = (
+                f"The last good checkpoint in {run.run_dir} is kept"
+                if (run.run_dir / STATE).is_file()
+                else f"Nothing was saved in {run.run_dir} yet (--resume starts it again)"
+            )
             raise NonFiniteError(
-                f"{outcome.problem}. The last good checkpoint in {run.run_dir} is kept; "
-                f"lower the learning rate or set skip_nonfinite=true to skip such batches"
+                f"{outcome.problem}. {kept}; lower the learning rate or set skip_nonfinite=true to skip such batches"
             )
         state.skipped += 1
         run.log.write({"step": state.step, "epoch": progress, "skipped": outcome.problem})

@@ -31,6 +31,7 @@ from attnkit.model.size import model_size
 from attnkit.tokenization import Tokenizer
 from attnkit.training.distributed import main_done, wait_for_main
 from attnkit.training.events import Event, Warned
+from attnkit.training.state import STATE
 from attnkit.training.task import TrainContext
 
 
@@ -60,7 +61,9 @@ def open_run(
         return RunDir(out_dir, runs.read_json(out_dir / runs.CONFIG), resume)
     if resume and out_dir.is_dir():
         runs.remove_temporary_files(out_dir)
-        if (out_dir / runs.CONFIG).is_file():
+        # A config alone (a run stopped before its first save) holds nothing to continue, and its settings do not
+        # rule: the run starts again from the command's (a diverged first try is resumed with a lower lr).
+        if (out_dir / runs.CONFIG).is_file() and (out_dir / STATE).is_file():
             path = runs.prepare_run_dir(out_dir, resume=True)
             return RunDir(path, runs.read_json(path / runs.CONFIG), True)
     if resume:
