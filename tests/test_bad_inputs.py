@@ -880,6 +880,16 @@ CASES = [
         files={"pairs.tsv": PAIRS},
     ),
     Case(
+        "init-from-itself",
+        "`--init-from` the run directory it trains into (the run replaced its source)",
+        "`mt`; `pairs.tsv`",
+        ("translate", "train", "--train", "pairs.tsv", "--out", "mt", "--init-from", "mt"),
+        2,
+        "error: --init-from mt: is --out too; train into another directory",
+        runs=("mt",),
+        files={"pairs.tsv": PAIRS},
+    ),
+    Case(
         "init-from-classifier",
         "`--init-from` a run of another task",
         "`clf`; `pairs.tsv`",

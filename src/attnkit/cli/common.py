@@ -164,6 +164,8 @@ def check_init_from(
     ``settable`` ones may be given, and no --preset. ``source`` says what gives the weights, for the error."""
     from dataclasses import fields
 
+    if Path(args.init_from).resolve() == Path(args.out).resolve():  # it was accepted, and the run replaced its source
+        raise InputError(f"--init-from {args.init_from}: is --out too; train into another directory")
     model_keys = {f.name for f in fields(model_cls)} - set(settable)
     fixed = sorted(k for k in overrides if k in model_keys or k in ("tokenizer", "min_freq", "pretokenize"))
     if args.preset or fixed:
