@@ -436,3 +436,15 @@ def test_a_run_that_diverged_before_its_first_save_starts_again_under_the_resume
     assert f"warning: {run} holds no saved run to resume: training starts from the beginning" in err.splitlines()
     assert json.loads(out)["steps"] == 8
     assert json.loads((run / "config.json").read_text())["train"]["lr"] == 5e-4  # the command's, not the saved 1e30
+
+
+def test_a_training_stopped_by_a_closed_pipe_does_not_exit_0(tmp_path):
+    """`attnkit classify train ... 2>&1 | head -2`: the reader goes away, the training stops part-way, and it exited
+    0, which a script reads as a finished run. It exits 141 (128 + SIGPIPE), as a tool killed by the pipe would."""
+    examples = Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv"
+    argv = ["classify", "train", "--train", str(examples), "--out", str(tmp_path / "run")]
+    proc = attnkit(*argv, "--set", "d_model=16", "n_heads=2", "d_ff=32", "n_layers=1", "epochs=200")
+    assert proc.stderr is not None
+    proc.stderr.readline()  # the data line: the run has started
+    proc.stderr.close()
+    assert proc.wait(timeout=300) == 141

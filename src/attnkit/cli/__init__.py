@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # the reader went away (`attnkit ... | head`): nothing more to say
-        return 0
+    except BrokenPipeError:  # the reader went away (`attnkit ... | head`): nothing more to say, but a training it
+        return 141 if getattr(args, "resume", None) is not None else 0  # stopped did not finish (128 + SIGPIPE)
     except OSError as err:  # a full disk, a read-only directory: the user's environment, not a bug
         where = f"{err.filename}: " if err.filename else ""
         print(f"error: {where}{err.strerror or err}", file=sys.stderr)

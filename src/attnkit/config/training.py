@@ -39,7 +39,7 @@ class TrainConfig:
     accum_steps: int = 1  # consecutive batches whose gradients make one optimizer step (loss over all their units)
     epochs: int = 20  # upper bound on passes over the training data
     max_steps: int = 0  # optimizer steps; 0 = no limit beyond epochs
-    max_minutes: float = 0.0  # stop (after evaluating and saving) once training has run this long; 0 = no limit
+    max_minutes: float = 0.0  # stop (after evaluating and saving) once this command has trained this long; 0 = none
     eval_every: int = 0  # evaluate every N steps; 0 = at the end of each epoch (and always at the end of training)
     patience: int = 4  # stop after this many evaluations without improvement; 0 = never stop early
     checkpoint_every: int = 500  # save the training state (and a step checkpoint, if keep_last) every N steps
