@@ -34,6 +34,15 @@ def read_answer(sock: socket.socket, within: float = 10.0) -> tuple[int | None, 
     """Everything the server sends until it closes the connection (bounded: ``within`` seconds): the status and the
     JSON body, or (None, None) when it closed without a word (a reset included: a server that closes a connection
     with bytes of it still unread resets it)."""
+    data = read_all(sock, within)
+    if not data:
+        return None, None
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), json.loads(body)
+
+
+def read_all(sock: socket.socket, within: float = 10.0) -> bytes:
+    """What the server sends until it closes the connection (or resets it); ``within`` s at most for each read."""
     sock.settimeout(within)
     data = b""
     try:
@@ -41,10 +50,7 @@ def read_answer(sock: socket.socket, within: float = 10.0) -> tuple[int | None, 
             data += chunk
     except ConnectionResetError:
         pass
-    if not data:
-        return None, None
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), json.loads(body)
+    return data
 
 
 def trickle(sock: socket.socket, data: bytes, every: float = 0.05) -> None:
@@ -136,13 +142,7 @@ def test_a_body_over_the_limit_gets_one_413_and_the_connection_closes(guarded_po
             sock.sendall(head)
         except (BrokenPipeError, ConnectionResetError):  # closed while the chunk was still being sent
             pass
-        sock.settimeout(10)
-        data = b""
-        try:
-            while chunk := sock.recv(65536):
-                data += chunk
-        except ConnectionResetError:
-            pass
+        data = read_all(sock)
     assert data.startswith(b"HTTP/1.1 413") and data.count(b"HTTP/1.1") == 1, data[:300]
     assert b"connection: close" in data.lower()
 
