@@ -56,9 +56,7 @@ def cmd_ablate(args: argparse.Namespace) -> None:
 
     said: set[str] = set()
 
-    def warn(
-        event: Event,
-    ) -> None:  # `warning:` lines as train commands print them; about the data, once, not per variant
+    def warn(event: Event) -> None:  # a `warning:` line, as the train commands print; the same one once, not per run
         if isinstance(event, Warned) and event.message not in said:
             said.add(event.message)
             print(f"warning: {event.message}", file=sys.stderr)
