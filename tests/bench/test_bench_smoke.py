@@ -124,7 +124,7 @@ def test_ct2_export_decodes_exactly_fixed_length_like_attnkit(tmp_path):
         beam_size=1,
         min_decoding_length=15,
         max_decoding_length=15,
-        suppress_sequences=[["<pad>"]],
+        suppress_sequences=[["<pad>"], ["<bos>"]],  # as attnkit's search
     )
     expected = greedy_decode(model, src, bos_id=BOS_ID, eos_id=EOS_ID, max_positions=TINY.max_len, fixed_len=15)
     assert [[tokens.index(t) for t in r.hypotheses[0]] for r in out] == expected

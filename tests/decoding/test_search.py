@@ -66,7 +66,7 @@ def _reference_greedy(model, src, steps, *, suppress_eos=False):
     """
     memory, src_mask, _ = model.encode(src)
     tgt_in = torch.full((src.size(0), 1), BOS)
-    banned = torch.tensor([PAD, EOS] if suppress_eos else [PAD])
+    banned = torch.tensor([PAD, BOS, EOS] if suppress_eos else [PAD, BOS])  # never emitted
     all_logits = []
     for _ in range(steps):
         logits, _, _ = model.decode(tgt_in, memory, src_mask)  # (B, t + 1, V), recomputed from scratch
@@ -172,7 +172,7 @@ def test_wide_beam_is_exact_search():
     """With a beam as wide as the vocabulary, two steps keep every one-token prefix: the n-best list is exact."""
     model = _model()
     src = _sources([7])
-    allowed = [v for v in range(V) if v not in (PAD, EOS)]  # fixed_len bans EOS; padding is never emitted
+    allowed = [v for v in range(V) if v not in (PAD, BOS, EOS)]  # fixed_len bans EOS; PAD and BOS are never emitted
     K = len(allowed)
     nbest = beam_search_nbest(model, src, **IDS, beam_size=K, length_penalty="none", fixed_len=2)[0]
 
@@ -199,7 +199,7 @@ def _reference_beam_search(model, src_row, *, beam_size, kind, alpha, limit):
         n = len(live)
         logits, _, _ = model.decode(tgt_in, memory.expand(n, -1, -1), src_mask.expand(n, -1, -1, -1))
         log_probs = logits[:, -1].log_softmax(dim=-1)  # (n, V)
-        log_probs[:, PAD] = float("-inf")
+        log_probs[:, [PAD, BOS]] = float("-inf")  # never emitted
         candidates = [
             (score + lp, tokens, v)
             for (tokens, score), row in zip(live, log_probs.tolist())
@@ -260,7 +260,18 @@ def test_fixed_len_gives_exactly_that_many_tokens(search):
     assert any(len(out) < 16 for out in free)  # EOS ends some of them sooner without it
     outputs = search(model, src, **IDS, fixed_len=16)
     assert [len(out) for out in outputs] == [16] * 8
-    assert all(EOS not in out and PAD not in out for out in outputs)
+    assert all(EOS not in out and PAD not in out and BOS not in out for out in outputs)
+
+
+@pytest.mark.parametrize("search", [greedy_decode, beam_search])
+def test_the_start_and_pad_tokens_are_never_emitted_even_when_the_model_ranks_them_first(search, monkeypatch):
+    """An undertrained model may rank BOS or padding first; neither is a word of any output (fairseq bans padding
+    alike), so the search takes the best other token."""
+    model = _model()
+    logits = model.logits
+    monkeypatch.setattr(model, "logits", lambda x: logits(x).index_fill(-1, torch.tensor([PAD, BOS]), 1e4))
+    outputs = search(model, _batch(8), **IDS, max_extra=6)
+    assert all(out and PAD not in out and BOS not in out for out in outputs)
 
 
 def test_model_mode_is_restored_and_dropout_is_off():

@@ -101,7 +101,8 @@ def test_a_quantized_translator_keeps_its_keys_and_runs_every_projection_in_int8
 
 def test_a_quantized_translator_decodes_one_sentence_as_in_a_batch():
     """A sentence alone takes the int8 kernel at every step, in a batch of 8 the bfloat16 copy of the same
-    weights: the logits agree to bfloat16 rounding, and greedy and beam search give the same tokens."""
+    weights: the logits agree to their rounding, and greedy and beam search give the same tokens, but where a greedy
+    choice is a tie within that rounding (this random model's first choices are as close as 0.008)."""
     model = quantize_for_inference(_translator())
     reference = prepare_for_inference(_translator())
     src = torch.randint(EOS + 1, SMALL["vocab_size"], (8, 11))
@@ -123,9 +124,17 @@ def test_a_quantized_translator_decodes_one_sentence_as_in_a_batch():
         full = reference.decode(tgt, m32, mask32)[0]
         assert_close(batch.float(), full, atol=0.3, rtol=0.05)  # int8 rounding: close to float32, not equal
     ids = dict(bos_id=BOS, eos_id=EOS, max_positions=SMALL["max_len"])
-    for search in (greedy_decode, lambda m, s, **kw: beam_search(m, s, beam_size=4, **kw)):
-        together = search(model, src, **ids)
-        assert [search(model, src[i : i + 1], **ids)[0] for i in range(8)] == together
+    beams = beam_search(model, src, beam_size=4, **ids)
+    assert [beam_search(model, src[i : i + 1], beam_size=4, **ids)[0] for i in range(8)] == beams
+    batched = greedy_decode(model, src, **ids)
+    for i in range(8):
+        one = greedy_decode(model, src[i : i + 1], **ids)[0]
+        if one != batched[i]:  # parted at step t: the float32 model's two candidates there are within rounding
+            t = next(t for t, (a, b) in enumerate(zip(one + [EOS], batched[i] + [EOS])) if a != b)
+            with torch.inference_mode():
+                logits = reference.decode(torch.tensor([[BOS] + one[:t]]), m32[i : i + 1], mask32[i : i + 1])[0]
+            candidates = (one + [EOS])[t], (batched[i] + [EOS])[t]
+            assert abs(float(logits[0, -1, candidates[0]] - logits[0, -1, candidates[1]])) < 0.06, (i, t)
 
 
 def test_int8_is_a_decoding_precision_for_cpus():

@@ -170,7 +170,7 @@ class _CT2Engine:
                 min_decoding_length=steps,
                 max_decoding_length=steps,
                 return_scores=False,
-                suppress_sequences=[["<pad>"]],  # as attnkit, which never emits padding
+                suppress_sequences=[["<pad>"], ["<bos>"]],  # as attnkit, which never emits padding or BOS
             )
             produced += sum(len(r.hypotheses[0]) for r in results)
         return time.perf_counter() - start, produced

@@ -77,12 +77,12 @@ class TorchNNTranslator(nn.Module):
 
     @torch.inference_mode()
     def greedy_no_cache(self, src: Tensor, *, bos_id: int, eos_id: int, steps: int) -> Tensor:
-        """The loop a user writes without a key/value cache: exactly ``steps`` tokens (EOS and pad banned).
+        """The loop a user writes without a key/value cache: exactly ``steps`` tokens (EOS, BOS and pad banned).
 
         Step t feeds the whole prefix (B, t + 1) through the decoder, so the work grows with t^2. Returns (B, steps).
         """
         memory, src_pad = self.encode(src)  # (B, S, D), (B, S)
-        banned = torch.tensor([self.pad_id, eos_id], device=src.device)
+        banned = torch.tensor([self.pad_id, bos_id, eos_id], device=src.device)
         prefix = src.new_full((src.size(0), 1), bos_id)  # (B, 1)
         for _ in range(steps):
             logits = self.decode(prefix, memory, src_pad)[:, -1]  # (B, V)

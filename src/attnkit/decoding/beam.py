@@ -286,9 +286,10 @@ def _beam_search(
     R, vocab = A * K, model.embeddings.token.num_embeddings
     memory, src_mask = encode(model, pad_sources(src, A, S, model.pad_id), call.engine)  # (A, S, D), (A, 1, 1, S)
     # Never emit padding (as fairseq): a pad token in the prefix would be masked out by a full decoder pass
-    # (``decoder_self_mask``) but not by the cached one. Never emit EOS when the length is fixed. Banned after the
-    # softmax, so that scores stay the model's log-probabilities.
-    banned = [model.pad_id] + ([eos_id] if suppress_eos else [])
+    # (``decoder_self_mask``) but not by the cached one. Never emit the start token, which opens every target and
+    # is never one of its words (an undertrained model may rank it first). Never emit EOS when the length is fixed.
+    # Banned after the softmax, so that scores stay the model's log-probabilities.
+    banned = [model.pad_id, bos_id] + ([eos_id] if suppress_eos else [])
 
     def allocate() -> BeamState:
         return BeamState(

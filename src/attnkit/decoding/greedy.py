@@ -183,8 +183,9 @@ def _greedy(
     padded = pad_sources(src, R, S, model.pad_id)  # (R, S)
     memory, src_mask = encode(model, padded, call.engine)  # (R, S, D), (R, 1, 1, S)
     # Never emit padding (as fairseq): a pad token in the prefix would be masked out by a full decoder pass
-    # (``decoder_self_mask``) but not by the cached one. Never emit EOS when the length is fixed.
-    banned = [model.pad_id] + ([eos_id] if suppress_eos else [])
+    # (``decoder_self_mask``) but not by the cached one. Never emit the start token, which opens every target and
+    # is never one of its words (an undertrained model may rank it first). Never emit EOS when the length is fixed.
+    banned = [model.pad_id, bos_id] + ([eos_id] if suppress_eos else [])
 
     def allocate() -> GreedyState:
         return GreedyState(

@@ -80,6 +80,8 @@ class CT2Translator:
             raise InputError(f"{model_dir / META}: missing or malformed key ({err})") from None
         self.tokens = tokenizer_tokens(self.tokenizer)  # id -> token
         self.ids = {token: i for i, token in enumerate(self.tokens)}  # token -> id
+        # never emitted by attnkit's search (attnkit.decoding.greedy), so greedy search gives attnkit's tokens
+        self.banned = [t for t in (self.tokenizer.pad_id, self.tokenizer.bos_id) if t is not None]
         device = device or torch.device("cpu")
         if device.type not in ("cpu", "cuda"):
             raise InputError(f"--engine ct2 runs on cpu or cuda, not {device}")
@@ -141,7 +143,7 @@ class CT2Translator:
                 max_decoding_length=limit,
                 min_decoding_length=0,
                 max_input_length=0,
-                suppress_sequences=[[self.tokens[self.tokenizer.pad_id]]] if beam == 1 else None,
+                suppress_sequences=[[self.tokens[t]] for t in self.banned] if beam == 1 else None,
             )
             for i, result in zip(rows, results):
                 out[i] = self._best(result, kind=length_penalty, alpha=alpha)
