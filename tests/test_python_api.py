@@ -170,6 +170,72 @@ def test_the_training_entries_refuse_what_they_cannot_train_on_before_making_the
     assert not out.exists()
 
 
+def test_a_python_training_holds_its_run_lock_and_one_refused_part_way_leaves_no_directory(tmp_path):
+    """The train functions take the run directory's lock, as the train commands do (a second training into it, here
+    from another thread, is refused naming the first; it was only the command line's), and a training refused
+    after its checks of the records (one label, fp16 on a CPU, an ``init_from`` whose architecture the configs
+    contradict, a path under a file) leaves no directory behind: it left an empty one, or a config and tokenizer."""
+    import dataclasses
+    import threading
+
+    from attnkit.runs import run_lock
+
+    examples = attnkit.read_labeled(ROOT / "examples" / "seed000_train.tsv")
+
+    def small(task: str) -> tuple:
+        return attnkit.load_config(task, d_model=16, n_heads=2, d_ff=32, n_layers=1, min_freq=1, max_steps=1)
+
+    model_cfg, train_cfg = small("classify")
+    out = tmp_path / "run"
+
+    def classify(examples=examples, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out):
+        return attnkit.train_classifier(examples, model_cfg=model_cfg, train_cfg=train_cfg, out_dir=out_dir)
+
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with run_lock(out):
+            held.set()
+            done.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(attnkit.InputError, match=rf"^{out}: another training is writing this run directory"):
+            classify()
+    finally:
+        done.set()
+        holder.join()
+    assert not out.exists()  # the holder made it, and removed it empty
+
+    pairs = [attnkit.Pair("a b c", "c b a", i) for i in range(1, 9)]
+    source = tmp_path / "mt"
+    tr_model, tr_train = small("translate")
+    attnkit.train_translator(pairs, model_cfg=tr_model, train_cfg=tr_train, out_dir=source)
+    (tmp_path / "a-file").write_text("")
+    refused = [
+        (lambda: classify([dataclasses.replace(ex, label="pos") for ex in examples]), "1 distinct label"),
+        (lambda: classify(train_cfg=dataclasses.replace(train_cfg, precision="fp16")), "train_cfg.precision=fp16"),
+        (lambda: classify(out_dir=tmp_path / "a-file" / "run"), "a folder on its path is a file"),
+        (
+            lambda: attnkit.train_translator(
+                pairs, model_cfg=dataclasses.replace(tr_model, d_model=32), out_dir=out, init_from=source
+            ),
+            rf"^init_from {source} fixes the architecture and tokenizer, which the configs passed set: d_model=32 "
+            r"\(the weights': 16\)",
+        ),
+    ]
+    for call, message in refused:
+        with pytest.raises(attnkit.InputError, match=message):
+            call()
+        assert not out.exists()
+    # the same configs as the source's, a new dropout: accepted
+    dropout = dataclasses.replace(tr_model, dropout=0.3)
+    attnkit.train_translator(pairs, model_cfg=dropout, train_cfg=tr_train, out_dir=out, init_from=source)
+    assert json.loads((out / "config.json").read_text())["model"]["dropout"] == 0.3
+
+
 def test_the_configs_default_to_what_the_train_command_uses(tmp_path, quietly):
     """``attnkit.train_classifier(examples, out_dir=...)`` trains what ``attnkit classify train --train FILE`` trains
     (the same config.json), as a user of the Python API expects; so for each task, either config left out."""

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,6 +21,8 @@ from pathlib import Path
 
 from attnkit.errors import InputError
 from attnkit.runs.files import LOCK
+
+_held: set[tuple[int, Path]] = set()  # (thread, resolved run directory) of each lock this process holds
 
 
 @dataclass(frozen=True)
@@ -38,14 +41,24 @@ class Holder:
 def run_lock(run_dir: str | Path, on_stale: Callable[[Holder], None] = lambda holder: None) -> Iterator[Path]:
     """Hold the lock of ``run_dir`` (created if missing) until the block ends; another process holding it is an
     InputError naming that process. ``on_stale(holder)`` is told of a lock file left by a process that ended
-    without releasing it (killed), which is then taken over. Yields the directory."""
+    without releasing it (killed), which is then taken over. Yields the directory.
+
+    Within one thread the lock nests: a block inside another block that holds it (a train command around its
+    task's train function, which takes it too) holds it already; the outermost one releases it."""
     import fcntl  # POSIX; attnkit's trainings run on Linux and macOS
 
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError(f"{run_dir}: exists and is not a directory")
+    if (threading.get_ident(), run_dir.resolve()) in _held:
+        yield run_dir
+        return
     created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise InputError(f"{run_dir}: cannot be made, a folder on its path is a file") from None
+    key = threading.get_ident(), run_dir.resolve()
     path = run_dir / LOCK
     while True:
         file = open(path, "a+", encoding="utf-8")  # created if missing, never truncated by opening
@@ -73,8 +86,10 @@ def run_lock(run_dir: str | Path, on_stale: Callable[[Holder], None] = lambda ho
         started = time.strftime("%Y-%m-%d %H:%M:%S")
         file.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started}))
         file.flush()
+        _held.add(key)
         yield run_dir
     finally:
+        _held.discard(key)
         with contextlib.suppress(OSError):  # a directory made read-only meanwhile: the lock still goes with the file
             path.unlink()  # before the lock goes: a process waiting for it then finds no file, or a new one
             if created and not any(run_dir.iterdir()):

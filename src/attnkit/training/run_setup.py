@@ -10,9 +10,11 @@ its own (so that every rank has the very same tokenizer, labels and configs).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -30,9 +32,11 @@ from attnkit.errors import InputError
 from attnkit.model.size import model_size
 from attnkit.tokenization import Tokenizer
 from attnkit.training.distributed import main_done, wait_for_main
-from attnkit.training.events import Event, Warned
+from attnkit.training.events import Event, Warned, warn_only
 from attnkit.training.state import STATE
 from attnkit.training.task import TrainContext
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -105,17 +109,80 @@ def saved_configs(
         )
     model_cls, train_cls = TASK_PRESETS[task][0], TASK_TRAIN_CONFIGS[task]
     if run.resume:
-        requested: dict[str, object] = {}
-        for cfg, default in zip((model_cfg, train_cfg), task_configs(task, None, {})):
-            if cfg is not None:
-                defaults = dataclasses.asdict(default)
-                requested |= {key: v for key, v in dataclasses.asdict(cfg).items() if v != defaults[key]}
+        requested = set_keys(task, model_cfg, train_cfg)
         grown = check_resume_settings(saved, requested, model_cls)
         if grown and (context is None or context.is_main):
             grow_budget(run.path, grown)
         if grown:
             saved = {**saved, "train": {**saved["train"], **grown}}
     return model_cls(**saved["model"]), train_cls(**saved["train"])
+
+
+def set_keys(task: str, model_cfg: TransformerConfig | None, train_cfg: TrainConfig | None) -> dict[str, object]:
+    """What configs passed explicitly set: each key of one that is not None where it differs from the task's
+    default (the Python counterpart of the ``--set`` keys of a command)."""
+    requested: dict[str, object] = {}
+    for cfg, default in zip((model_cfg, train_cfg), task_configs(task, None, {})):
+        if cfg is not None:
+            defaults = dataclasses.asdict(default)
+            requested |= {key: v for key, v in dataclasses.asdict(cfg).items() if v != defaults[key]}
+    return requested
+
+
+TOKENIZER_KEYS = ("tokenizer", "min_freq", "pretokenize")  # training keys that make the tokenizer
+
+
+def check_fixed_by_weights(
+    task: str,
+    given: tuple[TransformerConfig | None, TrainConfig | None],
+    weights_cfg: TransformerConfig,
+    settable: tuple[str, ...],
+    source: str,
+    weights_train: dict | None = None,
+) -> None:
+    """Weights to start from (``source``: a pretrained encoder, a run to ``init_from``) fix the architecture and the
+    tokenizer. Of what the configs passed set (``set_keys``), a model key other than ``settable`` must equal the
+    weights' config (``weights_cfg``; ``vocab_size``, the tokenizer's most, may be larger than it reached), and a
+    tokenizer key must equal the training config that made the tokenizer (``weights_train``, a run's config.json
+    ``train``; with none known, it may not be set): else an ``InputError`` naming each such key, as ``--init-from``
+    refuses ``--set d_model`` (it was dropped without a word)."""
+    weights = {key: v for key, v in dataclasses.asdict(weights_cfg).items() if key not in settable}
+    if weights_train is not None:
+        weights |= {key: weights_train[key] for key in TOKENIZER_KEYS if key in weights_train}
+    fixed = [
+        f"{key}={value!r} (the weights': {weights[key]!r})" if key in weights else f"{key}={value!r}"
+        for key, value in set_keys(task, *given).items()
+        if (key in weights and value != weights[key] and not (key == "vocab_size" and value > weights[key]))
+        or (key in TOKENIZER_KEYS and key not in weights)
+    ]
+    if fixed:
+        raise InputError(
+            f"{source} fixes the architecture and tokenizer, which the configs passed set: {', '.join(fixed)}; "
+            f"of the model's keys only {', '.join(settable)} may be set"
+        )
+
+
+def holds_run_lock(train: F) -> F:
+    """A train function (``out_dir=``, ``context=``, ``on_event=`` keywords) that holds the lock of its run directory
+    for the whole training (``runs.run_lock``; rank 0 of a data-parallel run alone writes it, and alone takes it):
+    a second training into the same directory is refused at once, naming this one, and a training refused before
+    it wrote anything leaves no directory behind. The lock is the process's: a caller that holds it already (a
+    train command, which checks ``--resume`` under it) is not refused by its own training."""
+
+    @functools.wraps(train)
+    def locked(*args, **kwargs):
+        context, on_event = kwargs.get("context") or TrainContext(), kwargs.get("on_event", warn_only)
+        if not context.is_main:
+            return train(*args, **kwargs)
+        out_dir = kwargs["out_dir"]
+
+        def taken_over(holder: runs.Holder) -> None:
+            on_event(Warned(f"{out_dir}: taking over the lock left by {holder}, which has ended"))
+
+        with runs.run_lock(out_dir, on_stale=taken_over):
+            return train(*args, **kwargs)
+
+    return cast(F, locked)
 
 
 def write_run_files(

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from attnkit import runs
-from attnkit.config import ClassifierConfig, ClassifierTrainConfig, check_task_configs
+from attnkit.config import FINE_TUNE_SETTABLE_MODEL_KEYS, ClassifierConfig, ClassifierTrainConfig, check_task_configs
 from attnkit.data.batching import Batches, Truncation, bucketed_batches, pad, real_positions
 from attnkit.data.prepared import PreparedCorpus
 from attnkit.data.readers.labeled import Example
@@ -39,7 +39,15 @@ from attnkit.training.events import Event, Prepared, Warned, warn_only
 from attnkit.training.loop import fit
 from attnkit.training.losses import classification_loss
 from attnkit.training.optim import make_optimizer
-from attnkit.training.run_setup import check_memory, open_run, saved_configs, write_run_files
+from attnkit.training.precision import check_precision
+from attnkit.training.run_setup import (
+    check_fixed_by_weights,
+    check_memory,
+    holds_run_lock,
+    open_run,
+    saved_configs,
+    write_run_files,
+)
 from attnkit.training.state import STATE, fingerprint_texts
 from attnkit.training.task import Batch, BatchLoss, TrainContext
 
@@ -110,6 +118,7 @@ class ClassificationTask:
         }
 
 
+@holds_run_lock
 def train_classifier(
     train: list[Example] | PreparedCorpus,
     valid: list[Example] | None = None,
@@ -157,6 +166,7 @@ def train_classifier(
         if valid is not None:
             valid = check_records(valid, Example, "valid", reader="attnkit.read_labeled", empty_ok=True)
     context = context or TrainContext()
+    check_precision(train_cfg.precision, context.device, what="train_cfg.precision")  # before any work
     run = open_run(out_dir, resume, context, on_event, task="classify")
     if run.saved is not None:
         model_cfg, train_cfg = saved_configs(run, "classify", *given, context)
@@ -203,6 +213,7 @@ def train_classifier(
             # (drawn after the same seeding), as the translator's --init-from does.
             initial, _ = with_fresh_head(pretrained, n_classes=model_cfg.n_classes, pooling=model_cfg.pooling)
     elif pretrained is not None:
+        check_fixed_by_weights("classify", given, pretrained.config, FINE_TUNE_SETTABLE_MODEL_KEYS, "pretrained")
         n_classes = resolve_classes(model_cfg, labels, train_file).n_classes
         initial, bert_cfg = with_fresh_head(pretrained, n_classes=n_classes, pooling=model_cfg.pooling)
         tokenizer = pretrained.tokenizer

@@ -30,7 +30,8 @@ from attnkit.tokenization.tokenizer import SPECIAL_TOKENS
 from attnkit.training.events import Event, Prepared, warn_only
 from attnkit.training.loop import fit
 from attnkit.training.optim import make_optimizer
-from attnkit.training.run_setup import check_memory, open_run, saved_configs, write_run_files
+from attnkit.training.precision import check_precision
+from attnkit.training.run_setup import check_memory, holds_run_lock, open_run, saved_configs, write_run_files
 from attnkit.training.state import fingerprint_texts
 from attnkit.training.task import Batch, BatchLoss, TrainContext
 
@@ -141,6 +142,7 @@ def _tokenizer_for(texts: list[str], model_cfg: MaskedLMConfig, train_cfg: Pretr
     return tokenizer
 
 
+@holds_run_lock
 def pretrain_encoder(
     texts: list[str],
     *,
@@ -165,6 +167,7 @@ def pretrain_encoder(
     if not texts:
         raise InputError("no text to pretrain on")
     context = context or TrainContext()
+    check_precision(train_cfg.precision, context.device, what="train_cfg.precision")  # before any work
     run = open_run(out_dir, resume, context, on_event, task="pretrain")
     if run.saved is not None:
         model_cfg, train_cfg = saved_configs(run, "pretrain", *given, context)

@@ -33,7 +33,15 @@ from attnkit.training.graphs import check_graphs
 from attnkit.training.loop import fit
 from attnkit.training.losses import sequence_loss
 from attnkit.training.optim import make_optimizer
-from attnkit.training.run_setup import check_memory, open_run, saved_configs, write_run_files
+from attnkit.training.precision import check_precision
+from attnkit.training.run_setup import (
+    check_fixed_by_weights,
+    check_memory,
+    holds_run_lock,
+    open_run,
+    saved_configs,
+    write_run_files,
+)
 from attnkit.training.state import STATE, fingerprint_texts
 from attnkit.training.task import Batch, BatchLoss, TrainContext
 
@@ -167,6 +175,7 @@ def _prepared_data(corpus: PreparedCorpus, tokenizer: Tokenizer) -> _TrainingDat
     return _TrainingData(data, valid, targets, corpus.fingerprint("train", "valid"), valid_source)
 
 
+@holds_run_lock
 def train_translator(
     train: list[Pair] | PreparedCorpus,
     valid: list[Pair] | None = None,
@@ -201,6 +210,7 @@ def train_translator(
         if valid is not None:
             valid = check_records(valid, Pair, "valid", reader="attnkit.read_parallel_tsv", empty_ok=True)
     context = context or TrainContext()
+    check_precision(train_cfg.precision, context.device, what="train_cfg.precision")  # before any work
     if train_cfg.cuda_graphs:  # asked for: what it needs, before any work (``fit`` decides on the run's own settings)
         check_graphs(train_cfg, TranslationTask, context)
     run = open_run(out_dir, resume, context, on_event, task="translate")
@@ -210,6 +220,14 @@ def train_translator(
         tokenizer = Tokenizer.load(run.path / runs.TOKENIZER, run.saved["tokenizer"])
     elif source is not None:
         assert isinstance(source.model_cfg, TranslatorConfig)  # read_run checked the task
+        check_fixed_by_weights(
+            "translate",
+            given,
+            source.model_cfg,
+            ("dropout", "attention_dropout"),
+            f"init_from {init_from}",
+            source.config.get("train"),
+        )
         tokenizer = source.tokenizer
         model_cfg = dataclasses.replace(
             source.model_cfg, dropout=model_cfg.dropout, attention_dropout=model_cfg.attention_dropout
