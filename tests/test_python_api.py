@@ -236,6 +236,32 @@ def test_a_python_training_holds_its_run_lock_and_one_refused_part_way_leaves_no
     assert json.loads((out / "config.json").read_text())["model"]["dropout"] == 0.3
 
 
+def test_devices_are_checked_alike_and_auto_is_a_device(tmp_path):
+    """``device="auto"`` is what ``--device auto`` is (the errors recommend it; it was "not a device torch knows");
+    ``embed``, ``TrainContext`` and the train functions check a device as the runs do (they raised torch's
+    RuntimeError, an AssertionError, or an AttributeError on a name); ``embed(batch_size=0)`` is an InputError (a ValueError from
+    ``range``). The error a training can end in is public too."""
+    import torch
+
+    from attnkit.devices import check_device
+
+    assert check_device("auto") == (torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu"))
+    assert attnkit.TrainContext(device="cpu").device == torch.device("cpu")  # type: ignore[arg-type]
+    with pytest.raises(attnkit.InputError, match=r"^device gpu: not a device torch knows; expected auto, cpu"):
+        attnkit.TrainContext(device="gpu")  # type: ignore[arg-type]
+    with pytest.raises(attnkit.InputError, match=r"^device gpu: not a device torch knows"):
+        attnkit.embed("minilm", ["a text"], device="gpu")
+    with pytest.raises(attnkit.InputError, match=r"^batch_size=0: must be an integer >= 1"):
+        attnkit.embed("minilm", ["a text"], batch_size=0)
+    if not torch.cuda.is_available():  # a context may describe a GPU (the tests of its decisions do); training on it
+        gpu = attnkit.TrainContext(device=torch.device("cuda"))
+        examples = attnkit.read_labeled(ROOT / "examples" / "seed000_train.tsv")
+        with pytest.raises(attnkit.InputError, match=r"^device cuda: no CUDA device is visible to torch"):
+            attnkit.train_classifier(examples, out_dir=tmp_path / "run", context=gpu)
+        assert not (tmp_path / "run").exists()
+    assert issubclass(attnkit.NonFiniteError, RuntimeError)
+
+
 def test_the_configs_default_to_what_the_train_command_uses(tmp_path, quietly):
     """``attnkit.train_classifier(examples, out_dir=...)`` trains what ``attnkit classify train --train FILE`` trains
     (the same config.json), as a user of the Python API expects; so for each task, either config left out."""

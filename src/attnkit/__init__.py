@@ -59,8 +59,12 @@ _EXPORTS: dict[str, str] = {
     # Decoding a built translator (§6.1): token ids in, token ids out
     "greedy_decode": "attnkit.decoding.greedy",
     "beam_search": "attnkit.decoding.beam",
-    # The one error type of bad input (a ValueError)
+    # Where a training runs: the device (default the CPU) and, under torchrun, this process's rank
+    "TrainContext": "attnkit.training.task",
+    # The errors: bad input (a ValueError), and a training that diverged (a RuntimeError; skip_nonfinite=true skips
+    # such steps instead)
     "InputError": "attnkit.errors",
+    "NonFiniteError": "attnkit.errors",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -91,7 +95,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from attnkit.data.recipes import fetch
     from attnkit.decoding.beam import beam_search
     from attnkit.decoding.greedy import greedy_decode
-    from attnkit.errors import InputError
+    from attnkit.errors import InputError, NonFiniteError
     from attnkit.interop.bert.load import embed, load_pretrained
     from attnkit.model.build import build_classifier, build_masked_lm, build_translator
     from attnkit.model.classifier import TransformerClassifier
@@ -102,3 +106,4 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from attnkit.tasks.pretrain.train import pretrain_encoder
     from attnkit.tasks.translate.predict import TranslatorRun
     from attnkit.tasks.translate.train import train_translator
+    from attnkit.training.task import TrainContext

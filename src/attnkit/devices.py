@@ -56,13 +56,16 @@ def resolve_device(spec: str, *, what: str = "--device") -> torch.device:
 
 
 def check_device(device: torch.device | str, *, what: str = "device") -> torch.device:
-    """``device`` as the Python API takes it (a ``torch.device`` or its name), as a ``torch.device``; a name torch
-    does not know, or a CUDA or MPS device this machine does not have, is an ``InputError`` (``resolve_device``'s)
-    rather than torch's RuntimeError or AssertionError. Other kinds (``meta``, ...) are torch's to judge."""
+    """``device`` as the Python API takes it (a ``torch.device`` or its name, ``"auto"`` as ``--device auto``), as
+    a ``torch.device``; a name torch does not know, or a CUDA or MPS device this machine does not have, is an
+    ``InputError`` (``resolve_device``'s) rather than torch's RuntimeError or AssertionError. Other kinds (``meta``,
+    ...) are torch's to judge."""
+    if isinstance(device, str) and device.strip().lower() == "auto":
+        return resolve_device("auto", what=what)
     try:
         checked = torch.device(device)
     except (RuntimeError, TypeError):
-        raise InputError(f"{what} {device}: not a device torch knows; expected cpu, cuda, cuda:N or mps") from None
+        raise InputError(f"{what} {device}: not a device torch knows; expected {DEVICE_CHOICES}") from None
     if checked.type in ("cuda", "mps"):
         resolve_device(str(checked), what=what)
     return checked

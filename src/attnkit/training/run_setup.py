@@ -27,12 +27,13 @@ from attnkit.config import (
     check_resume_settings,
     task_configs,
 )
-from attnkit.devices import available_memory
+from attnkit.devices import available_memory, check_device
 from attnkit.errors import InputError
 from attnkit.model.size import model_size
 from attnkit.tokenization import Tokenizer
 from attnkit.training.distributed import main_done, wait_for_main
 from attnkit.training.events import Event, Warned, warn_only
+from attnkit.training.precision import check_precision
 from attnkit.training.state import STATE
 from attnkit.training.task import TrainContext
 
@@ -160,6 +161,13 @@ def check_fixed_by_weights(
             f"{source} fixes the architecture and tokenizer, which the configs passed set: {', '.join(fixed)}; "
             f"of the model's keys only {', '.join(settable)} may be set"
         )
+
+
+def check_where(context: TrainContext, precision: str) -> None:
+    """Before any work: the context's device is one this machine has, and the training's ``precision`` runs on it
+    (an ``InputError`` each, as the train commands check them; torch raised an AssertionError part-way)."""
+    check_device(context.device)
+    check_precision(precision, context.device, what="train_cfg.precision")
 
 
 def holds_run_lock(train: F) -> F:

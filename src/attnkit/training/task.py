@@ -10,6 +10,8 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
+from attnkit.devices import check_device
+
 
 @dataclass(frozen=True)
 class Batch:
@@ -79,6 +81,10 @@ class TrainContext:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     rank: int = 0
     world_size: int = 1
+
+    def __post_init__(self) -> None:  # a device's name ("cuda", "auto") is taken too
+        if not isinstance(self.device, torch.device):
+            object.__setattr__(self, "device", check_device(self.device))
 
     @property
     def is_main(self) -> bool:

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from attnkit import runs
 from attnkit.config import ClassifierConfig
+from attnkit.devices import check_device
 from attnkit.errors import InputError, check_texts
 from attnkit.interop.bert.config import bert_config
 from attnkit.interop.bert.tokenizer import load_bert_tokenizer
@@ -87,6 +88,9 @@ def embed(
     pretraining run directory, computed on ``device``. ``pool`` (``sentence_embeddings``): by default a classifier
     run's own pooling, else "mean" (sentence-transformers' for MiniLM)."""
     texts = check_texts(texts)
+    device = check_device(device)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size={batch_size!r}: must be an integer >= 1")
     pooled = functools.partial(sentence_embeddings, normalize=normalize, batch_size=batch_size)
     folder = resolve_bert_folder(model_spec)
     task = _run_task(folder)

@@ -39,10 +39,10 @@ from attnkit.training.events import Event, Prepared, Warned, warn_only
 from attnkit.training.loop import fit
 from attnkit.training.losses import classification_loss
 from attnkit.training.optim import make_optimizer
-from attnkit.training.precision import check_precision
 from attnkit.training.run_setup import (
     check_fixed_by_weights,
     check_memory,
+    check_where,
     holds_run_lock,
     open_run,
     saved_configs,
@@ -151,9 +151,10 @@ def train_classifier(
     run's configs rule; what ``model_cfg`` and ``train_cfg`` set must agree with them, except a larger budget
     (``epochs``, ``max_steps``, ``max_minutes``), which the run continues under (``run_setup.saved_configs``).
 
-    ``context`` says where to train (the device, default the CPU, and the process's rank in a data-parallel run;
-    see ``fit``); the run directory it writes does not depend on it. ``on_event`` receives the progress events
-    (``training.events``); by default a ``Warned`` one is a ``UserWarning`` and the rest are dropped.
+    ``context`` says where to train (``attnkit.TrainContext(device="cuda")``: the device, default the CPU, and the
+    process's rank in a data-parallel run; see ``fit``); the run directory it writes does not depend on it.
+    ``on_event`` receives the progress events (``training.events``); by default a ``Warned`` one is a
+    ``UserWarning`` and the rest are dropped.
     """
     prepared = train if isinstance(train, PreparedCorpus) else None
     if prepared is not None and valid is not None:
@@ -166,7 +167,7 @@ def train_classifier(
         if valid is not None:
             valid = check_records(valid, Example, "valid", reader="attnkit.read_labeled", empty_ok=True)
     context = context or TrainContext()
-    check_precision(train_cfg.precision, context.device, what="train_cfg.precision")  # before any work
+    check_where(context, train_cfg.precision)
     run = open_run(out_dir, resume, context, on_event, task="classify")
     if run.saved is not None:
         model_cfg, train_cfg = saved_configs(run, "classify", *given, context)

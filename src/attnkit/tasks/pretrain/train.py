@@ -30,8 +30,14 @@ from attnkit.tokenization.tokenizer import SPECIAL_TOKENS
 from attnkit.training.events import Event, Prepared, warn_only
 from attnkit.training.loop import fit
 from attnkit.training.optim import make_optimizer
-from attnkit.training.precision import check_precision
-from attnkit.training.run_setup import check_memory, holds_run_lock, open_run, saved_configs, write_run_files
+from attnkit.training.run_setup import (
+    check_memory,
+    check_where,
+    holds_run_lock,
+    open_run,
+    saved_configs,
+    write_run_files,
+)
 from attnkit.training.state import fingerprint_texts
 from attnkit.training.task import Batch, BatchLoss, TrainContext
 
@@ -167,7 +173,7 @@ def pretrain_encoder(
     if not texts:
         raise InputError("no text to pretrain on")
     context = context or TrainContext()
-    check_precision(train_cfg.precision, context.device, what="train_cfg.precision")  # before any work
+    check_where(context, train_cfg.precision)
     run = open_run(out_dir, resume, context, on_event, task="pretrain")
     if run.saved is not None:
         model_cfg, train_cfg = saved_configs(run, "pretrain", *given, context)

@@ -31,10 +31,10 @@ class TranslatorRun:
         decoding step reads; the search still ranks float32 log-probabilities. ``"int8"`` (CPUs): bf16 with every
         weight matrix rounded to int8, one scale per row, which halves them again where a product has one to four
         rows (one sentence at a time: ``attnkit.inference.quantize``)."""
-        device = check_device(device)
-        check_precision(precision, device, what="precision", allowed=DECODING_PRECISIONS)
+        self.device = check_device(device)
+        check_precision(precision, self.device, what="precision", allowed=DECODING_PRECISIONS)
         self.precision = precision
-        loaded = load_run(run_dir, task="translate", device=device)
+        loaded = load_run(run_dir, task="translate", device=self.device)
         self.max_len_policy = loaded.max_len_policy
         self.tokenizer = loaded.tokenizer
         if not isinstance(loaded.model, Transformer) or not isinstance(loaded.model_cfg, TranslatorConfig):
@@ -48,6 +48,9 @@ class TranslatorRun:
         self.run_dir = loaded.run_dir
 
     def encode_sources(self, texts: list[str]) -> tuple[list[list[int]], int]:
+        """The token ids of each text as the model reads it (ending with EOS; longer than the run's ``max_len``:
+        cut, or an ``InputError`` under the run's ``max_len_policy="error"``), and how many were cut: the input of
+        ``greedy_decode`` and ``beam_search`` once padded."""
         return encode_sources(self.tokenizer, texts, self.model_cfg.max_len, self.max_len_policy)
 
     def translate(
@@ -55,7 +58,8 @@ class TranslatorRun:
     ) -> tuple[list[str], int]:
         """Detokenized translations in input order, and how many sources were truncated. ``beam``: the beam size,
         1 for greedy search (§6.1: 4); ``alpha`` and ``length_penalty`` rank the finished hypotheses
-        (``decoding.penalty``)."""
+        (``decoding.penalty``); ``batch_size``: the most sentences decoded together (sources of similar length are
+        batched together; the translations do not depend on it)."""
         ids, n_truncated = self.encode_sources(texts)
         with torch.inference_mode():
             hyps = translate_ids(

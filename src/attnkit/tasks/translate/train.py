@@ -33,10 +33,10 @@ from attnkit.training.graphs import check_graphs
 from attnkit.training.loop import fit
 from attnkit.training.losses import sequence_loss
 from attnkit.training.optim import make_optimizer
-from attnkit.training.precision import check_precision
 from attnkit.training.run_setup import (
     check_fixed_by_weights,
     check_memory,
+    check_where,
     holds_run_lock,
     open_run,
     saved_configs,
@@ -210,7 +210,7 @@ def train_translator(
         if valid is not None:
             valid = check_records(valid, Pair, "valid", reader="attnkit.read_parallel_tsv", empty_ok=True)
     context = context or TrainContext()
-    check_precision(train_cfg.precision, context.device, what="train_cfg.precision")  # before any work
+    check_where(context, train_cfg.precision)
     if train_cfg.cuda_graphs:  # asked for: what it needs, before any work (``fit`` decides on the run's own settings)
         check_graphs(train_cfg, TranslationTask, context)
     run = open_run(out_dir, resume, context, on_event, task="translate")
