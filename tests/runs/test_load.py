@@ -125,7 +125,9 @@ def test_an_unknown_task_or_device_is_an_input_error_naming_it(tmp_path, tiny_ru
     run_dir, _ = tiny_run(tmp_path / "run", "classify")
     with pytest.raises(InputError, match=r"task='classification'; expected one of classify, translate, pretrain"):
         runs.load_run(run_dir, task="classification")
-    with pytest.raises(InputError, match=r"^device gpu: not a device torch knows; expected cpu, cuda, cuda:N or mps$"):
+    with pytest.raises(
+        InputError, match=r"^device gpu: not a device torch knows; expected auto, cpu, cuda, cuda:N or mps$"
+    ):
         runs.load_run(run_dir, device="gpu")
     with pytest.raises(InputError, match=r"^device gpu: not a device torch knows"):
         ClassifierRun(run_dir, device="gpu")
