@@ -239,8 +239,8 @@ def test_a_python_training_holds_its_run_lock_and_one_refused_part_way_leaves_no
 def test_devices_are_checked_alike_and_auto_is_a_device(tmp_path):
     """``device="auto"`` is what ``--device auto`` is (the errors recommend it; it was "not a device torch knows");
     ``embed``, ``TrainContext`` and the train functions check a device as the runs do (they raised torch's
-    RuntimeError, an AssertionError, or an AttributeError on a name); ``embed(batch_size=0)`` is an InputError (a ValueError from
-    ``range``). The error a training can end in is public too."""
+    RuntimeError, an AssertionError, or an AttributeError on a name); ``embed(batch_size=0)`` is an InputError (a
+    ValueError from ``range``). The error a training can end in is public too."""
     import torch
 
     from attnkit.devices import check_device
