@@ -129,6 +129,15 @@ def world_size_without_torchrun(cwd: Path, monkeypatch) -> None:
     monkeypatch.setenv("WORLD_SIZE", "2")
 
 
+def overwrite(name: str, file: str, text: str) -> Callable[[Path, pytest.MonkeyPatch], None]:
+    """A setup that replaces ``file`` of the copied run ``name`` with ``text``."""
+
+    def setup(cwd: Path, monkeypatch) -> None:
+        (cwd / name / file).write_text(text, encoding="utf-8")
+
+    return setup
+
+
 def edit_the_run(name: str, file: str, edit: Callable[[Any], Any]) -> Callable[[Path, pytest.MonkeyPatch], None]:
     """A setup that rewrites ``file`` of the copied run ``name`` with ``edit`` and renews the manifest to match, as
     someone who meant harm would: only the checks of what the files say can tell."""
@@ -639,6 +648,37 @@ CASES = [
         setup=delete_the_manifest,
     ),
     Case(
+        "manifest-not-an-object",
+        "`manifest.json` that is JSON but not an object",
+        "`clf` whose manifest is `[]`",
+        ("classify", "predict", "--model", "clf", "some text"),
+        2,
+        "error: clf/manifest.json: expected a JSON object ({...}), found a list",
+        runs=("clf",),
+        setup=overwrite("clf", "manifest.json", "[]"),
+    ),
+    Case(
+        "manifest-lists-nothing",
+        "`manifest.json` that lists no file (it would check nothing)",
+        '`clf` whose manifest is `{"sha256": {}}`',
+        ("classify", "predict", "--model", "clf", "some text"),
+        2,
+        "error: clf/manifest.json: does not list config.json, model.safetensors, tokenizer.json, labels.json, so it "
+        "cannot be checked; a damaged run",
+        runs=("clf",),
+        setup=overwrite("clf", "manifest.json", '{"sha256": {}}'),
+    ),
+    Case(
+        "config-not-an-object",
+        "`config.json` that is JSON but not an object, `manifest.json` rewritten to match",
+        "`clf` whose config is `[1]`",
+        ("classify", "predict", "--model", "clf", "some text"),
+        2,
+        "error: clf/config.json: expected a JSON object ({...}), found a list",
+        runs=("clf",),
+        setup=edit_the_run("clf", "config.json", lambda config: [1]),
+    ),
+    Case(
         "run-absurd-max-len",
         "`config.json` with an absurd `max_len` and `manifest.json` rewritten to match",
         "`clf` whose config says `max_len=400000000`",
@@ -842,7 +882,7 @@ CASES = [
         "`clf` whose `config.json` is `[1]`",
         ("plot", "curves", "--run", "clf", "--out", "curves.png"),
         2,
-        "error: clf/config.json: not a run's config (expected an object with 'model' and 'train' objects)",
+        "error: clf/config.json: expected a JSON object ({...}), found a list",
         runs=("clf",),
         setup=edit_the_run("clf", "config.json", lambda config: [1]),
     ),

@@ -116,8 +116,14 @@ def test_curves_and_pe(run, tmp_path):
     assert "<svg" in (tmp_path / "pe.html").read_text()
 
 
-@pytest.mark.parametrize("config", ["[1]", '{"model": {}, "train": 3}'])
-def test_curves_of_a_run_whose_config_is_not_an_object(run, tmp_path, capsys, config):
+@pytest.mark.parametrize(
+    "config, says",
+    [
+        ("[1]", "expected a JSON object ({...}), found a list"),
+        ('{"model": {}, "train": 3}', "not a run's config (expected an object with 'model' and 'train' objects)"),
+    ],
+)
+def test_curves_of_a_run_whose_config_is_not_an_object(run, tmp_path, capsys, config, says):
     """config.json names the schedule and draws the loss floor; one that is JSON but not a run's config (edited by
     hand) ended in an AttributeError traceback."""
     import shutil
@@ -127,10 +133,7 @@ def test_curves_of_a_run_whose_config_is_not_an_object(run, tmp_path, capsys, co
     (copy / "config.json").write_text(config, encoding="utf-8")
     assert main(["plot", "curves", "--run", str(copy), "--out", str(tmp_path / "c.png")]) == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert (
-        line
-        == f"error: {copy / 'config.json'}: not a run's config (expected an object with 'model' and 'train' objects)"
-    )
+    assert line == f"error: {copy / 'config.json'}: {says}"
     assert not (tmp_path / "c.png").exists()
 
 

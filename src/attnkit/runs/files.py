@@ -110,8 +110,18 @@ def check_run_dir(run_dir: str | Path) -> Path:
             f"{run_dir}: no {MANIFEST}, so its files cannot be checked: a run killed before its first "
             f"save (train it again) or a damaged one"
         )
-    manifest = read_json(manifest_path)
-    for name, expected in manifest.get("sha256", {}).items():
+    hashes = read_json(manifest_path).get("sha256")
+    if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
+        raise InputError(f'{manifest_path}: expected a "sha256" object of file names and hashes; a damaged run')
+    # What loading reads must be listed, or a manifest listing nothing would check nothing.
+    unlisted = [
+        name for name in (CONFIG, WEIGHTS, TOKENIZER, LABELS) if (run_dir / name).is_file() and name not in hashes
+    ]
+    if unlisted:
+        raise InputError(
+            f"{manifest_path}: does not list {', '.join(unlisted)}, so it cannot be checked; a damaged run"
+        )
+    for name, expected in hashes.items():
         path = run_dir / name
         if not path.is_file():
             raise InputError(f"{path}: listed in {MANIFEST} but missing")
@@ -120,16 +130,31 @@ def check_run_dir(run_dir: str | Path) -> Path:
     return run_dir
 
 
-def read_json(path: Path) -> dict:
+def read_json_value(path: Path) -> object:
+    """Whatever JSON value ``path`` holds; unreadable or not JSON, an ``InputError`` naming it."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InputError(f"{path}: cannot be read as JSON ({err})") from None
 
 
+def read_json(path: Path) -> dict:
+    """The JSON object ``path`` holds (a config, a manifest); another JSON value (``[1]``, ``null``) is an
+    ``InputError`` naming the file, not an AttributeError wherever a key is first looked up."""
+    value = read_json_value(path)
+    if not isinstance(value, dict):
+        raise InputError(f"{path}: expected a JSON object ({{...}}), found {_json_type(value)}")
+    return value
+
+
+def _json_type(value: object) -> str:
+    names = {list: "a list", str: "a string", bool: "true or false", int: "a number", float: "a number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
 def read_labels(path: Path) -> list[str]:
     """A classifier's label names in id order (``labels.json``)."""
-    labels: object = read_json(path)  # read_json says dict, but any JSON value can stand in the file
+    labels = read_json_value(path)
     if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
         raise InputError(f"{path}: expected a JSON list of label names")
     return labels

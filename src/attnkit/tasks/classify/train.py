@@ -204,7 +204,7 @@ def train_classifier(
         assert isinstance(train, list)
         labels = sorted({ex.label for ex in train})
     if run.saved is not None:
-        saved_labels = list(runs.read_json(run.path / runs.LABELS))  # written by this function: a list of names
+        saved_labels = runs.read_labels(run.path / runs.LABELS)
         if prepared is not None and saved_labels != labels:
             raise InputError(f"{prepared.directory}: labels {labels} differ from the run's {saved_labels}")
         labels = saved_labels
