@@ -136,6 +136,9 @@ def write(tmp_path: Path, text: str) -> Path:
         ("tie: [1, 2]\n", r"recipe.yaml:1: unknown config key 'tie'"),
         ("pooling: [mean]\n", r"recipe.yaml:1: config key 'pooling' takes one value"),
         ("d_model: abc\n", r"recipe.yaml:1: config key d_model='abc' is not a valid int"),
+        # a string key's choices (it lost the file and the line: checked when the config was built)
+        ("d_model: 64\ntokenizer: WORD\n", r"recipe.yaml:2: config key tokenizer='WORD'; expected one of word, bpe"),
+        ("norm: PRE\n", r"recipe.yaml:1: config key norm='PRE'; expected one of post, pre"),
         ("- d_model\n", r"recipe.yaml: expected a mapping of config keys"),
         ("d_model: [\n", r"recipe.yaml: not valid YAML"),
     ],

@@ -254,13 +254,23 @@ def test_stopped_and_resumed_is_bitwise_the_uninterrupted_run(tmp_path, stop_at,
         ("blank", "no text"),
         ("bad key", "config key 'pooling' does not apply to pretrain models (it is a classify key)"),
         ("bad value", "mask_prob=1.5"),
+        # the user's own number, <mask> counted in it (it said vocab_size=261 ... use vocab_size > 261 of 262)
+        (
+            "small bpe",
+            "config key vocab_size=262 leaves no room for bpe entries beyond the 5 special, 256 byte-fallback and 1 "
+            "<mask> tokens; use vocab_size > 262",
+        ),
     ],
 )
 def test_bad_input_is_one_error_line_and_writes_nothing(tmp_path, capsys, problem, message):
     text = tmp_path / "text.txt"
     if problem != "missing":
         text.write_text({"empty": "", "blank": "\n  \n"}.get(problem, "alpha bravo\n"))
-    extra = {"bad key": ["--set", "pooling=cls"], "bad value": ["--set", "mask_prob=1.5"]}.get(problem, [])
+    extra = {
+        "bad key": ["--set", "pooling=cls"],
+        "bad value": ["--set", "mask_prob=1.5"],
+        "small bpe": ["--set", "tokenizer=bpe", "vocab_size=262"],
+    }.get(problem, [])
     out = tmp_path / "run"
     code = main(["pretrain", "--text", str(text), "--out", str(out), "--quiet", *extra])
     err = capsys.readouterr().err.strip().splitlines()

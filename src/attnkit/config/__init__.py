@@ -13,6 +13,7 @@ The names below are importable from here (``from attnkit.config import Translato
 """
 
 from attnkit.config.bounds import (
+    BLEU_TOKENIZERS,
     BOUNDS,
     INT64_MAX,
     MAX_THREADS,
@@ -46,7 +47,6 @@ from attnkit.config.sources import (
     train_config_class,
 )
 from attnkit.config.training import (
-    BLEU_TOKENIZERS,
     FINE_TUNE_SETTABLE_MODEL_KEYS,
     FINE_TUNE_TRAIN_DEFAULTS,
     TASK_TRAIN_CONFIGS,

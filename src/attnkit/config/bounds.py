@@ -1,5 +1,5 @@
 """Which values each config key accepts: its field's type; for a number, a range (``BOUNDS``); for a string, one of
-its choices (``check_choice``).
+its choices (``CHOICES``).
 
 The values every number of a config may take, checked in one place (``check_fields``) for every config, however it
 was made: --set, a YAML file, a run directory's config.json, or Python. Each config's ``__post_init__`` calls it, so
@@ -109,7 +109,8 @@ def _has_type(value: object, kinds: tuple[type, ...]) -> bool:
 
 def check_fields(config: typing.Any) -> None:
     """Every field of ``config`` (a config dataclass) has its declared type; every number is finite and inside its
-    ``BOUNDS``. Called by each config's ``__post_init__``, so no config with a NaN or an absurd size can exist."""
+    ``BOUNDS``; every string key holds one of its ``CHOICES``. Called by each config's ``__post_init__``, so no
+    config with a NaN or an absurd size can exist."""
     kinds_of = field_types(type(config))
     for f in fields(config):
         key, value, kinds = f.name, getattr(config, f.name), kinds_of[f.name]
@@ -117,6 +118,7 @@ def check_fields(config: typing.Any) -> None:
             expected = " or ".join("None" if kind is type(None) else kind.__name__ for kind in kinds)
             raise InputError(f"config key {key}={value!r} is not a valid {expected}")
         check_number(key, value)
+        check_choice(key, value)
 
 
 def check_number(key: str, value: object) -> None:
@@ -136,7 +138,23 @@ def check_number(key: str, value: object) -> None:
         raise InputError(f"config key {key}={value} must be {bound}{why}")
 
 
-def check_choice(key: str, value: object, choices: tuple[str, ...]) -> None:
-    """The value set for config key ``key`` is one of ``choices`` (a string key: ``norm``, ``schedule``, ...)."""
-    if value not in choices:
-        raise InputError(f"config key {key}={value!r}; expected one of {', '.join(choices)}")
+BLEU_TOKENIZERS = ("13a", "ko-mecab", "ja-mecab", "zh", "intl", "char")  # sacreBLEU's tokenizers attnkit offers
+CHOICES: dict[str, tuple[str, ...]] = {  # the string keys, each with the values it takes
+    "norm": ("post", "pre"),
+    "positional": ("sinusoidal", "learned"),
+    "activation": ("relu", "gelu"),
+    "pooling": ("mean", "cls"),
+    "optimizer": ("adam", "adamw"),
+    "schedule": ("linear", "noam", "constant", "auto"),
+    "tokenizer": ("word", "bpe", "wordpiece"),
+    "pretokenize": ("none", "morphemes"),
+    "max_len_policy": ("truncate", "error"),
+    "precision": ("fp32", "bf16", "fp16"),
+    "bleu_tokenize": BLEU_TOKENIZERS,
+}
+
+
+def check_choice(key: str, value: object) -> None:
+    """The value set for config key ``key`` is one of its ``CHOICES`` (anything passes for a key without)."""
+    if key in CHOICES and value not in CHOICES[key]:
+        raise InputError(f"config key {key}={value!r}; expected one of {', '.join(CHOICES[key])}")

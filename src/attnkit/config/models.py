@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnkit.config.bounds import check_choice, check_fields
+from attnkit.config.bounds import check_fields
 from attnkit.errors import InputError
 
 
@@ -39,9 +39,6 @@ class TransformerConfig:
                 f"config: d_model={self.d_model} is not divisible by n_heads={self.n_heads} "
                 "(set d_head to decouple them)"
             )
-        check_choice("norm", self.norm, ("post", "pre"))
-        check_choice("positional", self.positional, ("sinusoidal", "learned"))
-        check_choice("activation", self.activation, ("relu", "gelu"))
 
 
 @dataclass(frozen=True)
@@ -52,10 +49,6 @@ class ClassifierConfig(TransformerConfig):
     pooling: str = "mean"  # "mean": masked mean over real tokens; "cls": the first token (a CLS token is prepended)
     n_token_types: int = 0  # BERT-family token-type (segment) embeddings; 0 = none, as in the paper
     embedding_norm: bool = False  # BERT-family LayerNorm after embeddings + positions
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("pooling", self.pooling, ("mean", "cls"))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import typing
 from dataclasses import fields
 from pathlib import Path
 
-from attnkit.config.bounds import check_number, field_types
+from attnkit.config.bounds import check_choice, check_number, field_types
 from attnkit.config.models import PRESET_ALIASES, TASK_PRESETS, ClassifierConfig, MaskedLMConfig
 from attnkit.config.training import TASK_TRAIN_CONFIGS, TrainConfig
 from attnkit.errors import InputError
@@ -131,6 +131,7 @@ def load_config_file(path: str | Path, task: str) -> dict[str, object]:
                 raise InputError(f"config key {key!r} takes one value, not a list or a mapping")
             data[key] = _check_value(model_cls if key in model_keys else train_cls, key, data[key])
             check_number(key, data[key])  # here, where the error can name the line
+            check_choice(key, data[key])
         except InputError as err:
             raise InputError(f"{where}: {err}") from None
     return {str(key): value for key, value in data.items()}

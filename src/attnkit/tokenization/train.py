@@ -13,7 +13,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from attnkit.errors import InputError
 from attnkit.tokenization import morphemes
-from attnkit.tokenization.bpe import train_bpe
+from attnkit.tokenization.bpe import BYTE_TOKENS, train_bpe
 from attnkit.tokenization.tokenizer import KINDS, SPECIAL_TOKENS, SpecialTokens, Tokenizer
 
 
@@ -26,6 +26,7 @@ def train_tokenizer(
     add_cls: bool = False,
     lowercase: bool | None = None,
     pretokenize: str = "none",
+    reserved: int = 0,
 ) -> Tokenizer:
     """Learn a vocabulary of at most ``vocab_size`` entries (special tokens included) from ``texts``.
 
@@ -36,6 +37,7 @@ def train_tokenizer(
         lowercase: default True for word and wordpiece, False for bpe (translation keeps case; a lower-cased bpe
             is not lossless).
         pretokenize: "morphemes" (word kind only): Korean morphemes are the units (``morphemes.py``).
+        reserved: ids of ``vocab_size`` kept for tokens the caller adds after training (pretraining's <mask>).
     """
     if kind not in KINDS:
         raise InputError(f"tokenizer kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -45,10 +47,16 @@ def train_tokenizer(
     if pretokenize != "none" and kind != "word":
         # WordPiece's own "##" continuation mark would collide with the attached-morpheme mark; BPE is lossless.
         raise InputError(f"config key pretokenize={pretokenize!r} applies to tokenizer=word, not {kind}")
-    if vocab_size <= len(SPECIAL_TOKENS):
+    fixed = {"special": len(SPECIAL_TOKENS), "byte-fallback": len(BYTE_TOKENS) if kind == "bpe" else 0}
+    fixed["<mask>" if reserved == 1 else "reserved"] = reserved
+    if vocab_size <= sum(fixed.values()):  # said in the user's own number (pretraining's <mask> counted in it)
+        counts = [f"{n} {name}" for name, n in fixed.items() if n]
+        what = ", ".join(counts[:-1]) + f" and {counts[-1]}" if len(counts) > 1 else counts[0]
         raise InputError(
-            f"config key vocab_size={vocab_size} leaves no room beyond the {len(SPECIAL_TOKENS)} special tokens"
+            f"config key vocab_size={vocab_size} leaves no room for {kind} entries beyond the {what} tokens; use "
+            f"vocab_size > {sum(fixed.values())}"
         )
+    vocab_size -= reserved
     if lowercase is None:
         lowercase = kind != "bpe"
     specials = list(SPECIAL_TOKENS)

@@ -142,7 +142,12 @@ def _tokenizer_for(texts: list[str], model_cfg: MaskedLMConfig, train_cfg: Pretr
     """A vocabulary learnt from the texts with a leading <cls> on every encoding (so that a classifier fine-tuned
     from this encoder can pool the first token), plus BERT's <mask> token as the last id."""
     tokenizer = train_tokenizer(
-        texts, kind=train_cfg.tokenizer, vocab_size=model_cfg.vocab_size - 1, min_freq=train_cfg.min_freq, add_cls=True
+        texts,
+        kind=train_cfg.tokenizer,
+        vocab_size=model_cfg.vocab_size,
+        min_freq=train_cfg.min_freq,
+        add_cls=True,
+        reserved=1,  # the <mask> added below
     )
     tokenizer.backend.add_special_tokens([MASK_TOKEN])
     return tokenizer
