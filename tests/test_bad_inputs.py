@@ -346,7 +346,7 @@ CASES = [
         "`long.tsv`: one text of 20 words",
         (*TRAIN, "--train", "long.tsv", "--epochs", "1", "--set", *TINY, "max_len=8"),
         0,
-        "train 4 / valid 4 (…), vocabulary …, labels ['negative', 'positive'], 1 truncated to 8 tokens",
+        "train 4 / valid 4 (…), vocabulary …, 2 labels: 'negative', 'positive', 1 truncated to 8 tokens",
         files={"long.tsv": GOOD_TSV.replace(b"loved it", b" ".join([b"loved"] * 20))},
     ),
     Case(

@@ -286,6 +286,27 @@ def test_a_text_with_two_labels_and_validation_texts_that_are_training_texts_are
     assert "warning:" not in capsys.readouterr().err
 
 
+def test_labels_that_differ_only_in_case_are_warned_of_and_a_class_count_error_names_the_file_and_labels(
+    tmp_path, capsys
+):
+    """ "Pos" beside "pos" trains as a class of its own, silently; and ``n_classes=1`` on three labels said "needs
+    exactly 2 labels; the training data has 3" with neither the file nor the labels that make the third."""
+    train = tmp_path / "train.tsv"
+    train.write_text("text\tlabel\ngood film\tpos\nbad film\tneg\ngreat\tPos\nawful\tneg\n", encoding="utf-8")
+    args = ["classify", "train", "--train", str(train), "--max-steps", "1", "--quiet", "--set", *TINY_SET]
+    assert main([*args, "--out", str(tmp_path / "run")]) == 0
+    warning = (
+        "warning: labels 'Pos' and 'pos' differ only in case or spaces: each is a class of its own; make them one "
+        "label in the data if they mean one class"
+    )
+    assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")] == [warning]
+    assert main([*args, "n_classes=1", "--out", str(tmp_path / "binary")]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: {train}: config key n_classes=1 (one binary logit) needs exactly 2 labels; the data has 3: 'Pos', "
+        "'neg', 'pos'"
+    )
+
+
 def test_train_names_the_file_of_a_text_too_long(tmp_path, capsys):
     valid = tmp_path / "valid.tsv"
     valid.write_text("text\tlabel\ngreat movie\tpositive\n" + "bad " * 20 + "\tnegative\n", encoding="utf-8")

@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any
 
+from attnkit.tasks.classify.data import some_labels
 from attnkit.training.events import Evaluated, Event, Planned, Prepared, Resumed, Skipped, Step, Stopped, Warned
 
 LINE_EVERY_SECONDS = 60.0  # without a terminal: a progress line at least this often, whatever the step count
@@ -37,7 +38,7 @@ class TrainingProgress:
         if isinstance(event, Warned):
             self._line(f"warning: {event.message}", always=True)
         elif isinstance(event, Prepared):
-            labels = f", labels {event.labels}" if event.labels else ""
+            labels = f", {len(event.labels)} labels: {some_labels(event.labels)}" if event.labels else ""
             cut = f", {event.truncated} truncated to {event.max_len} tokens" if event.truncated else ""
             self._line(
                 f"train {event.n_train} / valid {event.n_valid} ({event.valid_source}), vocabulary "

@@ -81,13 +81,38 @@ def resolve_classes(cfg: ClassifierConfig, labels: list[str], where: str = "trai
         return dataclasses.replace(cfg, n_classes=len(labels))
     if cfg.n_classes == 1 and len(labels) != 2:
         raise InputError(
-            f"config key n_classes=1 (one binary logit) needs exactly 2 labels; the training data has {len(labels)}"
+            f"{where}: config key n_classes=1 (one binary logit) needs exactly 2 labels; the data has "
+            f"{len(labels)}: {some_labels(labels)}"
         )
     if cfg.n_classes not in (1, len(labels)):
         raise InputError(
-            f"config key n_classes={cfg.n_classes} but the training data has {len(labels)} labels: {labels}"
+            f"{where}: config key n_classes={cfg.n_classes} but the data has {len(labels)} labels: "
+            f"{some_labels(labels)}"
         )
     return cfg
+
+
+def some_labels(labels: list[str], most: int = 10) -> str:
+    """The label names for a message: the first ``most``, and how many more."""
+    shown = ", ".join(repr(label) for label in labels[:most])
+    return shown + (f" and {len(labels) - most:,} more" if len(labels) > most else "")
+
+
+def lookalike_labels(labels: list[str]) -> str | None:
+    """What to warn of when two label names differ only in case or surrounding spaces ("Pos" and "pos"): each is a
+    class of its own, which is seldom what the data meant. None when no two do."""
+    by_form: dict[str, list[str]] = {}
+    for label in labels:
+        by_form.setdefault(label.strip().casefold(), []).append(label)
+    alike = [names for names in by_form.values() if len(names) > 1]
+    if not alike:
+        return None
+    pairs = "; ".join(" and ".join(repr(name) for name in names) for names in alike[:3])
+    more = f" (and {len(alike) - 3} more such groups)" if len(alike) > 3 else ""
+    return (
+        f"labels {pairs}{more} differ only in case or spaces: each is a class of its own; make them one label in "
+        "the data if they mean one class"
+    )
 
 
 def encode_examples(

@@ -28,6 +28,7 @@ from attnkit.tasks.classify.data import (
     conflicting_labels,
     encode_examples,
     hold_out_tenth,
+    lookalike_labels,
     prepared_examples,
     repeated_in_train,
     resolve_classes,
@@ -203,6 +204,8 @@ def train_classifier(
     else:
         assert isinstance(train, list)
         labels = sorted({ex.label for ex in train})
+        if note := lookalike_labels(labels):
+            on_event(Warned(note))
     if run.saved is not None:
         saved_labels = runs.read_labels(run.path / runs.LABELS)
         if prepared is not None and saved_labels != labels:
