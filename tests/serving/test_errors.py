@@ -176,7 +176,8 @@ def check(client, method, path, body, status, error_type, words, headers=None):
     if body is None:
         response = client.request(method, path, headers=headers)
     elif isinstance(body, Form):
-        response = client.request(method, path, content=body.encode(), headers={"content-type": FORM, **headers})
+        raw = body.encode("utf-8", "surrogateescape")  # "\udce9": the byte 0xe9, which is not UTF-8
+        response = client.request(method, path, content=raw, headers={"content-type": FORM, **headers})
     elif isinstance(body, (str, bytes)):
         raw = body.encode() if isinstance(body, str) else body
         response = client.request(method, path, content=raw, headers={"content-type": "application/json", **headers})
@@ -202,7 +203,8 @@ def test_malformed_request_to_a_translator(translator_client, case):
 
 KEY = "open sesame"  # conftest's keyed_translator_client has it
 # The same, to a translator whose server needs an API key: without it, or with a wrong one, every request but the
-# public ones is a 401 (before anything else is looked at); with it, the request is judged as usual.
+# public ones is a 401 (before anything else is looked at, but on /translate the size of the body that may carry
+# the key); with it, the request is judged as usual.
 KEYED_CASES = [
     ("POST", "/v1/translate", {"inputs": "a b"}, 401, "unauthorized", "this server needs an API key"),
     ("GET", "/info", None, 401, "unauthorized", "send Authorization: Bearer KEY"),
@@ -218,6 +220,16 @@ KEYED_CASES = [
     ("POST", "/translate", Form("q=a&api_key=no"), 401, "unauthorized", "missing or wrong API key"),
     ("POST", "/translate?q=a&api_key=no", None, 401, "unauthorized", "missing or wrong API key"),
     ("POST", "/translate", {"q": 5, "api_key": KEY}, 422, "invalid_request", "q"),
+    # The key is found in a body that is wrong otherwise, and the request is then judged as usual (issue: a 401).
+    ("POST", "/translate", Form("q=a&q=b&api_key=open+sesame"), 422, "invalid_request", "q: given more than once"),
+    ("POST", "/translate", Form("q=caf\udce9&api_key=open+sesame"), 422, "invalid_request", "form is not UTF-8"),
+    ("POST", "/translate", '{"q": "a", "api_key": "' + KEY + '",}', 422, "invalid_request", "malformed JSON"),
+    ("POST", "/translate", b'{"q": "caf\xe9", "api_key": "open sesame"}', 422, "invalid_request", "not UTF-8"),
+    ("POST", "/translate", Form("q=a&q=b&api_key=no"), 401, "unauthorized", "missing or wrong API key"),
+    # A body the server will not read for the key: refused as such (a key in the header is looked at first).
+    ("POST", "/translate", {"q": "x" * 1_000_000}, 413, "body_too_large", "over 1000000 bytes"),
+    ("POST", "/v1/translate", {"inputs": "x" * 1_000_000}, 401, "unauthorized", "needs an API key"),
+    ("POST", "/translate", '{"q": "a", "api_key": "no",}', 401, "unauthorized", "missing or wrong API key"),
     ("POST", "/translate", Form("alternatives=1&api_key=open+sesame"), 422, "invalid_request", "q: Field required"),
     (
         "POST",

@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-
-from attnkit.serving.schemas import form_fields
+import re
+from urllib.parse import unquote_to_bytes
 
 PUBLIC = ("/health", "/ready", "/metrics", "/", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
 
@@ -47,15 +47,37 @@ def bearer_token(headers: list[tuple[bytes, bytes]]) -> bytes | None:
 
 
 def libretranslate_key(json_body: bool, query: bytes, body: bytes) -> bytes | None:
-    """LibreTranslate's ``api_key`` field of a ``/translate`` request: from the JSON body, or from the form and the
-    query string. None where there is none, or the request cannot be read (it gets a 401, not a 422: a client
-    without the key learns nothing about its request)."""
+    """LibreTranslate's ``api_key`` field of a ``/translate`` request, or None where there is none. Read for the key
+    alone and leniently, so that whatever else is wrong with the request (a field given twice, malformed JSON, text
+    that is not UTF-8) is judged after the key: a client with the key is told what it is (422), one without it only
+    that the key is missing (401). Leniency lets no one in: a key found in the body is one the client sent.
+
+    JSON: the ``api_key`` of the parsed body, or where it does not parse, the first ``"api_key": "..."`` in it. A
+    form: the first ``api_key`` of the query string, else of the body (Flask's ``request.values.get``), as bytes."""
+    if not json_body:
+        return _form_key(query) or _form_key(body)
     try:
-        if json_body:
-            fields = json.loads(body)
-            key = fields.get("api_key") if isinstance(fields, dict) else None
-        else:
-            key = form_fields(query, body).get("api_key")
+        fields = json.loads(body)
     except (ValueError, RecursionError):  # malformed JSON, text that is not UTF-8, nesting past the parser's limit
-        return None
+        found = _JSON_KEY.search(body)
+        try:
+            fields = {"api_key": json.loads(found.group(1))} if found else None
+        except ValueError:
+            return None
+    key = fields.get("api_key") if isinstance(fields, dict) else None
     return key.encode("utf-8", "surrogatepass") if isinstance(key, str) else None
+
+
+# A JSON string value of a field named api_key; a literal "api_key" cannot occur inside another JSON string (its
+# quotes would be escaped there).
+_JSON_KEY = re.compile(rb'"api_key"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
+def _form_key(part: bytes) -> bytes | None:
+    """The first ``api_key`` field of a urlencoded ``part``, percent-decoded to bytes (no text decoding: the rest of
+    the form may be anything)."""
+    for pair in part.split(b"&"):
+        name, _, value = pair.partition(b"=")
+        if unquote_to_bytes(name.replace(b"+", b" ")) == b"api_key":
+            return unquote_to_bytes(value.replace(b"+", b" "))
+    return None

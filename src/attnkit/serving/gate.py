@@ -2,9 +2,12 @@
 the inference requests it answers itself.
 
 In order: the API key (401), the queue (an early 429), the body's size (413), then a valid request goes straight
-to its handler. Every response gets ``nosniff``, the playground's files a Content-Security-Policy. How long a
-request's head and body may take to arrive is the server's to enforce (``server.py``): a deadline per request here
-would cost more than the rest of Gate (an anyio or asyncio timeout: 30-50 us a request, measured).
+to its handler. LibreTranslate's ``/translate`` may carry its key in the body instead of the header: then the body
+is read first (so its size, 413, comes before the key), and the key is looked for in it before anything else.
+
+Every response gets ``nosniff``, the playground's files a Content-Security-Policy. How long a request's head and
+body may take to arrive is the server's to enforce (``server.py``): a deadline per request here would cost more
+than the rest of Gate (an anyio or asyncio timeout: 30-50 us a request, measured).
 """
 
 from __future__ import annotations
