@@ -186,6 +186,18 @@ def test_non_utf8_bytes_are_reported_at_their_line(tmp_path, line_end):
     assert_rejects(read_texts, write(tmp_path, "a.txt", b"ok\nok\nok\n\xff\n"), 4, "UTF-8")
 
 
+def test_blank_lines_at_the_end_of_a_table_are_no_rows_and_between_rows_an_error_at_the_first(tmp_path):
+    """An editor's trailing newlines were refused ("a.tsv:4: blank line"); two blank lines between rows name the
+    first."""
+    table = "text\tlabel\ngood\tpos\nbad\tneg\n\n  \n"
+    assert [(ex.text, ex.line) for ex in read_labeled(write(tmp_path, "a.tsv", table))] == [("good", 2), ("bad", 3)]
+    assert len(read_labeled(write(tmp_path, "a.csv", "text,label\ngood,pos\n\n\n"))) == 1
+    assert [p.line for p in read_parallel_tsv(write(tmp_path, "p.tsv", "a\tb\nc\td\n\n\r\n"))] == [1, 2]
+    assert_rejects(read_labeled, write(tmp_path, "a.tsv", "text\tlabel\ngood\tpos\n\n\nbad\tneg\n"), 3, "blank line")
+    assert_rejects(read_parallel_tsv, write(tmp_path, "p.tsv", "a\tb\n\n\nc\td\n"), 2, "blank line")
+    assert_rejects(read_parallel_tsv, write(tmp_path, "p.tsv", "source\ttarget\n\n"), 1, "only a header")
+
+
 def test_txt_blank_line(tmp_path):
     assert_rejects(read_texts, write(tmp_path, "a.txt", "one\n  \nthree\n"), 2, "blank line")
 

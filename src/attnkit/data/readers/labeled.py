@@ -68,16 +68,21 @@ def _csv_rows(path: Path) -> tuple[list[str], Rows]:
 
 def _table(path: Path, records: Rows, separated: str, header_example: str) -> tuple[list[str], Rows]:
     """The header (the first record) and the rest of a table's records, each checked as it is read: no blank
-    record, as many fields as the header."""
+    record between rows (blank lines at the end, an editor's trailing newlines, are no rows), as many fields as the
+    header."""
     first = next(records, None)
     if first is None or not any(field.strip() for field in first[1]):
         raise InputError(f"{path}:1: file is empty; expected a header {header_example}")
     header = [name.strip() for name in first[1]]
 
     def rows() -> Rows:
+        blank = None  # the first blank line since the last row
         for number, fields in records:
             if not any(field.strip() for field in fields):
-                raise InputError(f"{path}:{number}: blank line; every line after the header must be a row")
+                blank = blank or number
+                continue
+            if blank is not None:
+                raise InputError(f"{path}:{blank}: blank line; every line after the header must be a row")
             if len(fields) != len(header):
                 raise InputError(
                     f"{path}:{number}: expected {len(header)} {separated} fields as in the header, found {len(fields)}"

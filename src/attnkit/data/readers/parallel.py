@@ -27,16 +27,21 @@ _PAIR_HEADERS = {("source", "target"), ("src", "tgt")}  # compared lower-cased: 
 
 def iter_parallel_tsv(path: str | Path) -> Iterator[Pair]:
     """Stream ``source<TAB>target`` lines; a first line ``source<TAB>target`` (or ``src<TAB>tgt``, in any case)
-    is taken as a header and skipped."""
+    is taken as a header and skipped. Blank lines at the end (an editor's trailing newlines) are no pairs; one
+    between pairs is an error."""
     path = Path(path)
     n_lines = n_pairs = 0
+    blank = None  # the first blank line since the last pair
     for number, line in numbered_lines(path):
         n_lines = number
         fields = line.split("\t")
         if number == 1 and tuple(field.strip().lower() for field in fields) in _PAIR_HEADERS:
             continue
         if not line.strip():
-            raise InputError(f"{path}:{number}: blank line; expected source<TAB>target")
+            blank = blank or number
+            continue
+        if blank is not None:
+            raise InputError(f"{path}:{blank}: blank line; expected source<TAB>target")
         if len(fields) == 1:
             raise InputError(f"{path}:{number}: no tab; expected source<TAB>target")
         if len(fields) > 2:
