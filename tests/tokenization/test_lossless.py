@@ -66,9 +66,9 @@ def test_bpe_round_trips_any_text(bpe, text):
 def test_a_lone_surrogate_is_refused_naming_it(kind):
     tokenizer = train_tokenizer(KOREAN_ENGLISH, kind=kind, vocab_size=400, min_freq=1)
     for encode in (tokenizer.encode, tokenizer.tokens, lambda text: tokenizer.encode_batch(["ok", text])):
-        with pytest.raises(InputError, match=r"character 3 is a lone surrogate \(U\+D800\)"):
+        with pytest.raises(InputError, match=r"character 4 is a lone surrogate \(U\+D800\)"):
             encode("abc\ud800")
-    with pytest.raises(InputError, match=r"text 1: character 3 is a lone surrogate"):
+    with pytest.raises(InputError, match=r"text #2: character 4 is a lone surrogate"):  # counted from 1
         tokenizer.encode_batch(["ok", "abc\ud800"], max_tokens=8)  # a long text's head, then the rest
 
 

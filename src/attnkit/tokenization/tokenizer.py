@@ -220,7 +220,7 @@ def _refuse_lone_surrogates(texts: Iterable[str]) -> None:
         for i, char in enumerate(text):
             if "\ud800" <= char <= "\udfff":
                 raise InputError(
-                    f"text {n}: character {i} is a lone surrogate (U+{ord(char):04X}), not Unicode text "
+                    f"text #{n + 1}: character {i + 1} is a lone surrogate (U+{ord(char):04X}), not Unicode text "
                     "(read the input as UTF-8, or decode it with errors='replace')"
                 )
 
