@@ -448,3 +448,33 @@ def test_a_training_stopped_by_a_closed_pipe_does_not_exit_0(tmp_path):
     proc.stderr.readline()  # the data line: the run has started
     proc.stderr.close()
     assert proc.wait(timeout=300) == 141
+
+
+def test_sigterm_during_training_says_what_the_run_directory_keeps(tmp_path, capsys, monkeypatch):
+    """SIGTERM (a scheduler's preemption, ``kill``) ended a training with Python's silent exit 143: it is told as
+    Ctrl-C is, with the note of what ``--resume`` continues from, and exits 143; the handler before is restored."""
+    import os
+    import signal
+
+    from attnkit.cli import main
+    from attnkit.tasks.classify import ClassificationTask
+
+    examples = Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv"
+    run = tmp_path / "run"
+    collate, calls = ClassificationTask.collate, []
+
+    def terminate(self, indices):
+        calls.append(indices)
+        if len(calls) == 6:
+            os.kill(os.getpid(), signal.SIGTERM)  # delivered to the main thread at its next bytecode
+        return collate(self, indices)
+
+    monkeypatch.setattr(ClassificationTask, "collate", terminate)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["classify", "train", "--train", str(examples), "--out", str(run), "--quiet"]) == 143
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert capsys.readouterr().err.splitlines()[-2:] == [
+        "error: terminated",
+        f"note: {run} keeps the run as saved at step 4 of 80: the same train command with --resume continues from "
+        "there",
+    ]

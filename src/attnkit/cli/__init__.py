@@ -5,14 +5,20 @@ and prints its result. The library does the work and never prints. Library impor
 functions, so that parsing arguments (and ``--help``) does not import torch.
 
 Exit codes: 0 success; 2 bad usage or bad input, with one ``error:`` line on stderr naming the file and line or
-the key at fault; 1 anything unexpected (a bug: the traceback is shown).
+the key at fault; 1 a training that diverged (one ``error:`` line) or anything unexpected (a bug: the traceback is
+shown); 130 Ctrl-C and 143 SIGTERM (a train command then says what its run directory keeps); 141 a training whose
+output pipe closed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 from attnkit.cli import ablate, bench, classify, data, embed, export, params, plot, pretrain, runs, serve, translate
 from attnkit.cli.arguments import Parser
@@ -54,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             from attnkit.compat import check_torch
 
             check_torch()  # before anything is loaded: older torch has known weights_only unpickler holes
-        args.func(args)
+        with terminated_as_interrupted(training=getattr(args, "resume", None) is not None):
+            args.func(args)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -67,15 +74,38 @@ def main(argv: list[str] | None = None) -> int:
     except NonFiniteError as err:  # training diverged: say where, without a traceback
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as stop:
+        print(f"error: {'terminated' if isinstance(stop, Terminated) else 'interrupted'}", file=sys.stderr)
         out = getattr(args, "out", None)
         if out and getattr(args, "resume", None) is not None:  # a train command: say what its run directory keeps
             from attnkit.training.state import interrupted
 
             print(f"note: {interrupted(out)}", file=sys.stderr)
-        return 130
+        return 143 if isinstance(stop, Terminated) else 130
     return 0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during a training (a scheduler's preemption, ``kill``, torchrun stopping the other ranks), raised
+    where the process is, as Ctrl-C's KeyboardInterrupt is: the command says what the run directory keeps."""
+
+
+@contextlib.contextmanager
+def terminated_as_interrupted(training: bool) -> Iterator[None]:
+    """For a train command (``training``), SIGTERM raises ``Terminated`` while the block runs; the handler before
+    is restored after. Python's default for SIGTERM ends the process without a word (exit 143)."""
+    if not training or threading.current_thread() is not threading.main_thread():  # signals reach the main thread
+        yield
+        return
+
+    def terminate(signum, frame) -> None:
+        raise Terminated
+
+    before = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def library_notes() -> None:
