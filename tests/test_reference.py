@@ -220,7 +220,17 @@ def render_api() -> str:
         doc = (value.__doc__ or "").strip().split("\n\n")[0]
         path = "src/" + module.replace(".", "/") + ".py"
         lines.append(f"| `attnkit.{name}` | `{path}::{name}` | {_cell(doc)} |")
-    lines += ["", f"`attnkit.__version__` is `{attnkit.__version__}` ([changelog](../../CHANGELOG.md)).", ""]
+    lines += [
+        "",
+        "Errors are `attnkit.InputError` (bad input: a `ValueError`) and `attnkit.NonFiniteError` (a training that",
+        "diverged). Their messages and the warnings of a training are the command line's, and use its names, which",
+        "map one to one: `--out` is `out_dir=`, `--resume` is `resume=True`, `--init-from` is `init_from=` (a",
+        "translator) or `pretrained=attnkit.load_pretrained(...)` (a classifier), `--set KEY=VALUE`, `--max-steps`",
+        "and `--epochs` are the fields of `model_cfg` and `train_cfg` (`attnkit.load_config(task, KEY=VALUE)`).",
+        "",
+        f"`attnkit.__version__` is `{attnkit.__version__}` ([changelog](../../CHANGELOG.md)).",
+        "",
+    ]
     return "\n".join(lines)
 
 
