@@ -154,6 +154,9 @@ def test_the_training_entries_refuse_what_they_cannot_train_on_before_making_the
     for call, message in refused:
         with pytest.raises(InputError, match=message):
             call()
+    # where the examples were read from, when the caller says (the docstring promised it beside their lines)
+    with pytest.raises(InputError, match=r"^train item #2 \(mine.tsv:7\): empty text$"):
+        attnkit.train_classifier([example, attnkit.Example(" ", "neg", 7)], out_dir=out, train_file="mine.tsv")
     wrong_configs = [
         (lambda: classify([example], cfgs=tr_cfgs), "model_cfg is a TranslatorConfig, not a ClassifierConfig"),
         (lambda: classify([example], cfgs=(cls_cfgs[0], tr_cfgs[1])), "train_cfg is a TranslatorTrainConfig, not"),

@@ -43,12 +43,15 @@ def check_texts(texts: Iterable[str], each: str = "input text #{}") -> list[str]
     return listed
 
 
-def check_records(records: Iterable[T], kind: type[T], what: str, *, reader: str, empty_ok: bool = False) -> list[T]:
+def check_records(
+    records: Iterable[T], kind: type[T], what: str, *, reader: str, empty_ok: bool = False, file: str | None = None
+) -> list[T]:
     """``records`` as a list of ``kind`` (the ``Example`` or ``Pair`` rows that the function ``reader`` reads from a
     file), else an ``InputError`` naming the argument ``what`` and the first item of another type (counted from 1),
     or whose text fields (a dataclass's ``str`` fields: text and label, source and target) are not strings or are
-    blank, as ``reader`` refuses them in a file. One string, such as a file's path, is refused, not read as a list
-    of its characters; so is an empty list, unless ``empty_ok``."""
+    blank, as ``reader`` refuses them in a file; with ``file`` (where the records were read), such an item's line
+    of it too. One string, such as a file's path, is refused, not read as a list of its characters; so is an empty
+    list, unless ``empty_ok``."""
     _refuse_non_list(records, f"{kind.__name__}s", what=f"{what}: ", one_string=f"read the file with {reader}(path)")
     listed: list[T] = list(records)
     if not listed and not empty_ok:
@@ -59,15 +62,17 @@ def check_records(records: Iterable[T], kind: type[T], what: str, *, reader: str
                 f"{what} item #{i} is of type {type(record).__name__}, not {kind.__name__} ({reader} reads them "
                 "from a file)"
             )
+        line = getattr(record, "line", None)
+        item = f"{what} item #{i}" + (f" ({file}:{line})" if file not in (None, what) and isinstance(line, int) else "")
         for field in dataclasses.fields(record):  # type: ignore[arg-type]
             value = getattr(record, field.name)
             if field.type not in ("str", str):
                 continue
             if not isinstance(value, str):
                 raise InputError(
-                    f"{what} item #{i}: its {field.name} is of type {type(value).__name__}, not a string"
+                    f"{item}: its {field.name} is of type {type(value).__name__}, not a string"
                     + (f" (labels are names: str({value!r}))" if field.name == "label" else "")
                 )
             if not value.strip():
-                raise InputError(f"{what} item #{i}: empty {field.name}")
+                raise InputError(f"{item}: empty {field.name}")
     return listed

@@ -164,9 +164,11 @@ def train_classifier(
     train_cfg = fine_tuning_train_config(pretrained, train_cfg)
     model_cfg, train_cfg = check_task_configs("classify", model_cfg, train_cfg)
     if not isinstance(train, PreparedCorpus):  # checked before the run directory is made
-        train = check_records(train, Example, "train", reader="attnkit.read_labeled")
+        train = check_records(train, Example, "train", reader="attnkit.read_labeled", file=train_file)
         if valid is not None:
-            valid = check_records(valid, Example, "valid", reader="attnkit.read_labeled", empty_ok=True)
+            valid = check_records(
+                valid, Example, "valid", reader="attnkit.read_labeled", empty_ok=True, file=valid_file
+            )
     context = context or TrainContext()
     check_where(context, train_cfg.precision)
     run = open_run(out_dir, resume, context, on_event, task="classify")
