@@ -174,7 +174,7 @@ def holds_run_lock(train: F) -> F:
     """A train function (``out_dir=``, ``context=``, ``on_event=`` keywords) that holds the lock of its run directory
     for the whole training (``runs.run_lock``; rank 0 of a data-parallel run alone writes it, and alone takes it):
     a second training into the same directory is refused at once, naming this one, and a training refused before
-    it wrote anything leaves no directory behind. The lock is the process's: a caller that holds it already (a
+    it wrote anything leaves no directory behind. The lock nests within a thread: a caller that holds it already (a
     train command, which checks ``--resume`` under it) is not refused by its own training."""
 
     @functools.wraps(train)
