@@ -152,9 +152,10 @@ def serve_client():
 
 @pytest.fixture(scope="session")
 def live_server():
-    """A factory: ``with live_server(model_dir, http=None, **limits) as port:`` runs ``attnkit serve``'s HTTP server
-    (uvicorn with the guards of ``serving/server.py``; ``http``: its protocol class) in a thread, on a port of its
-    own on 127.0.0.1, with the model in a thread of the same process; stopped at the block's end."""
+    """A factory: ``with live_server(model_dir, http=None, app=None, **limits) as port:`` runs ``attnkit serve``'s
+    HTTP server (uvicorn with the guards of ``serving/server.py``; ``http``: its protocol class) in a thread, on a
+    port of its own on 127.0.0.1, with the model in a thread of the same process (or ``app``, made with the same
+    limits); stopped at the block's end."""
     import socket
     import threading
     import time
@@ -167,8 +168,8 @@ def live_server():
     from attnkit.serving.server import make_server
 
     @contextmanager
-    def make(model_dir: Path, http: type | None = None, **limits):
-        app = create_app(load_model(model_dir), Limits(**limits))
+    def make(model_dir: Path, http: type | None = None, app=None, **limits):
+        app = app or create_app(load_model(model_dir), Limits(**limits))
         listener = socket.socket()
         listener.bind(("127.0.0.1", 0))
         port = listener.getsockname()[1]

@@ -1,20 +1,36 @@
-"""Back-pressure and timeouts over HTTP semantics (in-process): with the worker held and the queue full, every
-request beyond the limit gets 429 with Retry-After at once, and the accepted ones finish; a request not answered
-in time gets 504."""
+"""Back-pressure and timeouts over HTTP semantics: with the worker held and the queue full, every request beyond the
+limit gets 429 with Retry-After at once, and the accepted ones finish; a request not answered in time gets 504; a
+request that gave up (504, or its client closed the connection) leaves the queue at once and never runs."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+
+import pytest
 
 from attnkit.serving.app import create_app
 from attnkit.serving.limits import Limits
 from attnkit.serving.models import ClassifierModel, load_model
+from attnkit.serving.server import GuardedH11Protocol, protocol_class
+
+PROTOCOLS = [
+    pytest.param(GuardedH11Protocol, id="h11"),
+    pytest.param(
+        protocol_class(),
+        id="httptools",
+        marks=pytest.mark.skipif(protocol_class() is GuardedH11Protocol, reason="httptools is not installed"),
+    ),
+]
+STATUS_499 = 'attnkit_requests_total{endpoint="/v1/classify",status="499"}'
 
 
-def held_app(model_dir, **limits):
-    """An app whose classifier waits for ``gate`` before each batch (so requests pile up), and signals ``entered``."""
+def held_app(model_dir, calls: list | None = None, **limits):
+    """An app whose classifier waits for ``gate`` before each batch (so requests pile up), and signals ``entered``;
+    each batch's inputs are appended to ``calls``."""
     model = load_model(model_dir)
     assert isinstance(model, ClassifierModel)
     gate, entered = threading.Event(), threading.Event()
@@ -23,6 +39,8 @@ def held_app(model_dir, **limits):
     def held(seqs):
         entered.set()
         assert gate.wait(20)
+        if calls is not None:
+            calls.append(seqs)
         return classify(seqs)
 
     model.classify = held  # type: ignore[method-assign]
@@ -83,3 +101,83 @@ def test_a_request_not_answered_in_time_gets_504(classifier_dir):
         assert response.status_code == 504
         assert response.json() == {"error": "no answer within 0.2 s", "error_type": "timeout"}
         assert client.post("/v1/classify", json={"inputs": "good"}).status_code == 200  # the server carries on
+
+
+def wait_until(condition, within: float = 10.0) -> float:
+    """Seconds until ``condition()`` held (bounded: AssertionError after ``within``)."""
+    start = time.perf_counter()
+    while not condition():
+        assert time.perf_counter() - start < within, "the condition did not hold in time"
+        time.sleep(0.005)
+    return time.perf_counter() - start
+
+
+def test_a_request_that_timed_out_leaves_the_queue_at_once(classifier_dir):
+    """Before, a 504 kept its place in the queue until the worker next took from it: with the worker busy, a queue
+    of abandoned requests answered everyone 429."""
+    from fastapi.testclient import TestClient
+
+    calls: list = []
+    app, gate, entered = held_app(classifier_dir, calls, timeout_s=0.3, max_queue=1)
+    gate.set()
+    with TestClient(app) as client:
+        wait_until(lambda: client.get("/ready").status_code == 200, 60)
+        gate.clear()
+        entered.clear()
+        calls.clear()
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(client.post, "/v1/classify", json={"inputs": "good"})  # held by the worker
+            assert entered.wait(10)
+            assert client.post("/v1/classify", json={"inputs": "bad"}).status_code == 504  # queued, then gave up
+            assert app.state.batcher.queue_size() == 0
+            third = pool.submit(client.post, "/v1/classify", json={"inputs": "fine film"})  # not 429: room
+            wait_until(lambda: app.state.batcher.queue_size() == 1)
+            gate.set()
+            assert third.result().status_code == 200
+            assert first.result().status_code == 504  # it ran on, held, past its 0.3 s
+    tokens = [len(seqs) for seqs in calls]
+    assert tokens == [1, 1], calls  # the held request, then the third: the one that timed out never ran
+
+
+def metric(port: int, line: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        for row in response.read().decode().splitlines():
+            if row.startswith(line + " "):
+                return float(row.split()[-1])
+    return 0.0
+
+
+CLASSIFY = (
+    b"POST /v1/classify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 20\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_request_whose_client_hung_up_leaves_the_queue_at_once_and_is_counted_499(
+    classifier_dir, live_server, protocol
+):
+    """Before, it stayed queued until --timeout, ran if the worker got to it first, and /metrics counted it 504."""
+    calls: list = []
+    limits = {"timeout_s": 30, "max_queue": 2}
+    app, gate, entered = held_app(classifier_dir, calls, **limits)
+    gate.set()  # the warm-up
+    with live_server(classifier_dir, http=protocol, app=app, **limits) as port:
+        gate.clear()
+        entered.clear()
+        calls.clear()
+        with ThreadPoolExecutor(1) as pool:
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/classify", b'{"inputs": "good"}', {"Content-Type": "application/json"}
+            )
+            first = pool.submit(urllib.request.urlopen, request, timeout=30)  # held by the worker
+            assert entered.wait(10)
+            for _ in range(2):
+                with socket.create_connection(("127.0.0.1", port)) as sock:
+                    sock.sendall(CLASSIFY + b'{"inputs": "a b c"} ')
+                    wait_until(lambda: app.state.batcher.queue_size() == 1)
+            # Both clients have closed their connections: their requests leave the queue, long before --timeout.
+            wait_until(lambda: app.state.batcher.queue_size() == 0, 5)
+            wait_until(lambda: metric(port, STATUS_499) == 2, 5)
+            gate.set()
+            assert first.result().status == 200
+    assert [len(seqs) for seqs in calls] == [1], calls  # only the held request ran

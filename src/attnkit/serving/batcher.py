@@ -8,7 +8,9 @@ parameters, never share a batch: the head of the queue picks the group, and the 
 
 Back-pressure: ``submit`` refuses at once (``QueueFull``) when ``max_queue`` requests are waiting, so a client
 learns in microseconds that it should retry, and the queue (memory, latency) stays bounded. A request that is not
-answered within ``timeout_s`` fails with ``asyncio.TimeoutError``; if it was still queued, the worker skips it.
+answered within ``timeout_s`` fails with ``asyncio.TimeoutError``, and one whose handler is cancelled (its client
+went away: ``server.py``) with ``CancelledError``; either leaves the queue at once, so that it neither holds a place
+of ``max_queue`` nor runs.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class Draining(Exception):
     """The server is shutting down and takes no new work: answer 503."""
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: the queue removes the one job that gave up
 class Job:
     """One request: its inputs (token ids) and the future its handler awaits."""
 
@@ -135,8 +137,11 @@ class Batcher:
         try:
             return await asyncio.wait_for(asyncio.shield(job.future), timeout_s)
         finally:
-            if not job.future.done():
-                job.future.cancel()  # timed out or the client left: the worker skips it if still queued
+            if not job.future.done():  # timed out, or the client left: out of the queue (the worker may have it)
+                with self._cond:  # with the worker's lock, so that the worker never takes a job that gave up
+                    job.future.cancel()
+                    if job in self._queue:
+                        self._queue.remove(job)  # O(queue), at most max_queue
 
     def drain(self) -> None:
         """Refuse new work; what is queued still runs."""
@@ -154,10 +159,8 @@ class Batcher:
     # -- worker side -----------------------------------------------------------------------------------------------
 
     def _take(self) -> list[Job]:
-        """The next batch: the oldest live job, then later jobs of its group while the padded-token budget and the
+        """The next batch: the oldest job, then later jobs of its group while the padded-token budget and the
         input count allow (always at least the oldest, however big)."""
-        while self._queue and self._queue[0].future.done():  # cancelled while queued (timeout, client gone)
-            self._queue.popleft()
         if not self._queue:
             return []
         head = self._queue.popleft()
@@ -167,8 +170,6 @@ class Batcher:
         kept: deque[Job] = deque()
         while self._queue:
             job = self._queue.popleft()
-            if job.future.done():
-                continue
             new_longest, new_count = max(longest, job.longest), count + len(job.seqs)
             if (
                 job.group == head.group

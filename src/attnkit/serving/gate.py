@@ -12,6 +12,7 @@ than the rest of Gate (an anyio or asyncio timeout: 30-50 us a request, measured
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -51,6 +52,9 @@ PLAYGROUND_CSP = (
     "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
 NOSNIFF = (b"x-content-type-options", b"nosniff")
+# In a request's ASGI scope: Gate puts the request's task there, and the server (``server.py``) cancels it, marking
+# the scope, when the client closes the connection before the answer began.
+REQUEST_TASK, CLIENT_GONE = "attnkit.task", "attnkit.client_gone"
 PAGE_HEADERS = [NOSNIFF, (b"content-security-policy", PLAYGROUND_CSP.encode())]
 
 
@@ -98,6 +102,7 @@ class Gate:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         start = time.perf_counter()
+        scope[REQUEST_TASK] = asyncio.current_task()
         path = scope["path"]
         endpoint = path if path in ENDPOINTS else ("/static" if path.startswith("/static/") else "other")
         extra_headers = PAGE_HEADERS if endpoint in ("/", "/static") else [NOSNIFF]
@@ -149,6 +154,10 @@ class Gate:
                 return await receive()
 
             await self.app(scope, replay, send_counted)
+        except asyncio.CancelledError:
+            if not scope.get(CLIENT_GONE):
+                raise
+            status = 499  # the server cancelled it: its client went away (the task ends here, answering nobody)
         finally:
             self.metrics.requests.labels(endpoint, str(status)).inc()
             self.metrics.request_seconds.labels(endpoint, str(status)).observe(time.perf_counter() - start)

@@ -14,6 +14,9 @@ text/plain 503 and closes none of them. So this module adds, in a subclass of uv
 - a cap on open connections (``Limits.max_connections``): past it the connection that has waited longest for a
   head is closed (as nginx reuses idle connections when it runs out), and only when every connection has a
   request in hand does the new one get 503;
+- a request whose client closes the connection before its answer begins is cancelled (uvicorn lets it run to the
+  end, answering nobody): a queued inference request leaves the queue at once (``batcher.py``), and ``Gate``
+  counts it 499;
 - a head still incomplete after ``MAX_HEAD_BYTES`` (h11 refuses any head over it; httptools has no limit, and
   parses a longer head that arrives whole, in one read of at most 256 KiB) and malformed requests get the API's
   JSON error, not uvicorn's text/plain 400.
@@ -37,6 +40,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from attnkit.errors import InputError
 from attnkit.serving.batcher import Batcher
+from attnkit.serving.gate import CLIENT_GONE, REQUEST_TASK
 from attnkit.serving.limits import Limits
 
 # The most bytes of a request head (request line and headers) held while it is incomplete: h11's default, given to
@@ -90,6 +94,15 @@ class _Guarded:
         self._follow_cycle()
         if in_head and self.phase == "head" and self._head_bytes > MAX_HEAD_BYTES:
             self._answer_and_close(400, "invalid_http", f"the request's head is over {MAX_HEAD_BYTES} bytes")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        cycle = self.cycle
+        super().connection_lost(exc)  # type: ignore[misc]
+        # A request in hand whose answer has not begun: nobody will read it. Gate has put its task in the scope.
+        task = cycle.scope.get(REQUEST_TASK) if cycle is not None and not cycle.response_started else None
+        if task is not None:
+            cycle.scope[CLIENT_GONE] = True  # how Gate tells this cancellation from any other
+            task.cancel()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
