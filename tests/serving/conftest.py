@@ -195,6 +195,24 @@ def live_server():
     return make
 
 
+def _protocols() -> list:
+    """uvicorn's two HTTP/1.1 protocols with ``server.py``'s guards: h11, and httptools where it is installed
+    (``uvicorn[standard]``, what ``attnkit[serve]`` installs and ``attnkit serve`` picks)."""
+    try:
+        from attnkit.serving.server import GuardedH11Protocol, protocol_class
+    except ImportError:  # no serve extra: nothing here is collected
+        return []
+    missing = protocol_class() is GuardedH11Protocol
+    skip = pytest.mark.skipif(missing, reason="httptools is not installed (uvicorn[standard] has it)")
+    return [pytest.param(GuardedH11Protocol, id="h11"), pytest.param(protocol_class(), id="httptools", marks=skip)]
+
+
+@pytest.fixture(scope="module", params=_protocols())
+def http_protocol(request) -> type:
+    """Each of uvicorn's HTTP/1.1 protocols in turn (``live_server``'s ``http``)."""
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def classifier_client(classifier_dir):
     with client_for(classifier_dir) as client:

@@ -10,21 +10,10 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
 from attnkit.serving.app import create_app
 from attnkit.serving.limits import Limits
 from attnkit.serving.models import ClassifierModel, load_model
-from attnkit.serving.server import GuardedH11Protocol, protocol_class
 
-PROTOCOLS = [
-    pytest.param(GuardedH11Protocol, id="h11"),
-    pytest.param(
-        protocol_class(),
-        id="httptools",
-        marks=pytest.mark.skipif(protocol_class() is GuardedH11Protocol, reason="httptools is not installed"),
-    ),
-]
 STATUS_499 = 'attnkit_requests_total{endpoint="/v1/classify",status="499"}'
 
 
@@ -152,16 +141,15 @@ CLASSIFY = (
 )
 
 
-@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_request_whose_client_hung_up_leaves_the_queue_at_once_and_is_counted_499(
-    classifier_dir, live_server, protocol
+    classifier_dir, live_server, http_protocol
 ):
     """Before, it stayed queued until --timeout, ran if the worker got to it first, and /metrics counted it 504."""
     calls: list = []
     limits = {"timeout_s": 30, "max_queue": 2}
     app, gate, entered = held_app(classifier_dir, calls, **limits)
     gate.set()  # the warm-up
-    with live_server(classifier_dir, http=protocol, app=app, **limits) as port:
+    with live_server(classifier_dir, http=http_protocol, app=app, **limits) as port:
         gate.clear()
         entered.clear()
         calls.clear()

@@ -30,6 +30,7 @@ import asyncio
 import errno
 import json
 import math
+import re
 import socket
 from http import HTTPStatus
 from typing import Any
@@ -113,6 +114,10 @@ class _Guarded:
         elif self.phase is None and self.cycle.response_complete:
             self._expect_head()
 
+    def _unsupported_upgrade_warning(self) -> None:
+        """uvicorn logs two warnings for each request with an Upgrade header it does not take (any client could
+        fill the log): the header is ignored instead (RFC 9110 §7.8), and the request answered."""
+
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request its parser refuses (malformed, or a head over ``MAX_HEAD_BYTES``)."""
         self._answer_and_close(
@@ -187,9 +192,28 @@ def protocol_class() -> type:
         return GuardedH11Protocol
 
     class GuardedHttpToolsProtocol(_Guarded, HttpToolsProtocol):
-        pass
+        def data_received(self, data: bytes) -> None:
+            super().data_received(without_upgrade(data) if self.phase == "head" else data)
 
     return GuardedHttpToolsProtocol
+
+
+# An Upgrade header's name at the start of a header line.
+_UPGRADE = re.compile(rb"\r\nupgrade:", re.IGNORECASE)
+
+
+def without_upgrade(data: bytes) -> bytes:
+    """``data`` (the start of a request, or more of its head) with its Upgrade header renamed ``X-Ignored-Upgrade``,
+    so that httptools reads the request as any other. Its parser (llhttp) takes a request with ``Connection:
+    Upgrade`` and an Upgrade header as the last of HTTP/1.1 on the connection and skips its body: ``curl --http2``
+    on plain http (``Upgrade: h2c``) got a 422 without a body, and uvicorn logged two warnings a request. The server
+    has no other protocol (no WebSocket route), and RFC 9110 §7.8 lets it ignore Upgrade. Only the head is looked
+    at, and only a header line whole within ``data``: one split across two reads still loses its body."""
+    end = data.find(b"\r\n\r\n")
+    end = len(data) if end < 0 else end + 2
+    if _UPGRADE.search(data, 0, end) is None:  # the common case: one scan of the head
+        return data
+    return _UPGRADE.sub(b"\r\nx-ignored-upgrade:", data[:end]) + data[end:]
 
 
 class GuardedConfig(uvicorn.Config):
