@@ -262,6 +262,23 @@ def test_the_table_covers_at_least_30_malformed_requests():
     assert len(CLASSIFIER_CASES) + len(TRANSLATOR_CASES) >= 30
 
 
+@pytest.mark.parametrize(
+    "client, path, body, words",
+    [
+        ("classifier_client", "/v1/embeddings", {"input": "good " * 40}, "input has 40 tokens; the limit is 32"),
+        ("classifier_client", "/v1/embeddings", {"input": LONG}, "input has 10001 characters; at most 10000"),
+        ("classifier_client", "/v1/attention", {"inputs": LONG}, "inputs has 10001 characters; at most 10000"),
+        ("translator_client", "/translate", {"q": "a " * 40}, "q has 41 tokens; the limit is 32"),
+        ("translator_client", "/translate", {"q": ["a", LONG]}, "q[1] has 10001 characters; at most 10000"),
+    ],
+)
+def test_an_over_long_text_for_an_endpoint_without_truncate_is_not_told_to_send_it(request, client, path, body, words):
+    """OpenAI's and LibreTranslate's shapes have no truncate field (theirs refuse over-long texts too), and
+    /v1/attention's cap is fixed: a hint to send "truncate": true would get the same answer (before, it was given)."""
+    response = request.getfixturevalue(client).post(path, json=body)
+    assert response.status_code == 422 and response.json() == {"error": words, "error_type": "input_too_long"}
+
+
 def test_truncate_allows_an_over_long_text(classifier_client):
     response = classifier_client.post("/v1/classify", json={"inputs": LONG[:20_000], "truncate": True})
     assert response.status_code == 200 and response.json()["results"][0]["truncated"]

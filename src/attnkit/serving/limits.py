@@ -41,7 +41,7 @@ MAX_BEAM = 16
 def encode_inputs(
     m: ServedModel,
     inputs: str | list[str],
-    truncate: bool,
+    truncate: bool | None,
     limits: Limits,
     *,
     field: str = "inputs",
@@ -49,7 +49,9 @@ def encode_inputs(
 ) -> tuple[list[str], list[list[int]], list[bool]]:
     """The texts of ``inputs`` (one string or a list, named ``field`` in errors), their token ids and whether each
     was cut: over-long inputs are cut with ``truncate``, refused (422) without it or when ``max_tokens`` caps them;
-    empty inputs and too many of them are refused (422, 413)."""
+    empty inputs and too many of them are refused (422, 413). ``truncate`` None: the endpoint has no such field
+    (OpenAI's and LibreTranslate's shapes, /v1/attention), so its refusals do not tell the client to send it."""
+    hint = ' (send "truncate": true to cut it)' if truncate is not None and max_tokens is None else ""
     texts = [inputs] if isinstance(inputs, str) else list(inputs)
     if not texts:
         raise ApiError(422, "invalid_request", f"{field}: give at least one text")
@@ -64,16 +66,12 @@ def encode_inputs(
         was_cut = False
         if len(text) > limits.max_chars:
             if not truncate:
-                raise ApiError(
-                    422,
-                    "input_too_long",
-                    f'{where} has {len(text)} characters; at most {limits.max_chars} (send "truncate": true to cut it)',
-                )
+                message = f"{where} has {len(text)} characters; at most {limits.max_chars}{hint}"
+                raise ApiError(422, "input_too_long", message)
             text, was_cut = text[: limits.max_chars], True
         ids = m.token_ids(text)
         if len(ids) > cap:
             if not truncate or max_tokens is not None:
-                hint = "" if max_tokens is not None else ' (send "truncate": true to cut it)'
                 raise ApiError(422, "input_too_long", f"{where} has {len(ids)} tokens; the limit is {cap}{hint}")
             ids, was_cut = m.truncate(ids), True
         texts[i] = text

@@ -87,7 +87,7 @@ def add_task_routes(
     async def embeddings(body: EmbeddingsRequest):
         """OpenAI's embeddings shape (unit-length vectors, mean pooling); over-long inputs are refused."""
         m = served(("classifier", "embedder"))
-        _, seqs, _ = encode_inputs(m, body.input, False, limits, field="input")
+        _, seqs, _ = encode_inputs(m, body.input, None, limits, field="input")
         vectors = await infer(("embed", "mean", True), seqs)
         if body.dimensions is not None and body.dimensions != len(vectors[0]):
             raise ApiError(422, "invalid_request", f"dimensions: the model's vectors have {len(vectors[0])}")
@@ -154,7 +154,7 @@ def add_task_routes(
             )
         beam = max(DEFAULT_BEAM, body.alternatives + 1)
         check_beam(beam, body.alternatives + 1, limits)
-        _, seqs, _ = encode_inputs(m, body.q, False, limits, field="q")
+        _, seqs, _ = encode_inputs(m, body.q, None, limits, field="q")
         nbest = await infer(("translate", beam, 0.6, "gnmt", body.alternatives + 1), seqs)
         best = [cands[0].translation for cands in nbest]
         alts = [[c.translation for c in cands[1:]] for cands in nbest]
@@ -170,7 +170,7 @@ def add_task_routes(
         also decoder self- and cross-attention of its greedy translation (§3.2.3)."""
         m = served(("classifier", "embedder", "translator"))
         cap = min(limits.attention_max_tokens, m.max_len)
-        _, seqs, _ = encode_inputs(m, body.inputs, False, limits, max_tokens=cap)
+        _, seqs, _ = encode_inputs(m, body.inputs, None, limits, max_tokens=cap)
         maps = await infer(("attention",), seqs)  # one dict: an attention request has one input
         out = {
             "model": m.name,
