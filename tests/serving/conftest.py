@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import random
+import socket
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -211,6 +212,32 @@ def _protocols() -> list:
 def http_protocol(request) -> type:
     """Each of uvicorn's HTTP/1.1 protocols in turn (``live_server``'s ``http``)."""
     return request.param
+
+
+def _exchange(sock: socket.socket, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` and read one answer: status, headers (lower-case names) and body (bounded: 10 s a read)."""
+    sock.sendall(request)
+    sock.settimeout(10)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection closed after {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+    length = 0 if request.startswith(b"HEAD ") else int(headers.get("content-length", 0))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "the connection closed in the body"
+        body += chunk
+    return int(lines[0].split(" ")[1]), headers, body
+
+
+@pytest.fixture(scope="session")
+def exchange():
+    """``exchange(sock, request)``: send a raw HTTP/1.1 request and read one answer (status, headers, body)."""
+    return _exchange
 
 
 @pytest.fixture(scope="session")

@@ -169,3 +169,34 @@ def test_a_request_whose_client_hung_up_leaves_the_queue_at_once_and_is_counted_
             gate.set()
             assert first.result().status == 200
     assert [len(seqs) for seqs in calls] == [1], calls  # only the held request ran
+
+
+def test_an_early_429_before_the_body_arrived_says_that_the_connection_closes(
+    classifier_dir, live_server, http_protocol, exchange
+):
+    """The 429 of a full queue is answered before the body is read: where the body has not all come, the server
+    closes the connection after it, and the answer says so (before, it did not); where it has, the connection
+    stays open for the client's retry."""
+    app, gate, entered = held_app(classifier_dir, max_queue=1)
+    gate.set()  # the warm-up
+    with live_server(classifier_dir, http=http_protocol, app=app) as port:
+        gate.clear()
+        entered.clear()
+        with ThreadPoolExecutor(2) as pool, socket.create_connection(("127.0.0.1", port)) as queued:
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/classify", b'{"inputs": "good"}', {"Content-Type": "application/json"}
+            )
+            first = pool.submit(urllib.request.urlopen, request, timeout=30)  # held by the worker
+            assert entered.wait(10)
+            queued.sendall(CLASSIFY + b'{"inputs": "a b c"} ')
+            wait_until(lambda: app.state.batcher.queue_size() == 1)
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                status, headers, _ = exchange(sock, CLASSIFY)  # the head alone
+                assert (status, headers.get("connection")) == (429, "close")
+                assert sock.recv(65536) == b""  # closed
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                for _ in range(2):  # the same connection answers again
+                    status, headers, _ = exchange(sock, CLASSIFY + b'{"inputs": "a b c"} ')
+                    assert status == 429 and "connection" not in headers
+            gate.set()
+            assert first.result().status == 200

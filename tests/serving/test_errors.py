@@ -5,6 +5,8 @@ test_slow_clients.py."""
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 
 FORM = "application/x-www-form-urlencoded"
@@ -167,6 +169,44 @@ TRANSLATOR_CASES = [
     ),
     ("POST", "/translate?source=en", Form("q=a&source=de"), 422, "invalid_request", "source: given more than once"),
     ("POST", "/v1/classify", {"inputs": "a"}, 400, "wrong_model", "needs a classifier"),
+    # A body with a content coding, or a transfer coding other than chunked, is refused unread (before, gzip bytes
+    # got 422 "not UTF-8" and a br label on a plain body passed).
+    (
+        "POST",
+        "/v1/translate",
+        gzip.compress(b'{"inputs": "a"}'),
+        415,
+        "unsupported_encoding",
+        "Content-Encoding: gzip",
+        {"content-encoding": "gzip"},
+    ),
+    (
+        "POST",
+        "/v1/translate",
+        {"inputs": "a"},
+        415,
+        "unsupported_encoding",
+        "Content-Encoding: br is not",
+        {"content-encoding": "br"},
+    ),
+    (
+        "POST",
+        "/translate",
+        Form("q=a"),
+        415,
+        "unsupported_encoding",
+        "identity, deflate",
+        {"content-encoding": "identity, deflate"},
+    ),
+    (
+        "POST",
+        "/v1/translate",
+        {"inputs": "a"},
+        501,
+        "not_implemented",
+        "Transfer-Encoding: gzip, chunked",
+        {"transfer-encoding": "gzip, chunked"},
+    ),
     ("POST", "/v1/embed", {"inputs": "a"}, 400, "wrong_model", "needs a classifier or embedder"),
 ]
 

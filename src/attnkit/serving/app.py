@@ -112,6 +112,7 @@ def create_app(
         title="attnkit",
         version=__import__("attnkit").__version__,
         lifespan=lifespan,
+        redirect_slashes=False,  # /v1/classify/ is a 404 like any unknown path, not a redirect built from Host
         description="Classify, embed, translate and look at attention with a trained attnkit model.",
     )
     app.state.batcher, app.state.metrics, app.state.limits, app.state.serving = batcher, metrics, limits, state

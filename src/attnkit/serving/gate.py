@@ -1,9 +1,10 @@
 """The ASGI middleware in front of the whole app (``Gate``): what is checked before a request reaches FastAPI, and
 the inference requests it answers itself.
 
-In order: the API key (401), the queue (an early 429), the body's size (413), then a valid request goes straight
-to its handler. LibreTranslate's ``/translate`` may carry its key in the body instead of the header: then the body
-is read first (so its size, 413, comes before the key), and the key is looked for in it before anything else.
+In order: the API key (401), the queue (an early 429), the body's size and codings (413, 415, 501), then a valid
+request goes straight to its handler; HEAD is answered as GET, without the body. LibreTranslate's ``/translate``
+may carry its key in the body instead of the header: then the body is read first (so its size and codings come
+before the key), and the key is looked for in it before anything else.
 
 Every response gets ``nosniff``, the playground's files a Content-Security-Policy. How long a request's head and
 body may take to arrive is the server's to enforce (``server.py``): a deadline per request here would cost more
@@ -53,8 +54,9 @@ PLAYGROUND_CSP = (
 )
 NOSNIFF = (b"x-content-type-options", b"nosniff")
 # In a request's ASGI scope: Gate puts the request's task there, and the server (``server.py``) cancels it, marking
-# the scope, when the client closes the connection before the answer began.
-REQUEST_TASK, CLIENT_GONE = "attnkit.task", "attnkit.client_gone"
+# the scope, when the client closes the connection before the answer began. The server also marks a request whose
+# body has not all arrived: an answer then closes the connection (``server.py``), and says so.
+REQUEST_TASK, CLIENT_GONE, BODY_PENDING = "attnkit.task", "attnkit.client_gone", "attnkit.body_pending"
 PAGE_HEADERS = [NOSNIFF, (b"content-security-policy", PLAYGROUND_CSP.encode())]
 
 
@@ -107,21 +109,25 @@ class Gate:
         endpoint = path if path in ENDPOINTS else ("/static" if path.startswith("/static/") else "other")
         extra_headers = PAGE_HEADERS if endpoint in ("/", "/static") else [NOSNIFF]
         status = 500
+        head = scope["method"] == "HEAD"  # RFC 9110 §9.3.2: wherever GET is, HEAD is: the same answer, no body
+        app_scope = {**scope, "method": "GET"} if head else scope
 
         async def send_counted(message):
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message = {**message, "headers": [*message.get("headers", ()), *extra_headers]}
+            elif head:
+                message = {**message, "body": b""}
             await send(message)
 
         try:
             headers, key = scope["headers"], self.api_key
             key_sent = key is None or not needs_key(path) or key.matches(bearer_token(headers))
             if not key_sent and endpoint != "/translate":  # only LibreTranslate's shape carries a key in its body
-                return await _refuse_key(headers, endpoint)(scope, receive, send_counted)
+                return await _unread(scope, _refuse_key(headers, endpoint))(scope, receive, send_counted)
             if key_sent and (busy := self._busy(endpoint)) is not None:
-                return await busy(scope, receive, send_counted)
+                return await _unread(scope, busy)(scope, receive, send_counted)
             body = await self._read_body(headers, receive)
             if body is None:  # the client went away: counted as nginx counts it, "client closed request"
                 status = 499
@@ -153,7 +159,7 @@ class Gate:
                     return {"type": "http.request", "body": body, "more_body": False}
                 return await receive()
 
-            await self.app(scope, replay, send_counted)
+            await self.app(app_scope, replay, send_counted)
         except asyncio.CancelledError:
             if not scope.get(CLIENT_GONE):
                 raise
@@ -173,12 +179,16 @@ class Gate:
         return None
 
     async def _read_body(self, headers: list[tuple[bytes, bytes]], receive) -> bytes | Response | None:
-        """The whole body, or the 413 that refuses it, or None when the client disconnected (or the server, past
-        ``Limits.body_timeout_s``, disconnected it: ``server.py`` times the body). Bounded: stops at the limit."""
+        """The whole body, or the answer that refuses it unread (413, 415, 501), or None when the client
+        disconnected (or the server, past ``Limits.body_timeout_s``, disconnected it: ``server.py`` times the
+        body). Bounded: stops at the limit."""
         limit = self.limits.max_body_bytes
-        declared = dict(headers).get(b"content-length")
+        fields = dict(headers)
+        declared, coding = fields.get(b"content-length"), fields.get(b"transfer-encoding")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             return _too_large(limit)
+        if (declared not in (None, b"0") or coding is not None) and (refused := _refuse_codings(fields)):
+            return refused
         body, more = b"", True
         while more:
             message = await receive()
@@ -194,6 +204,32 @@ class Gate:
 def _too_large(limit: int) -> Response:
     """413, and the connection closes after it (the rest of the body is not read: ``server.py``)."""
     return error_response(413, "body_too_large", f"request body over {limit} bytes", {"Connection": "close"})
+
+
+def _refuse_codings(fields: dict[bytes, bytes]) -> Response | None:
+    """415 for a body with a content coding (RFC 9110 §8.4: gzip, br, ...; the server reads plain bodies only, and
+    before, a gzip body got 422 "not UTF-8" and a ``br`` label on a plain body passed), 501 for a transfer coding
+    other than chunked (RFC 9112 §6.1; h11 refuses those itself, with 400); None for neither. The body is not read,
+    and the connection closes after the answer."""
+    content = fields.get(b"content-encoding", b"identity").decode("latin-1")
+    if any(token.strip().lower() not in ("identity", "") for token in content.split(",")):
+        message = f"Content-Encoding: {content} is not accepted: send the body uncompressed"
+        return error_response(
+            415, "unsupported_encoding", message, {"Accept-Encoding": "identity", "Connection": "close"}
+        )
+    transfer = fields.get(b"transfer-encoding", b"chunked").decode("latin-1")
+    if any(token.strip().lower() != "chunked" for token in transfer.split(",")):
+        message = f"Transfer-Encoding: {transfer} is not implemented: send the body as it is, or chunked"
+        return error_response(501, "not_implemented", message, {"Connection": "close"})
+    return None
+
+
+def _unread(scope: dict, response: Response) -> Response:
+    """``response``, sent before the request's body was read: where the body has not all arrived, the server
+    closes the connection after it (``server.py``), and the response says so (``Connection: close``)."""
+    if scope.get(BODY_PENDING):
+        response.headers["Connection"] = "close"
+    return response
 
 
 def _refuse_key(headers: list[tuple[bytes, bytes]], endpoint: str) -> Response:

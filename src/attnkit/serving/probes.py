@@ -33,16 +33,13 @@ def add_probes(
     """Register the probes, ``/info`` and ``/metrics`` on ``app``. ``state``: ``create_app``'s record of the model
     (``model``, ``ready``, ``load_error``)."""
 
-    # HEAD: the probes of some load balancers. One route per method, so that each operation of the OpenAPI
-    # description has an operationId of its own (one route with two methods gives both the same id).
+    # HEAD (the probes of some load balancers) is answered wherever GET is, by Gate (``gate.py``).
     @app.get("/health")
-    @app.head("/health")
     async def health():
         """The process is alive (it may still be loading: see /ready)."""
         return {"status": "ok"}
 
     @app.get("/ready")
-    @app.head("/ready")
     async def ready():
         """200 once the model is loaded and warmed up; 503 before, on a failed load, and while shutting down."""
         if state["load_error"]:

@@ -41,7 +41,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from attnkit.errors import InputError
 from attnkit.serving.batcher import Batcher
-from attnkit.serving.gate import CLIENT_GONE, REQUEST_TASK
+from attnkit.serving.gate import BODY_PENDING, CLIENT_GONE, REQUEST_TASK
 from attnkit.serving.limits import Limits
 
 # The most bytes of a request head (request line and headers) held while it is incomplete: h11's default, given to
@@ -141,8 +141,11 @@ class _Guarded:
         if self.cycle is not self._last_cycle:
             self._last_cycle = self.cycle
             self.phase, self.since = ("body" if self.cycle.more_body else None), self.loop.time()
+            if self.phase == "body":  # an answer now closes the connection: Gate says so
+                self.cycle.scope[BODY_PENDING] = True
         elif self.phase == "body" and not self.cycle.more_body:
             self.phase = None
+            self.cycle.scope[BODY_PENDING] = False
 
     def _give_up_on_head(self, why: str = "") -> None:
         """408 (or, when not one byte of a head came, just the end of the connection), and close."""
