@@ -53,3 +53,26 @@ def test_key_comparison():
     assert bearer_token([(b"authorization", b"Basic abc")]) is None
     assert bearer_token([(b"authorization", b"Bearer a"), (b"authorization", b"Bearer b")]) == b"a"
     assert bearer_token([]) is None
+
+
+@pytest.mark.parametrize(
+    "key, words",
+    [
+        ("", "must not be empty or blank"),
+        (" ", "must not be empty or blank"),
+        ("ab\n", "a control character ('\\n' at character 2)"),  # before, a server no client could ever use
+        ("a\x00b", "a control character"),
+        ("a\tb", "a control character"),
+        ("a\x7fb", "a control character"),
+        (" ab", "begins or ends with a space"),
+        ("ab ", "begins or ends with a space"),
+        ("ab\udcff", "not UTF-8"),  # a byte of an environment variable that is not UTF-8
+    ],
+)
+def test_a_key_no_client_could_send_is_refused(key, words):
+    from attnkit.errors import InputError
+
+    with pytest.raises(InputError, match="^the API key: ") as refused:
+        ApiKey(key)
+    assert words in str(refused.value)
+    assert ApiKey("a b é").matches("a b é".encode())  # a space inside and UTF-8 are sent as they are

@@ -78,6 +78,16 @@ def test_the_key_from_the_option_or_the_environment(serve, monkeypatch):
     assert gate_key(serve()[2]) is None
 
 
+@pytest.mark.parametrize("key", ["ab\n", "ab ", "\tab"])
+def test_a_key_no_client_could_send_is_one_error_line(serve, monkeypatch, key):
+    """Before, the server started and answered every request 401."""
+    monkeypatch.setenv("ATTNKIT_API_KEY", key)
+    code, err, server = serve()
+    assert code == 2 and server is None
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: ") and "API key" in line, line
+
+
 def test_the_server_gets_the_deadlines_and_the_connection_limit(serve):
     code, _, server = serve("--header-timeout", "2.5", "--body-timeout", "7", "--max-connections", "100")
     limits = server.config.limits

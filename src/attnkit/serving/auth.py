@@ -15,6 +15,8 @@ import json
 import re
 from urllib.parse import unquote_to_bytes
 
+from attnkit.errors import InputError
+
 PUBLIC = ("/health", "/ready", "/metrics", "/", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
 
 
@@ -22,11 +24,31 @@ def needs_key(path: str) -> bool:
     return path not in PUBLIC and not path.startswith("/static/")
 
 
+def check_key(key: str, source: str = "the API key") -> str:
+    """``key`` if a client can send it, else an ``InputError`` naming ``source`` (the option or the environment
+    variable it came from). A key with a control character (``ATTNKIT_API_KEY=$'ab\\n'``: a newline ends an HTTP
+    header) or with spaces around it (an HTTP parser drops them from a header's value) would start a server that
+    answers every request 401."""
+    if not key.strip():
+        raise InputError(f"{source}: must not be empty or blank")
+    for i, char in enumerate(key):
+        if ord(char) < 0x20 or char == "\x7f":
+            raise InputError(
+                f"{source}: has a control character ({char!r} at character {i}), which no client can send "
+                "in an HTTP header"
+            )
+    if key != key.strip(" "):
+        raise InputError(f"{source}: begins or ends with a space, which HTTP drops from a header's value")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:  # bytes of an environment variable that are not UTF-8 (Python's surrogateescape)
+        raise InputError(f"{source}: is not UTF-8 text") from None
+    return key
+
+
 class ApiKey:
     def __init__(self, key: str):
-        if not key:
-            raise ValueError("an API key must not be empty")
-        self._digest = hashlib.sha256(key.encode()).digest()
+        self._digest = hashlib.sha256(check_key(key).encode("utf-8")).digest()
 
     def matches(self, candidate: bytes | None) -> bool:
         """Whether ``candidate`` is the key, in time that depends on neither (both are hashed to 32 bytes first, so
