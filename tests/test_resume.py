@@ -478,3 +478,22 @@ def test_sigterm_during_training_says_what_the_run_directory_keeps(tmp_path, cap
         f"note: {run} keeps the run as saved at step 4 of 80: the same train command with --resume continues from "
         "there",
     ]
+
+
+def test_resume_with_the_default_preset_is_refused_on_a_run_of_another_shape(tmp_path, capsys):
+    """``--preset default`` stands for the default shape, though it sets no key: on a ``tiny-binary`` run it was
+    silently ignored, while ``--preset tiny-binary`` on a default-shaped run was refused."""
+    from attnkit.cli import main
+
+    examples = str(Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv")
+    run = str(tmp_path / "run")
+    train = ["classify", "train", "--train", examples, "--out", run, "--quiet", "--set", "min_freq=1"]
+    assert main([*train, "--preset", "tiny-binary", "--max-steps", "2"]) == 0
+    capsys.readouterr()
+    assert main([*train, "--preset", "default", "--max-steps", "3", "--resume"]) == 2
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .startswith("error: --resume: d_model=128 differs from the run's saved d_model=32")
+    )
+    assert main([*train, "--preset", "tiny-binary", "--max-steps", "3", "--resume"]) == 0

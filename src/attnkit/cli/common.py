@@ -121,15 +121,15 @@ def check_resume(
     args: argparse.Namespace, settings: dict[str, object], model_cls: type, presets: dict, context: TrainContext
 ) -> bool:
     """A resumed run continues with the configuration it was started with. The same command with --resume appended
-    is accepted: each setting (``--set``, --config and the flags, already merged into ``settings``; a --preset's
-    keys) must equal the saved one, and a differing one is refused naming the key and both values. A larger budget
-    (epochs, max_steps, max_minutes) is the exception: rank 0 writes it into the run, which continues under it (its
-    schedule planned again, ``training.loop`` says so). Called with the run's lock held (``training_context``).
+    is accepted: each setting (``--set``, --config and the flags, already merged into ``settings``; every model key
+    of a --preset's shape) must equal the saved one, and a differing one is refused naming the key and both values.
+    A larger budget (epochs, max_steps, max_minutes) is the exception: rank 0 writes it into the run, which goes on
+    under it (its schedule planned again, ``training.loop`` says so). Called with the run's lock held.
 
     True when a saved run is resumed: the command then passes no configs to the task's train function, which takes
     the run's (the settings were checked here, key by key, where the library would compare whole configs)."""
     from attnkit import runs
-    from attnkit.config import check_resume_settings, preset, task_of
+    from attnkit.config import check_resume_settings, preset_shape, task_of
     from attnkit.training.run_setup import grow_budget
     from attnkit.training.state import STATE
 
@@ -144,7 +144,7 @@ def check_resume(
             "command, or train into another --out"
         )
     chosen = getattr(args, "preset", None)  # pretrain has no presets
-    requested = {**(preset(presets, chosen) if chosen else {}), **settings}
+    requested = {**(preset_shape(model_cls, presets, chosen) if chosen else {}), **settings}
     grown = check_resume_settings(saved, requested, model_cls)
     init_from = getattr(args, "init_from", None)
     if init_from is not None and str(init_from) != saved.get("init_from"):

@@ -9,6 +9,7 @@ starts from; ``check_resume_settings`` says what a resumed run may be given.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 import typing
 from dataclasses import fields
@@ -284,6 +285,12 @@ def check_task_configs(task: str, model_cfg: object, train_cfg: object) -> tuple
                 f"model_cfg, train_cfg = attnkit.load_config({task!r}, ...)"
             )
     return model_cfg, train_cfg
+
+
+def preset_shape(model_cls: type, presets: dict[str, dict], name: str) -> dict[str, object]:
+    """Every model key that preset ``name`` stands for: its own keys over the task's defaults (``default`` is the
+    defaults: {} as overrides, but a whole shape to compare a run's with)."""
+    return dataclasses.asdict(model_cls(**preset(presets, name)))
 
 
 def preset(presets: dict[str, dict], name: str) -> dict:
