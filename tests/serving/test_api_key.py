@@ -60,7 +60,7 @@ def test_key_comparison():
     [
         ("", "must not be empty or blank"),
         (" ", "must not be empty or blank"),
-        ("ab\n", "a control character ('\\n' at character 2)"),  # before, a server no client could ever use
+        ("ab\n", "a control character ('\\n' at character 3)"),  # before, a server no client could ever use
         ("a\x00b", "a control character"),
         ("a\tb", "a control character"),
         ("a\x7fb", "a control character"),

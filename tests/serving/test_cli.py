@@ -80,12 +80,15 @@ def test_the_key_from_the_option_or_the_environment(serve, monkeypatch):
 
 @pytest.mark.parametrize("key", ["ab\n", "ab ", "\tab"])
 def test_a_key_no_client_could_send_is_one_error_line(serve, monkeypatch, key):
-    """Before, the server started and answered every request 401."""
+    """Before, the server started and answered every request 401. The error names where the key came from."""
     monkeypatch.setenv("ATTNKIT_API_KEY", key)
     code, err, server = serve()
     assert code == 2 and server is None
     (line,) = err.strip().splitlines()
-    assert line.startswith("error: ") and "API key" in line, line
+    assert line.startswith("error: ATTNKIT_API_KEY: "), line
+    code, err, server = serve("--api-key", key)
+    assert code == 2 and server is None
+    assert err.strip().splitlines() == [line.replace("ATTNKIT_API_KEY", "--api-key")]
 
 
 def test_the_server_gets_the_deadlines_and_the_connection_limit(serve):

@@ -20,6 +20,7 @@ DEFAULT_MAX_CONNECTIONS = 512
 def cmd_serve(args: argparse.Namespace) -> None:
     try:
         from attnkit.serving.app import Limits, create_app
+        from attnkit.serving.auth import check_key
         from attnkit.serving.models import load_model
         from attnkit.serving.server import listen_sockets, make_server
         from attnkit.serving.worker import ProcessRunner
@@ -52,8 +53,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
     check_limits(limits)
     check_host(args.host)
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_VARIABLE) or None
-    if api_key is not None and not api_key.strip():
-        raise InputError("--api-key: must not be empty or blank")
+    if api_key is not None:  # before the model loads, naming where the key came from
+        check_key(api_key, "--api-key" if args.api_key is not None else API_KEY_VARIABLE)
     limits = fit_connections(limits, explicit=args.max_connections is not None)
     sockets = listen_sockets(args.host, args.port)  # before the model loads: a port in use is an error line at once
     port = args.port or sockets[0].getsockname()[1]  # --port 0: the one the system chose

@@ -34,7 +34,7 @@ def check_key(key: str, source: str = "the API key") -> str:
     for i, char in enumerate(key):
         if ord(char) < 0x20 or char == "\x7f":
             raise InputError(
-                f"{source}: has a control character ({char!r} at character {i}), which no client can send "
+                f"{source}: has a control character ({char!r} at character {i + 1}), which no client can send "
                 "in an HTTP header"
             )
     if key != key.strip(" "):
