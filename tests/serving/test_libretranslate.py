@@ -65,3 +65,10 @@ def test_the_schema_describes_the_form(translator_client):
     body = translator_client.get("/openapi.json").json()["paths"]["/translate"]["post"]["requestBody"]["content"]
     assert set(body) == {"application/json", FORM}
     assert body[FORM]["schema"]["properties"]["q"]["type"] == "string"
+
+
+def test_html_is_refused_not_translated_with_its_tags_lost(translator_client):
+    """LibreTranslate keeps an HTML text's tags; this model reads plain text and lost them, answering 200."""
+    for send in (as_json, as_form):
+        got = send(translator_client, {"q": "<p>a <b>b</b></p>", "format": "html"})
+        assert got.status_code == 422 and got.json()["error"].startswith("format: "), got.text

@@ -88,7 +88,9 @@ class LibreTranslateRequest(BaseModel):
     q: Inputs
     source: Text = "auto"
     target: Text = ""
-    format: Literal["text", "html"] = "text"
+    # LibreTranslate keeps an HTML text's tags and translates the text between them; this model reads plain text
+    # and would translate the tags as words, so "html" is refused (it was accepted, and the tags came back lost)
+    format: Literal["text"] = "text"
     alternatives: StrictInt = Field(0, ge=0)
     api_key: Text | None = Field(None, description="the server's API key, if it has one (or send it as a Bearer token)")
 
