@@ -65,6 +65,8 @@ CLASSIFIER_CASES = [
     ("POST", "/v1/classify", DEEP, 422, "invalid_request", "malformed JSON (nested deeper"),
     ("POST", "/v1/classify", '{"inputs": ' + DEEP + "}", 422, "invalid_request", "malformed JSON (nested deeper"),
     ("POST", "/v1/classify", Form("inputs=a+fine+film"), 422, "invalid_request", "must be JSON"),
+    # a query string on a JSON endpoint was ignored (the default beam ran), where an unknown body field is refused
+    ("POST", "/v1/classify?truncate=true", {"inputs": "ok"}, 422, "invalid_request", "query string (truncate): not"),
     ("GET", "/v1/classify", None, 405, "method_not_allowed", "GET is not allowed on /v1/classify"),
     ("GET", "/v2/classify", None, 404, "not_found", "no such endpoint: /v2/classify"),
     ("POST", "/health", {}, 405, "method_not_allowed", "POST is not allowed"),

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl
 
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
@@ -145,6 +146,8 @@ class Gate:
                     return await busy(scope, receive, send_counted)
             if media == "application/json" and body and (why := not_utf8(body)):
                 return await error_response(422, "invalid_request", why)(scope, receive, send_counted)
+            if query and endpoint in INFERENCE and endpoint != "/translate":  # LibreTranslate's reads its query
+                return await _refuse_query(query)(scope, receive, send_counted)
             route = self.direct.get(path) if scope["method"] == "POST" else None
             if route is not None:
                 answered = await _answer_directly(route, form, media == "application/json", query, body)
@@ -199,6 +202,15 @@ class Gate:
             if len(body) > limit:
                 return _too_large(limit)
         return body
+
+
+def _refuse_query(query: bytes) -> Response:
+    """422 for a query string on an endpoint that reads its JSON body alone: ``?beam=8`` was ignored (the default
+    beam ran) where an unknown field of the body is refused."""
+    names = sorted({name for name, _ in parse_qsl(query.decode("latin-1"), keep_blank_values=True)}) or ["?"]
+    return error_response(
+        422, "invalid_request", f"query string ({', '.join(names)}): not read here; send the fields in the JSON body"
+    )
 
 
 def _too_large(limit: int) -> Response:
