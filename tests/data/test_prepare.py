@@ -71,6 +71,8 @@ def test_parallel_ids_equal_the_in_memory_encoder_with_truncation(tmp_path, para
     assert expected.truncation.n_truncated > 10  # the test exercises cutting, in many chunks
     assert info["truncated"] == expected.truncation.n_truncated and info["longest"] == expected.truncation.longest
     assert info["sequences"] == len(pairs)
+    # counted in sentences, both sides of a pair (n_total was the pairs: "600 of 300 truncated")
+    assert expected.truncation.n_total == 2 * len(pairs) >= expected.truncation.n_truncated
     assert info["tokens"] == {"src": sum(map(len, expected.src)), "tgt": sum(map(len, expected.tgt))}
 
 

@@ -13,7 +13,8 @@ from attnkit.errors import InputError
 
 @dataclass(frozen=True)
 class Truncation:
-    """How many inputs were cut to the length limit, and the longest seen (for the user's report)."""
+    """How many inputs were cut to the length limit, of how many, and the longest seen (for the user's report). A
+    translator's inputs are its sentences: a pair's source and target are two."""
 
     n_truncated: int
     n_total: int

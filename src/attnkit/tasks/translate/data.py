@@ -40,8 +40,8 @@ def encode_pairs(tokenizer: Tokenizer, pairs: list[Pair], max_len: int, policy: 
     lines = [p.line for p in pairs]
     src, src_cut = apply_length_policy(src, max_len, policy, what="source sentence", keep_last=1, lines=lines)
     tgt, tgt_cut = apply_length_policy(tgt, max_len - 1, policy, what="target sentence", lines=lines)
-    truncation = Truncation(
-        src_cut.n_truncated + tgt_cut.n_truncated, len(pairs), max(src_cut.longest, tgt_cut.longest + 1), max_len
+    truncation = Truncation(  # of the sentences: a pair's source and target are two
+        src_cut.n_truncated + tgt_cut.n_truncated, 2 * len(pairs), max(src_cut.longest, tgt_cut.longest + 1), max_len
     )
     return ParallelData(src, tgt, truncation)
 

@@ -159,7 +159,7 @@ def _prepared_data(corpus: PreparedCorpus, tokenizer: Tokenizer) -> _TrainingDat
     assert isinstance(train, ParallelTokens)
     truncation = Truncation(
         corpus.meta["splits"]["train"]["truncated"],
-        len(train),
+        2 * len(train),  # sentences, as the truncated ones are counted: a pair's source and target
         corpus.meta["splits"]["train"]["longest"],
         corpus.meta["max_len"],
     )
@@ -169,7 +169,7 @@ def _prepared_data(corpus: PreparedCorpus, tokenizer: Tokenizer) -> _TrainingDat
         split = corpus.split("valid")
         assert isinstance(split, ParallelTokens)
         src, tgt = MappedSequences(split.src)[:], MappedSequences(split.tgt)[:]
-        valid = ParallelData(src, tgt, Truncation(0, len(src), 0, corpus.meta["max_len"]))
+        valid = ParallelData(src, tgt, Truncation(0, 2 * len(src), 0, corpus.meta["max_len"]))
         targets = tokenizer.decode_batch(tgt)
     valid_source = "the prepared valid split" if valid else "none"
     return _TrainingData(data, valid, targets, corpus.fingerprint("train", "valid"), valid_source)
