@@ -158,7 +158,7 @@ def test_translator_run_is_refused(runs, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("opset", [17, 99])
+@pytest.mark.parametrize("opset", [17, 26, 99])  # 26: onnxscript 0.7 wrote 18 instead, after a traceback
 def test_unsupported_opset_is_refused(runs, tmp_path, opset):
     with pytest.raises(InputError, match=f"opset {opset}; expected 18 to"):
         export_onnx(runs["mean"], tmp_path / "m.onnx", opset=opset)
@@ -191,6 +191,33 @@ def test_an_empty_check_text_is_refused_before_the_export(runs, tmp_path, capsys
     assert main(["export", "onnx", "--model", str(runs["mean"]), "--out", str(out), "--check", "good", " "]) == 2
     assert capsys.readouterr().err == "error: --check text #2 is empty\n"
     assert not out.exists()
+
+
+def test_an_export_is_checked_before_it_is_written_and_a_failed_one_leaves_the_earlier(runs, tmp_path, monkeypatch):
+    """Opsets 23 and 24 wrote a model onnxruntime 1.32 cannot run on two tokens, with exit code 0; a failed
+    ``--check`` left the export on disk. Every export is now run by onnxruntime before its files appear (FILE.json
+    says how it went), and one whose logits are not attnkit's replaces nothing."""
+    from attnkit.interop import onnx_export
+
+    out = tmp_path / "m.onnx"
+    export_onnx(runs["mean"], out, check=["good", "hated it"])
+    checked = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))["check"]
+    assert checked["texts"] == 2 and checked["max_abs_diff"] < 1e-4
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    monkeypatch.setattr(onnx_export, "_max_abs_diff", lambda *args: 0.5)  # an export that computes something else
+    with pytest.raises(InputError, match=r"m.onnx: onnxruntime's logits differ from attnkit's by 0.5 .* nothing was"):
+        export_onnx(runs["cls"], out)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no temporary file left either
+
+
+def test_a_run_of_max_len_1_is_refused_not_a_traceback(runs, tmp_path, quietly):
+    """torch.export's dynamic length starts at 2: a run of max_len=1 ended in a 122-line traceback (exit 1)."""
+    run = tmp_path / "short"
+    train = ["classify", "train", "--train", str(runs["mean"].parent / "train.tsv"), "--out", str(run)]
+    quietly(*train, "--max-steps", "1", "--quiet", "--set", *TINY, "max_len=1")
+    with pytest.raises(InputError, match=r"max_len=1; an ONNX export needs max_len >= 2"):
+        export_onnx(run, tmp_path / "m.onnx")
+    assert not (tmp_path / "m.onnx").exists()
 
 
 def test_output_name_must_end_in_onnx(runs, tmp_path):

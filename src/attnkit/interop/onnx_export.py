@@ -8,7 +8,12 @@
     FILE.tokenizer.json   the run's ``tokenizer.json``, byte for byte (the `tokenizers` library's own format,
                           ``tokenizers.Tokenizer.from_file``); named after FILE so two exports can share a folder.
     FILE.json             everything needed to use FILE.onnx without attnkit: the same metadata, plus the sha256 of
-                          FILE.onnx and the source run. Written last, like a run's manifest.
+                          FILE.onnx, the source run and the check below.
+
+The three are written to hidden temporary files, and FILE.onnx is checked before any of them appears: onnxruntime
+(where it is installed) runs it on a padded batch, the texts of ``--check`` if given, and its logits must be
+attnkit's to 1e-4. Only then are they renamed into place, one after another: a failed check, or a kill before it,
+leaves an earlier export as it was.
 
 To classify a text with them, as ``attnkit classify predict`` does: ``ids = tokenizer.encode(text).ids`` (the
 tokenizer prepends CLS itself when the model pools it); cut ids longer than ``max_len`` to the first ``max_len``
@@ -19,15 +24,18 @@ with ``pad_id``; padding never changes a row's logits. ``activation`` "softmax" 
 Exporter: ``torch.onnx.export(dynamo=True)`` (torch.export + onnxscript), the default since PyTorch 2.9. It exports
 attnkit's model unchanged (the fused QKV projection's ``torch.cat`` of the three weights is folded into one
 constant; ``F.scaled_dot_product_attention`` with a boolean mask becomes plain MatMul/Softmax ops) with truly
-symbolic batch and sequence dimensions, and matches attnkit to ~1e-7 at shapes other than the example's. The
+symbolic batch and sequence dimensions, and matches attnkit to ~1e-6 at shapes other than the example's. The
 TorchScript exporter (``dynamo=False``) gives equally correct numbers here but is deprecated, and traces the
 ``length <= max_len`` check of the positional table as a constant (a TracerWarning); it is not used. The dynamo
 exporter writes opset 18 or newer: a lower opset goes through ONNX's version converter, whose opset-17 graph
-onnxruntime rejects (``Split`` with ``num_outputs``), so ``opset`` below 18 is refused.
+onnxruntime rejects (``Split`` with ``num_outputs``), so ``opset`` below 18 is refused; above 25 it falls back to
+writing 18 (onnxscript 0.7), so those are refused too. Opsets 23 and 24 export attention as ONNX's ``Attention``
+operator, which onnxruntime 1.32 runs wrongly with a padding mask of more than one token (the check catches it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
@@ -40,11 +48,12 @@ import numpy as np
 import torch
 
 from attnkit import __version__
-from attnkit.atomic import atomic_write_bytes, atomic_write_json
+from attnkit.atomic import open_atomic
 from attnkit.errors import InputError, check_texts
 
 FORMAT = "attnkit-onnx/1"
-MIN_OPSET = 18  # the dynamo exporter's lowest; see the module docstring
+MIN_OPSET, MAX_OPSET = 18, 25  # what the dynamo exporter writes as asked (module docstring)
+CHECK_TOLERANCE = 1e-4  # |onnxruntime logits - attnkit logits| an export may differ by (measured: ~1e-6)
 METADATA_KEY = "attnkit"  # the ONNX metadata_props key holding the JSON metadata
 INPUT, OUTPUT = "ids", "logits"
 PIP = "pip install onnx onnxscript onnxruntime"
@@ -102,17 +111,21 @@ def _check_replaceable(out_path: Path) -> None:
         )
 
 
-def export_onnx(run_dir: str | Path, out_path: str | Path, *, opset: int | None = None) -> Path:
-    """Write the classifier run at ``run_dir`` as ``out_path`` (FILE.onnx) with FILE.json and FILE.tokenizer.json.
+def export_onnx(
+    run_dir: str | Path, out_path: str | Path, *, opset: int | None = None, check: list[str] | None = None
+) -> Path:
+    """Write the classifier run at ``run_dir`` as ``out_path`` (FILE.onnx) with FILE.json and FILE.tokenizer.json,
+    checked before they appear (module docstring); FILE.json's ``check`` says what was checked.
 
     Args:
-        opset: ONNX operator set to write, 18 to the newest the installed ``onnx`` knows (None: the exporter's
-            default).
+        opset: ONNX operator set to write, 18 to 25 (None: the exporter's default).
+        check: texts to check the export on as well (``--check``), besides a padded batch of unknown tokens.
     Returns:
         ``out_path``.
     Raises:
         InputError: onnx or onnxscript is missing, ``out_path`` does not end in ``.onnx`` or is a directory, the
-            opset is out of range, or the run is not a readable classifier (a translator is refused).
+            opset is out of range, the run is not a readable classifier (a translator is refused) or its
+            ``max_len`` is 1, or onnxruntime's logits are not attnkit's (nothing is written then).
     """
     from attnkit import runs
     from attnkit.tasks.classify import ClassifierRun
@@ -126,11 +139,15 @@ def export_onnx(run_dir: str | Path, out_path: str | Path, *, opset: int | None 
     if out_path.is_dir():
         raise InputError(f"{out_path}: is a directory; give a file name ending in .onnx")
     _check_replaceable(out_path)
-    newest = onnx.defs.onnx_opset_version()
+    newest = min(MAX_OPSET, onnx.defs.onnx_opset_version())
     if opset is not None and not MIN_OPSET <= opset <= newest:
         raise InputError(f"opset {opset}; expected {MIN_OPSET} to {newest}")
+    if check is not None:
+        check = check_texts(check, "--check text #{}")  # before the export: an empty one would fail the check
     run = ClassifierRun(run_dir)  # checks the files against the manifest and that the run is a classifier
     tokenizer, cfg = run.tokenizer, run.model_cfg
+    if cfg.max_len < 2:  # torch.export's dynamic length starts at 2 (a traceback of the exporter otherwise)
+        raise InputError(f"{run.run_dir}: max_len={cfg.max_len}; an ONNX export needs max_len >= 2")
 
     # The example only has to be traced; B = 2 and S = 8 keep the exporter from specializing a dimension of size 1.
     length = min(8, cfg.max_len)
@@ -189,19 +206,83 @@ def export_onnx(run_dir: str | Path, out_path: str | Path, *, opset: int | None 
 
     meta_path, tokenizer_path = sidecar_paths(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out_path, data)
-    atomic_write_bytes(tokenizer_path, (run.run_dir / runs.TOKENIZER).read_bytes())
-    atomic_write_json(
-        meta_path,
-        {
+    with contextlib.ExitStack() as written:  # each file appears when the block ends, the three one after another
+        onnx_file, tokenizer_file, meta_file = (
+            written.enter_context(open_atomic(p)) for p in (out_path, tokenizer_path, meta_path)
+        )
+        onnx_file.write(data)
+        onnx_file.flush()
+        tokenizer_file.write((run.run_dir / runs.TOKENIZER).read_bytes())
+        checked = _check_written(run, Path(onnx_file.name), example, check or [], out_path)
+        record = {
             **meta,
             "onnx": {"file": out_path.name, "sha256": hashlib.sha256(data).hexdigest()},
             "tokenizer": {"file": tokenizer_path.name, **meta["tokenizer"]},
             "source_run": str(run.run_dir.resolve()),
             "source_manifest_sha256": runs.sha256_file(run.run_dir / runs.MANIFEST),
-        },
-    )
+            "check": checked,
+        }
+        meta_file.write((json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     return out_path
+
+
+def _check_written(run, path: Path, example: torch.Tensor, texts: list[str], out_path: Path) -> dict[str, object]:
+    """The export at ``path`` (a temporary name of ``out_path``) run by onnxruntime on ``example`` (B, S), padded,
+    and on ``texts``: what was checked and the largest logit difference from attnkit, for FILE.json; an InputError
+    when it is over ``CHECK_TOLERANCE`` or onnxruntime cannot run it. Without onnxruntime, ``texts`` are refused
+    (they ask for a check) and the batch is not checked."""
+    try:
+        importlib.import_module("onnxruntime")
+    except ImportError:
+        if texts:
+            _require("onnxruntime")
+        return {"onnxruntime": None, "note": f"not checked: onnxruntime is not installed ({PIP})"}
+    import onnxruntime
+
+    nothing = "nothing was written; another --opset may export correctly"
+    try:
+        diff = _max_abs_diff(run, path, example, out_path)
+        if texts:
+            diff = max(diff, _max_abs_diff(run, path, _encoded(run, texts), out_path))
+    except InputError as err:
+        raise InputError(f"{err}; {nothing}") from None
+    if not diff <= CHECK_TOLERANCE:
+        raise InputError(
+            f"{out_path}: onnxruntime's logits differ from attnkit's by {diff:.3g} (over {CHECK_TOLERANCE:g}): "
+            f"{nothing}"
+        )
+    return {"onnxruntime": onnxruntime.__version__, "texts": len(texts), "max_abs_diff": diff}
+
+
+def _encoded(run, texts: list[str]) -> torch.Tensor:
+    """``texts`` as the run encodes them, right-padded into one (N, S) batch."""
+    from attnkit.data.batching import pad
+    from attnkit.tasks.classify import encode_examples
+
+    seqs, _ = encode_examples(run.tokenizer, texts, run.model_cfg.max_len, run.max_len_policy)
+    return pad(seqs, run.tokenizer.pad_id)  # (N, S)
+
+
+def _max_abs_diff(run, path: Path, ids: torch.Tensor, shown: Path) -> float:
+    """Max |onnxruntime logits - attnkit logits| of the model at ``path`` on ``ids`` (N, S); an InputError naming
+    ``shown`` when onnxruntime cannot run it or its logits have another shape (an export of another run)."""
+    import onnxruntime
+
+    options, run_options = onnxruntime.SessionOptions(), onnxruntime.RunOptions()
+    options.log_severity_level = run_options.log_severity_level = 4  # fatal only: its errors are reported below
+    try:
+        session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        got = session.run([OUTPUT], {INPUT: ids.numpy()}, run_options)[0]  # (N, C)
+    except Exception as err:  # onnxruntime raises its own exception types for unreadable or mismatched models
+        why = " ".join(str(err).split())  # one line: its messages span several
+        raise InputError(f"{shown}: onnxruntime cannot run it on the run's input ({why})") from None
+    with torch.inference_mode():
+        expected = run.model(ids.to(run.device)).float().cpu().numpy()  # (N, C)
+    if got.shape != expected.shape:
+        raise InputError(
+            f"{shown}: gives logits of shape {got.shape}, the run {expected.shape}: exported from another run?"
+        )
+    return float(np.abs(got - expected).max())
 
 
 def check_onnx(run_dir: str | Path, onnx_path: str | Path, texts: list[str]) -> float:
@@ -212,12 +293,9 @@ def check_onnx(run_dir: str | Path, onnx_path: str | Path, texts: list[str]) -> 
         InputError: onnxruntime is missing, no texts are given, ``onnx_path`` cannot be loaded, or its logits do not
             have the run's shape (an export of another run).
     """
-    from attnkit.data.batching import pad
-    from attnkit.tasks.classify import ClassifierRun, encode_examples
+    from attnkit.tasks.classify import ClassifierRun
 
     _require("onnxruntime")
-    import onnxruntime
-
     texts = check_texts(texts, "--check text #{}")  # an empty one fails in onnxruntime, as if the model did
     if not texts:
         raise InputError("check_onnx: no texts given")
@@ -225,16 +303,4 @@ def check_onnx(run_dir: str | Path, onnx_path: str | Path, texts: list[str]) -> 
     if not onnx_path.is_file():
         raise InputError(f"{onnx_path}: no such file")
     run = ClassifierRun(run_dir)
-    seqs, _ = encode_examples(run.tokenizer, texts, run.model_cfg.max_len, run.max_len_policy)
-    ids = pad(seqs, run.tokenizer.pad_id)  # (N, S)
-    try:
-        session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-        got = session.run([OUTPUT], {INPUT: ids.numpy()})[0]  # (N, C)
-    except Exception as err:  # onnxruntime raises its own exception types for unreadable or mismatched models
-        raise InputError(f"{onnx_path}: onnxruntime cannot run it on the run's input ({err})") from None
-    expected = run.logits(texts).numpy()  # (N, C)
-    if got.shape != expected.shape:
-        raise InputError(
-            f"{onnx_path}: gives logits of shape {got.shape}, the run {expected.shape}: exported from another run?"
-        )
-    return float(np.abs(got - expected).max())
+    return _max_abs_diff(run, onnx_path, _encoded(run, texts), onnx_path)
