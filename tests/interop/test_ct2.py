@@ -278,6 +278,12 @@ def test_export_replaces_an_earlier_export_but_nothing_else(run_dir, tmp_path):
     for target in (run_dir, tmp_path):  # a run directory; a directory of unrelated files
         with pytest.raises(InputError, match="is not an attnkit CTranslate2 export; choose a new --out"):
             export_ct2(run_dir, target)
+    # An earlier export with the user's own files beside it: the replacement deleted them (README.md, .git).
+    (out / "README.md").write_text("notes", encoding="utf-8")
+    (out / ".git").mkdir()
+    with pytest.raises(InputError, match=r"ct2: holds \.git, README\.md, which an export does not write"):
+        export_ct2(run_dir, out)
+    assert (out / "README.md").read_text(encoding="utf-8") == "notes" and (out / ".git").is_dir()
 
 
 def test_a_failed_export_leaves_no_directory_behind(run_dir, tmp_path, monkeypatch):

@@ -16,6 +16,8 @@ from attnkit.interop.ct2.convert import QUANTIZATIONS, attnkit_to_ct2, import_ct
 
 META = "attnkit_ct2.json"  # what attnkit adds to a CTranslate2 model directory (source run, token conventions)
 TOKENIZER = "tokenizer.json"
+# What an export's folder holds: CTranslate2's converter writes the first three (one vocabulary: the shared BPE)
+EXPORT_FILES = {"model.bin", "config.json", "shared_vocabulary.json", TOKENIZER, META}
 MAX_EXTRA = 50  # §6.1: maximum output length = input length + 50
 
 
@@ -88,8 +90,18 @@ def export_ct2(run_dir: str | Path, out_dir: str | Path, *, quantization: str | 
 
 
 def _check_out(out_dir: Path) -> None:
-    """Refuse to replace anything but an empty directory or an earlier export (never a run or unrelated files)."""
+    """Refuse to replace anything but an empty directory or an earlier export (never a run or unrelated files): an
+    earlier export's folder holding files of the user's (a README, a .git) is refused too, as the replacement would
+    delete them."""
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir}: exists and is not a directory")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / META).is_file():
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return
+    if not (out_dir / META).is_file():
         raise InputError(f"{out_dir}: exists and is not an attnkit CTranslate2 export; choose a new --out")
+    others = sorted(path.name for path in out_dir.iterdir() if path.name not in EXPORT_FILES)
+    if others:
+        raise InputError(
+            f"{out_dir}: holds {', '.join(others[:5])}{' ...' if len(others) > 5 else ''}, which an export does not "
+            "write; an export replaces only an earlier export's folder (choose a new --out)"
+        )
