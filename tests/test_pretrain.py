@@ -221,6 +221,23 @@ def test_export_hf_matches_transformers(run, tmp_path, capsys):
     assert json.loads((tmp_path / "bert" / "tokenizer_config.json").read_text())["mask_token"] == MASK_TOKEN
 
 
+def test_an_exported_bpe_tokenizer_reads_a_special_tokens_spelling_as_text_as_attnkit_does(tmp_path, capsys):
+    """attnkit's BPE reads "<mask>" typed in a text as text; the exported folder's tokenizer read it as the mask id
+    (embeddings 0.03 apart), as the `tokenizers` library does not save that setting: tokenizer_config.json says
+    ``split_special_tokens``, which transformers applies."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    transformers = pytest.importorskip("transformers")
+    pretrain(tmp_path / "run", corpus(40), tokenizer="bpe", epochs=1)
+    assert main(["export", "hf", "--model", str(tmp_path / "run"), "--out", str(tmp_path / "bert")]) == 0, (
+        capsys.readouterr().err
+    )
+    ours = runs.load_run(tmp_path / "run", task="pretrain").tokenizer
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "bert")
+    text = f"alpha {MASK_TOKEN} bravo <pad> <cls>"
+    assert theirs(text)["input_ids"] == ours.encode(text)
+    assert ours.backend.token_to_id(MASK_TOKEN) not in ours.encode(text)  # five characters of text, not the mask
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Resume, and bad input
 

@@ -15,8 +15,11 @@ The three are written to hidden temporary files, and FILE.onnx is checked before
 attnkit's to 1e-4. Only then are they renamed into place, one after another: a failed check, or a kill before it,
 leaves an earlier export as it was.
 
-To classify a text with them, as ``attnkit classify predict`` does: ``ids = tokenizer.encode(text).ids`` (the
-tokenizer prepends CLS itself when the model pools it); cut ids longer than ``max_len`` to the first ``max_len``
+To classify a text with them, as ``attnkit classify predict`` does: ``tokenizer =
+tokenizers.Tokenizer.from_file(FILE.tokenizer.json)``; ``tokenizer.encode_special_tokens = True`` where
+``encode_special_tokens`` is true in ``input`` (a BPE tokenizer: ``"<pad>"`` typed in a text is text, as attnkit reads
+it, not the padding id; the `tokenizers` library does not save this setting); ``ids = tokenizer.encode(text).ids``
+(the tokenizer prepends CLS itself when the model pools it); cut ids longer than ``max_len`` to the first ``max_len``
 (keeping the last ``keep_last`` ids, BERT's [SEP]) or refuse them, as ``max_len_policy`` says; right-pad a batch
 with ``pad_id``; padding never changes a row's logits. ``activation`` "softmax" gives P(labels[c]) = softmax(logits)[c];
 "sigmoid" (one logit, a binary head) gives P(labels[1]) = sigmoid(logit).
@@ -188,6 +191,7 @@ def export_onnx(
             "max_len": cfg.max_len,
             "max_len_policy": run.max_len_policy,
             "keep_last": tokenizer.n_trailing_specials,
+            "encode_special_tokens": tokenizer.lossless,  # tokenizer.json cannot say it (module docstring)
         },
         "output": {
             "name": OUTPUT,

@@ -184,7 +184,14 @@ def write_bert_folder(
         atomic_write_bytes(work / "tokenizer.json", tokenizer.backend.to_str(pretty=True).encode("utf-8"))
         atomic_write_json(
             work / "tokenizer_config.json",
-            {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.max_len, **roles},
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "model_max_length": cfg.max_len,
+                # a lossless (BPE) tokenizer reads "<mask>" typed in a text as text, as attnkit does (tokenizer.json
+                # cannot say so: the `tokenizers` library does not save it)
+                **({"split_special_tokens": True} if tokenizer.lossless else {}),
+                **roles,
+            },
         )
         vocab = _vocab_txt(tokenizer)
         if vocab is not None:

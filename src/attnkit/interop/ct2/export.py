@@ -57,6 +57,9 @@ def export_ct2(run_dir: str | Path, out_dir: str | Path, *, quantization: str | 
         "tokenizer": tokenizer.meta(),  # kind, special-token roles, fingerprint (checked when the export is loaded)
         "tokens": {
             "vocabulary": "the tokenizer's token of each id, in id order (shared by source and target)",
+            # set on the tokenizer of tokenizer.json to read "<pad>" in a text as text, as attnkit does (the
+            # `tokenizers` library does not save this setting)
+            "encode_special_tokens": tokenizer.lossless,
             "vocab_size": len(tokens),
             "pad_id": tokenizer.pad_id,
             "unk_id": tokenizer.unk_id,
