@@ -497,3 +497,19 @@ def test_resume_with_the_default_preset_is_refused_on_a_run_of_another_shape(tmp
         .startswith("error: --resume: d_model=128 differs from the run's saved d_model=32")
     )
     assert main([*train, "--preset", "tiny-binary", "--max-steps", "3", "--resume"]) == 0
+
+
+def test_under_torchrun_only_rank_0_says_it_was_stopped(tmp_path, capsys, monkeypatch):
+    """Ctrl-C and torchrun's SIGTERM reach every rank: each printed `error: terminated` and the note, and a rank
+    stopped after rank 0 refused the command said the run could be continued with it."""
+    from attnkit.cli import main
+    from attnkit.tasks.classify import ClassificationTask
+
+    def interrupt(self, indices):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ClassificationTask, "collate", interrupt)
+    monkeypatch.setenv("RANK", "1")  # a rank's own number (no process group: the training itself runs alone)
+    examples = str(Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv")
+    assert main(["classify", "train", "--train", examples, "--out", str(tmp_path / "run"), "--quiet"]) == 130
+    assert "error:" not in capsys.readouterr().err

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -75,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as stop:
+        if os.environ.get("RANK", "0") != "0":  # under torchrun every rank is stopped: rank 0 alone says so, as it
+            return 143 if isinstance(stop, Terminated) else 130  # alone reports (it wrote the run directory)
         print(f"error: {'terminated' if isinstance(stop, Terminated) else 'interrupted'}", file=sys.stderr)
         out = getattr(args, "out", None)
         if out and getattr(args, "resume", None) is not None:  # a train command: say what its run directory keeps
