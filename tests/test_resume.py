@@ -513,3 +513,42 @@ def test_under_torchrun_only_rank_0_says_it_was_stopped(tmp_path, capsys, monkey
     examples = str(Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv")
     assert main(["classify", "train", "--train", examples, "--out", str(tmp_path / "run"), "--quiet"]) == 130
     assert "error:" not in capsys.readouterr().err
+
+
+def test_a_lost_peer_is_one_error_line_and_the_note_not_a_gloo_traceback(tmp_path, capsys, monkeypatch):
+    """Under torchrun, a rank killed mid-run made rank 0's next collective raise gloo's DistBackendError, printed as
+    a 35-line traceback, without the note of what the run keeps."""
+    from attnkit.cli import main
+    from attnkit.tasks.classify import ClassificationTask
+    from attnkit.training import distributed
+    from attnkit.training.task import TrainContext
+
+    collate, calls = ClassificationTask.collate, []
+
+    def lose_the_peer(self, indices):
+        calls.append(indices)
+        if len(calls) == 6:  # after the first epoch's save
+            raise RuntimeError(  # what gloo raises (not DistBackendError), as rank 0 met it when rank 1 was killed
+                "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:37261: "
+                "Connection reset by peer. This is typically caused by a remote worker hanging. GLHF!"
+            )
+        return collate(self, indices)
+
+    monkeypatch.setattr(ClassificationTask, "collate", lose_the_peer)
+    monkeypatch.setenv("WORLD_SIZE", "1")  # one process: the error is told as any other
+    examples = str(Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv")
+    with pytest.raises(RuntimeError, match="Connection reset by peer"):
+        main(["classify", "train", "--train", examples, "--out", str(tmp_path / "alone"), "--quiet"])
+    calls.clear()
+    monkeypatch.setattr(distributed, "context_from_environment", lambda device: TrainContext(device))  # rank 0 of 2
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    examples = str(Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv")
+    run = tmp_path / "run"
+    assert main(["classify", "train", "--train", examples, "--out", str(run), "--quiet"]) == 1
+    assert capsys.readouterr().err.splitlines()[-2:] == [
+        "error: another process of this run ended or stopped answering (Read error [127.0.0.1]:37261: Connection "
+        "reset by peer)",
+        f"note: {run} keeps the run as saved at step 4 of 80: the same train command with --resume continues from "
+        "there",
+    ]

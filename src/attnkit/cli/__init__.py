@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -79,13 +80,41 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("RANK", "0") != "0":  # under torchrun every rank is stopped: rank 0 alone says so, as it
             return 143 if isinstance(stop, Terminated) else 130  # alone reports (it wrote the run directory)
         print(f"error: {'terminated' if isinstance(stop, Terminated) else 'interrupted'}", file=sys.stderr)
-        out = getattr(args, "out", None)
-        if out and getattr(args, "resume", None) is not None:  # a train command: say what its run directory keeps
-            from attnkit.training.state import interrupted
-
-            print(f"note: {interrupted(out)}", file=sys.stderr)
+        note_what_is_kept(args)
         return 143 if isinstance(stop, Terminated) else 130
+    except RuntimeError as err:
+        if not peer_lost(err):
+            raise
+        # Under torchrun: another rank ended (killed, or refused an input it alone met) or stopped answering, and a
+        # collective of this one failed: one line, not gloo's traceback; torchrun stops the rest.
+        print(f"error: another process of this run ended or stopped answering ({peer_lost(err)})", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":
+            note_what_is_kept(args)
+        return 1
     return 0
+
+
+def peer_lost(err: RuntimeError) -> str | None:
+    """What failed, in a few words, when ``err`` is a collective's failure in a torchrun process (torch's
+    DistBackendError; gloo raises a plain RuntimeError naming its transport: "[.../gloo/transport/tcp/pair.cc:537]
+    Read error [127.0.0.1]:37261: Connection reset by peer. This is typically ..."); None for any other error."""
+    distributed = sys.modules.get("torch.distributed")
+    text = str(err).strip()
+    if distributed is None or os.environ.get("WORLD_SIZE", "1") == "1":
+        return None
+    if not isinstance(err, distributed.DistBackendError) and "/gloo/" not in text:
+        return None
+    first = text.splitlines()[0] if text else type(err).__name__
+    return re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0]  # without the source file, the first sentence
+
+
+def note_what_is_kept(args: argparse.Namespace | None) -> None:
+    """After a train command stopped part-way: a ``note:`` of what its run directory keeps (``state.interrupted``)."""
+    out = getattr(args, "out", None)
+    if out and getattr(args, "resume", None) is not None:  # a train command (the others have no --resume)
+        from attnkit.training.state import interrupted
+
+        print(f"note: {interrupted(out)}", file=sys.stderr)
 
 
 class Terminated(KeyboardInterrupt):
