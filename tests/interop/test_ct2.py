@@ -286,6 +286,16 @@ def test_export_replaces_an_earlier_export_but_nothing_else(run_dir, tmp_path):
     assert (out / "README.md").read_text(encoding="utf-8") == "notes" and (out / ".git").is_dir()
 
 
+def test_a_changed_model_bin_is_refused_on_load(run_dir, tmp_path):
+    """Two bytes of model.bin flipped translated without a word (a run's weights are checked by its manifest)."""
+    out = export_ct2(run_dir, tmp_path / "ct2")
+    data = bytearray((out / "model.bin").read_bytes())
+    data[-9] ^= 0xFF
+    (out / "model.bin").write_bytes(bytes(data))
+    with pytest.raises(InputError, match=r"model.bin: changed or corrupted since it was exported"):
+        CT2Translator(out)
+
+
 def test_a_failed_export_leaves_no_directory_behind(run_dir, tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")

@@ -88,6 +88,8 @@ def export_ct2(run_dir: str | Path, out_dir: str | Path, *, quantization: str | 
         except ValueError as err:
             raise InputError(f"{run.run_dir}: cannot be expressed as a CTranslate2 Transformer ({err})") from None
         tokenizer.save(work / TOKENIZER)
+        # the weights' sha256, checked when attnkit loads the export (a run's files are checked against its manifest)
+        meta["sha256"] = {name: runs.sha256_file(work / name) for name in ("model.bin", "config.json")}
         atomic_write_json(work / META, meta)
     return out_dir
 

@@ -37,6 +37,7 @@ from attnkit.decoding.penalty import length_penalty as penalty
 from attnkit.errors import InputError
 from attnkit.interop.ct2.convert import import_ctranslate2, tokenizer_tokens
 from attnkit.interop.ct2.export import META, TOKENIZER
+from attnkit.runs import sha256_file
 from attnkit.tokenization.tokenizer import Tokenizer
 
 
@@ -74,6 +75,14 @@ class CT2Translator:
             self.max_len = int(meta["decoding"]["max_len"])
             self.max_len_policy = meta["decoding"]["max_len_policy"]
             self.max_extra = int(meta["decoding"]["max_extra"])
+            hashes = meta.get("sha256", {})  # earlier exports have none
+            if not isinstance(hashes, dict):
+                raise ValueError("sha256 is not an object")
+            for name, expected in hashes.items():
+                if sha256_file(model_dir / name) != expected:
+                    raise InputError(
+                        f"{model_dir / name}: changed or corrupted since it was exported (sha256 differs from {META})"
+                    )
         except InputError:
             raise
         except (KeyError, TypeError, ValueError) as err:
