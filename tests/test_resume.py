@@ -552,3 +552,41 @@ def test_a_lost_peer_is_one_error_line_and_the_note_not_a_gloo_traceback(tmp_pat
         f"note: {run} keeps the run as saved at step 4 of 80: the same train command with --resume continues from "
         "there",
     ]
+
+
+def test_a_run_being_trained_now_is_said_to_be_not_said_stopped(tmp_path):
+    """``predict``, ``eval`` and the exports of a run whose training is going on said it "was stopped (killed or
+    interrupted)" and told the user to --resume it; its lock file names a live process: it is being trained."""
+    import json
+    import os
+    import socket
+    import subprocess
+
+    import attnkit
+    from attnkit.training.events import Evaluated
+    from attnkit.training.state import unfinished
+
+    examples = Path(__file__).resolve().parents[1] / "examples" / "seed000_train.tsv"
+    run = tmp_path / "run"
+
+    evaluations = []
+
+    def stop_after_the_first_save(event):  # at the second evaluation: the first one's save is on disk
+        if isinstance(event, Evaluated):
+            evaluations.append(event)
+            if len(evaluations) == 2:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        attnkit.train_classifier(attnkit.read_labeled(examples), out_dir=run, on_event=stop_after_the_first_save)
+    assert "was stopped (killed or interrupted)" in (unfinished(run) or "")
+    lock = {"pid": os.getpid(), "host": socket.gethostname(), "started": "2026-11-28 00:00:00"}
+    (run / ".lock").write_text(json.dumps(lock), encoding="utf-8")  # as a training holding the lock writes it
+    assert unfinished(run) == (
+        f"{run} is being trained (process {os.getpid()} on {socket.gethostname()}, started 2026-11-28 00:00:00): "
+        "these are its best weights as of step 4 of 80"
+    )
+    gone = subprocess.Popen(["true"])  # a process that has ended: the lock file a SIGKILL leaves names one
+    gone.wait()
+    (run / ".lock").write_text(json.dumps({**lock, "pid": gone.pid}), encoding="utf-8")
+    assert "was stopped (killed or interrupted)" in (unfinished(run) or "")

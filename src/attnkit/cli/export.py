@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from attnkit.cli.arguments import Parser
-from attnkit.cli.common import print_json
+from attnkit.cli.common import note_unfinished, print_json
 
 
 def cmd_export_onnx(args: argparse.Namespace) -> None:
@@ -15,6 +15,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> None:
 
     from attnkit.interop.onnx_export import export_onnx, sidecar_paths
 
+    note_unfinished(args.model)  # a run stopped part-way, or being trained now: which weights are exported
     out = export_onnx(args.model, args.out, opset=args.opset, check=args.check)  # checked before it is written
     meta_path, tokenizer_path = sidecar_paths(out)
     result: dict[str, object] = {"out": str(out), "files": [str(p) for p in (out, meta_path, tokenizer_path)]}
@@ -29,6 +30,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> None:
 def cmd_export_ct2(args: argparse.Namespace) -> None:
     from attnkit.interop.ct2.export import export_ct2
 
+    note_unfinished(args.model)
     out = export_ct2(args.model, args.out, quantization=args.quantization)
     print_json({"out": str(out), "files": sorted(p.name for p in out.iterdir())})
 
@@ -36,6 +38,7 @@ def cmd_export_ct2(args: argparse.Namespace) -> None:
 def cmd_export_hf(args: argparse.Namespace) -> None:
     from attnkit.interop.bert import export_bert_folder
 
+    note_unfinished(args.model)
     out = export_bert_folder(args.model, args.out, encoder_only=args.encoder_only)
     print_json({"out": str(out), "files": sorted(p.name for p in out.iterdir())})
 

@@ -36,7 +36,7 @@ from attnkit.runs.files import (
     write_manifest,
 )
 from attnkit.runs.load import TASKS, LoadedRun, RunFiles, load_run, read_run
-from attnkit.runs.lock import Holder, run_lock
+from attnkit.runs.lock import Holder, run_lock, training_now
 from attnkit.runs.metrics import MetricsLog, read_metrics
 
 __all__ = [
@@ -72,6 +72,7 @@ __all__ = [
     "read_metrics",
     "remove_temporary_files",
     "run_lock",
+    "training_now",
     "save_weights",
     "sha256_file",
     "state_dict_for_saving",

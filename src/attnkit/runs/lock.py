@@ -97,6 +97,22 @@ def run_lock(run_dir: str | Path, on_stale: Callable[[Holder], None] = lambda ho
         file.close()
 
 
+def training_now(run_dir: str | Path) -> Holder | None:
+    """Who is training ``run_dir`` right now, as far as this machine can tell: the holder its lock file names when
+    that process is alive here (a training removes the file when it ends, however it ends but SIGKILL); None
+    otherwise. Read without locking, which could refuse a training that starts at that moment."""
+    holder = _read_holder(Path(run_dir) / LOCK)
+    if holder is None or holder.host != socket.gethostname():
+        return None
+    try:
+        os.kill(holder.pid, 0)  # signal 0: only whether the process exists
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # it exists, and belongs to another user
+        pass
+    return holder
+
+
 def _same_file(fd: int, path: Path) -> bool:
     try:
         st = os.stat(path)

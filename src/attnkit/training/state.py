@@ -147,12 +147,14 @@ def load_fit_state(
 def unfinished(run_dir: str | Path) -> str | None:
     """What to tell the user of a run whose training state stops short of its plan with no reason to: not ended by
     ``patience``, and with no ``max_minutes`` that may have ended it. Such a run was killed or interrupted (a closed
-    terminal, ``| head``) and holds its best weights so far; None for any other run, or one with no state (averaged,
-    exported)."""
+    terminal, ``| head``) and holds its best weights so far; a run whose training is going on right now is said to
+    be (``runs.training_now``). None for any other run, or one with no state (averaged, exported)."""
     saved = _saved(run_dir)
     if saved is None:
         return None
     step, planned, stale, train = saved
+    if (holder := runs.training_now(run_dir)) is not None:
+        return f"{run_dir} is being trained ({holder}): these are its best weights as of step {step} of {planned}"
     if (
         not planned
         or step >= planned
