@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnkit.cli.common import print_json
+from attnkit.cli.common import note_unfinished, print_json
 
 
 def cmd_convert(args: argparse.Namespace) -> None:
@@ -18,6 +18,7 @@ def cmd_convert(args: argparse.Namespace) -> None:
 def cmd_average(args: argparse.Namespace) -> None:
     from attnkit.training.average import average_checkpoints
 
+    note_unfinished(args.run_dir)  # a run stopped part-way, or being trained now: its checkpoints so far
     used = average_checkpoints(args.run_dir, args.last, args.out)
     print_json({"out": str(args.out), "averaged": [p.name for p in used]})
 
