@@ -344,3 +344,10 @@ def test_a_json_body_without_the_json_content_type_says_so(classifier_client, co
     assert response.json()["error_type"] == "invalid_request"
     assert "Content-Type: application/json" in response.json()["error"]
     assert (content_type or "no Content-Type") in response.json()["error"]
+
+
+def test_utf16_json_is_refused_under_a_plus_json_type_too(classifier_client):
+    """FastAPI reads `application/merge-patch+json` as JSON: a UTF-16 body under it was guessed and answered 200."""
+    body = '{"inputs": "a fine film"}'.encode("utf-16")
+    response = classifier_client.post("/v1/classify", content=body, headers={"content-type": "application/x+json"})
+    assert response.status_code == 422 and "UTF-16" in response.json()["error"], response.text

@@ -144,7 +144,8 @@ class Gate:
                     return await _refuse_key(headers, endpoint)(scope, receive, send_counted)
                 if (busy := self._busy(endpoint)) is not None:
                     return await busy(scope, receive, send_counted)
-            if media == "application/json" and body and (why := not_utf8(body)):
+            # JSON is UTF-8 between systems (RFC 8259 §8.1), under any JSON media type FastAPI reads (+json too)
+            if (media == "application/json" or media.endswith("+json")) and body and (why := not_utf8(body)):
                 return await error_response(422, "invalid_request", why)(scope, receive, send_counted)
             if query and endpoint in INFERENCE and endpoint != "/translate":  # LibreTranslate's reads its query
                 return await _refuse_query(query)(scope, receive, send_counted)
