@@ -180,9 +180,9 @@ def holds_run_lock(train: F) -> F:
     @functools.wraps(train)
     def locked(*args, **kwargs):
         context, on_event = kwargs.get("context") or TrainContext(), kwargs.get("on_event", warn_only)
-        if not context.is_main:
+        out_dir = kwargs.get("out_dir")
+        if not context.is_main or out_dir is None:  # no out_dir: the function's own TypeError says it is required
             return train(*args, **kwargs)
-        out_dir = kwargs["out_dir"]
 
         def taken_over(holder: runs.Holder) -> None:
             on_event(Warned(f"{out_dir}: taking over the lock left by {holder}, which has ended"))
