@@ -46,6 +46,8 @@ def test_split_marks_attached_morphemes_and_keeps_the_text():
     assert morphemes.split_morphemes("Great! ㅋㅋㅋ") == "Great ##! ㅋㅋㅋ"
     assert morphemes.split_morphemes("a\0b c") == "a ##\0 ##b c"  # MeCab stops at NUL; the text is kept anyway
     assert morphemes.split_morphemes("가\ud800나") == "가 ##\ud800 ##나"  # a lone surrogate, which UTF-8 cannot carry
+    # A word that begins with "##" (found by the property test below): it read as an attached piece and was lost
+    assert morphemes.split_morphemes("##") == "# ###"
 
 
 @needs_ko

@@ -64,6 +64,17 @@ def split_morphemes(text: str) -> str:
         spans.append((start, start + len(morpheme)))
         pos = start + len(morpheme)
     spans += _words(text, pos, len(text))
+    # A piece that begins a word with "##" would read as attached (and lose its "##" when decoded): its first "#"
+    # becomes a piece of its own, and the rest is glued to it ("##a" -> "# ###a", which decodes to "##a").
+    split: list[tuple[int, int]] = []
+    for start, stop in spans:
+        begins_word = not split or start != split[-1][1]
+        split += (
+            [(start, start + 1), (start + 1, stop)]
+            if begins_word and text.startswith(ATTACHED, start)
+            else [(start, stop)]
+        )
+    spans = split
     pieces = [
         (ATTACHED if i and start == spans[i - 1][1] else "") + text[start:stop]  # glued to the previous piece
         for i, (start, stop) in enumerate(spans)
