@@ -16,12 +16,8 @@ import pytest
 import torch
 
 from attnkit.errors import InputError
-from attnkit.interop.onnx_export import (
-    METADATA_KEY,
-    check_onnx,
-    export_onnx,
-    sidecar_paths,
-)
+from attnkit.interop.onnx_check import check_onnx
+from attnkit.interop.onnx_export import METADATA_KEY, export_onnx, sidecar_paths
 from attnkit.tasks.classify import ClassifierRun
 
 onnx = pytest.importorskip("onnx", reason="ONNX export needs onnx (pip install onnx onnxscript onnxruntime)")
@@ -197,14 +193,14 @@ def test_an_export_is_checked_before_it_is_written_and_a_failed_one_leaves_the_e
     """Opsets 23 and 24 wrote a model onnxruntime 1.32 cannot run on two tokens, with exit code 0; a failed
     ``--check`` left the export on disk. Every export is now run by onnxruntime before its files appear (FILE.json
     says how it went), and one whose logits are not attnkit's replaces nothing."""
-    from attnkit.interop import onnx_export
+    from attnkit.interop import onnx_check
 
     out = tmp_path / "m.onnx"
     export_onnx(runs["mean"], out, check=["good", "hated it"])
     checked = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))["check"]
     assert checked["texts"] == 2 and checked["max_abs_diff"] < 1e-4
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    monkeypatch.setattr(onnx_export, "_max_abs_diff", lambda *args: 0.5)  # an export that computes something else
+    monkeypatch.setattr(onnx_check, "max_abs_diff", lambda *args: 0.5)  # an export that computes something else
     with pytest.raises(InputError, match=r"m.onnx: onnxruntime's logits differ from attnkit's by 0.5 .* nothing was"):
         export_onnx(runs["cls"], out)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no temporary file left either

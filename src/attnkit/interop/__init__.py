@@ -7,6 +7,6 @@ masked out). Tests use it to check the model against an independent implementati
 ``torch.nn`` peer that holds the same weights.
 
 ``bert`` loads Hugging Face BERT-format folders into attnkit's own encoder and writes them back; ``ct2`` converts a
-translator to CTranslate2 and runs it; ``onnx_export`` exports a classifier to ONNX; ``pickle_import`` reads a
-PyTorch pickle, only when the user says they trust it.
+translator to CTranslate2 and runs it; ``onnx_export`` exports a classifier to ONNX, which ``onnx_check`` checks
+with onnxruntime; ``pickle_import`` reads a PyTorch pickle, only when the user says they trust it.
 """

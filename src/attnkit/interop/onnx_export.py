@@ -1,4 +1,4 @@
-"""Classifier runs as ONNX models: ``attnkit export onnx`` and the onnxruntime parity check.
+"""Classifier runs as ONNX models: ``attnkit export onnx`` (the onnxruntime parity check: ``onnx_check``).
 
 ``export_onnx`` writes three files for ``--out FILE.onnx``:
 
@@ -47,31 +47,16 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from attnkit import __version__
 from attnkit.atomic import open_atomic
 from attnkit.errors import InputError, check_texts
+from attnkit.interop.onnx_check import INPUT, OUTPUT, check_written, require
 
 FORMAT = "attnkit-onnx/1"
 MIN_OPSET, MAX_OPSET = 18, 25  # what the dynamo exporter writes as asked (module docstring)
-CHECK_TOLERANCE = 1e-4  # |onnxruntime logits - attnkit logits| an export may differ by (measured: ~1e-6)
 METADATA_KEY = "attnkit"  # the ONNX metadata_props key holding the JSON metadata
-INPUT, OUTPUT = "ids", "logits"
-PIP = "pip install onnx onnxscript onnxruntime"
-
-
-def _require(*modules: str) -> None:
-    missing = []
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            missing.append(name)
-    if missing:
-        verb = "is" if len(missing) == 1 else "are"
-        raise InputError(f"ONNX export and checking need {' and '.join(missing)}, which {verb} not installed ({PIP})")
 
 
 def sidecar_paths(onnx_path: str | Path) -> tuple[Path, Path]:
@@ -133,7 +118,7 @@ def export_onnx(
     from attnkit import runs
     from attnkit.tasks.classify import ClassifierRun
 
-    _require("onnx", "onnxscript")
+    require("onnx", "onnxscript")
     import onnx
 
     out_path = Path(out_path)
@@ -217,7 +202,7 @@ def export_onnx(
         onnx_file.write(data)
         onnx_file.flush()
         tokenizer_file.write((run.run_dir / runs.TOKENIZER).read_bytes())
-        checked = _check_written(run, Path(onnx_file.name), example, check or [], out_path)
+        checked = check_written(run, Path(onnx_file.name), example, check or [], out_path)
         record = {
             **meta,
             "onnx": {"file": out_path.name, "sha256": hashlib.sha256(data).hexdigest()},
@@ -228,83 +213,3 @@ def export_onnx(
         }
         meta_file.write((json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     return out_path
-
-
-def _check_written(run, path: Path, example: torch.Tensor, texts: list[str], out_path: Path) -> dict[str, object]:
-    """The export at ``path`` (a temporary name of ``out_path``) run by onnxruntime on ``example`` (B, S), padded,
-    and on ``texts``: what was checked and the largest logit difference from attnkit, for FILE.json; an InputError
-    when it is over ``CHECK_TOLERANCE`` or onnxruntime cannot run it. Without onnxruntime, ``texts`` are refused
-    (they ask for a check) and the batch is not checked."""
-    try:
-        importlib.import_module("onnxruntime")
-    except ImportError:
-        if texts:
-            _require("onnxruntime")
-        return {"onnxruntime": None, "note": f"not checked: onnxruntime is not installed ({PIP})"}
-    import onnxruntime
-
-    nothing = "nothing was written; another --opset may export correctly"
-    try:
-        diff = _max_abs_diff(run, path, example, out_path)
-        if texts:
-            diff = max(diff, _max_abs_diff(run, path, _encoded(run, texts), out_path))
-    except InputError as err:
-        raise InputError(f"{err}; {nothing}") from None
-    if not diff <= CHECK_TOLERANCE:
-        raise InputError(
-            f"{out_path}: onnxruntime's logits differ from attnkit's by {diff:.3g} (over {CHECK_TOLERANCE:g}): "
-            f"{nothing}"
-        )
-    return {"onnxruntime": onnxruntime.__version__, "texts": len(texts), "max_abs_diff": diff}
-
-
-def _encoded(run, texts: list[str]) -> torch.Tensor:
-    """``texts`` as the run encodes them, right-padded into one (N, S) batch."""
-    from attnkit.data.batching import pad
-    from attnkit.tasks.classify import encode_examples
-
-    seqs, _ = encode_examples(run.tokenizer, texts, run.model_cfg.max_len, run.max_len_policy)
-    return pad(seqs, run.tokenizer.pad_id)  # (N, S)
-
-
-def _max_abs_diff(run, path: Path, ids: torch.Tensor, shown: Path) -> float:
-    """Max |onnxruntime logits - attnkit logits| of the model at ``path`` on ``ids`` (N, S); an InputError naming
-    ``shown`` when onnxruntime cannot run it or its logits have another shape (an export of another run)."""
-    import onnxruntime
-
-    options, run_options = onnxruntime.SessionOptions(), onnxruntime.RunOptions()
-    options.log_severity_level = run_options.log_severity_level = 4  # fatal only: its errors are reported below
-    try:
-        session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        got = session.run([OUTPUT], {INPUT: ids.numpy()}, run_options)[0]  # (N, C)
-    except Exception as err:  # onnxruntime raises its own exception types for unreadable or mismatched models
-        why = " ".join(str(err).split())  # one line: its messages span several
-        raise InputError(f"{shown}: onnxruntime cannot run it on the run's input ({why})") from None
-    with torch.inference_mode():
-        expected = run.model(ids.to(run.device)).float().cpu().numpy()  # (N, C)
-    if got.shape != expected.shape:
-        raise InputError(
-            f"{shown}: gives logits of shape {got.shape}, the run {expected.shape}: exported from another run?"
-        )
-    return float(np.abs(got - expected).max())
-
-
-def check_onnx(run_dir: str | Path, onnx_path: str | Path, texts: list[str]) -> float:
-    """Max |onnxruntime logits - attnkit logits| over ``texts``, encoded as the run encodes them and right-padded
-    into one (N, S) batch for onnxruntime.
-
-    Raises:
-        InputError: onnxruntime is missing, no texts are given, ``onnx_path`` cannot be loaded, or its logits do not
-            have the run's shape (an export of another run).
-    """
-    from attnkit.tasks.classify import ClassifierRun
-
-    _require("onnxruntime")
-    texts = check_texts(texts, "--check text #{}")  # an empty one fails in onnxruntime, as if the model did
-    if not texts:
-        raise InputError("check_onnx: no texts given")
-    onnx_path = Path(onnx_path)
-    if not onnx_path.is_file():
-        raise InputError(f"{onnx_path}: no such file")
-    run = ClassifierRun(run_dir)
-    return _max_abs_diff(run, onnx_path, _encoded(run, texts), onnx_path)
